@@ -1,0 +1,22 @@
+"""cffi (API mode) build script for the spawn helper; see spawn.c."""
+
+from pathlib import Path
+
+from cffi import FFI
+
+ffibuilder = FFI()
+ffibuilder.cdef(
+    """
+    int rq_spawn(const char *path, char *const argv[], char *const envp[],
+                 const char *cwd, int devnull, int out, int wfd, int rfd);
+    int syncfs(int fd);
+    """
+)
+ffibuilder.set_source(
+    "rqsys._native._rqspawn",
+    (Path(__file__).parent / "spawn.c").read_text(),
+    extra_compile_args=["-O2", "-Wall"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,37 @@
+"""The one root of every error rqsys raises on purpose."""
+
+
+class RQError(Exception):
+    """Base of all rqsys errors; its text is shown to the user as is."""
+
+
+class ConfigError(RQError):
+    """A configuration file or message is invalid (names the file and field)."""
+
+
+class NotFound(RQError):
+    """A queue, message or attachment does not exist."""
+
+
+class BadRequest(RQError):
+    """A request is malformed or not allowed in the current state."""
+
+
+class QueueDown(RQError):
+    """The queue is administratively DOWN (or PAUSEd, for new messages)."""
+
+
+class StoreError(RQError):
+    """The on-disk store could not complete an operation."""
+
+
+class ProtocolError(RQError):
+    """A peer spoke the socket protocol wrongly."""
+
+
+class SpawnError(RQError):
+    """A queue script could not be started."""
+
+
+class Unavailable(RQError):
+    """A queue daemon could not be reached."""

@@ -1,0 +1,71 @@
+"""The queue-script pipe grammar (RQ's), as pure parsing.
+
+A script writes lines ``CMD SP TEXT NL`` on fd 3 (RQ_WRITE)::
+
+    run TEXT            progress, shown as the message status
+    done TEXT           success (the script must also exit 0)
+    err TEXT            failure; the message goes to err whatever the exit
+    relayed URL         the relay script delivered the message to URL
+    resend SECS-TEXT    back to que, due SECS seconds from now
+    dup DUE-X-DEST      copy this message to DEST (a queue or an http(s) URL),
+                        answered on fd 4 with ``ok <id>`` or ``fail <why>``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rqsys.errors import ProtocolError
+
+TERMINAL = frozenset({"done", "err", "relayed", "resend"})
+COMMANDS = frozenset({"run", "dup"}) | TERMINAL
+MAX_TEXT = 4096  # status text kept per line; the rest is cut, never the command
+
+
+@dataclass(frozen=True)
+class Command:
+    """One parsed line from a queue script."""
+
+    kind: str
+    text: str = ""
+    due: int = 0
+    dest: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind in TERMINAL
+
+
+def parse_line(raw: bytes) -> Command:
+    """Parse one line (without its newline); ProtocolError says what is wrong."""
+    line = raw.decode("utf-8", "replace").rstrip("\r")
+    kind, _, text = line.partition(" ")
+    if kind not in COMMANDS:
+        raise ProtocolError(f"unknown command {kind[:40]!r}")
+    text = text[:MAX_TEXT]
+    if kind == "resend":
+        return _parse_resend(text)
+    if kind == "dup":
+        return _parse_dup(text)
+    if kind == "relayed" and not text.strip():
+        raise ProtocolError("relayed needs the new message URL")
+    return Command(kind, text)
+
+
+def _parse_delay(word: str, line: str) -> int:
+    if not word.isdigit():
+        raise ProtocolError(f"bad delay {word[:40]!r} in {line[:80]!r}")
+    return int(word)
+
+
+def _parse_resend(text: str) -> Command:
+    secs, _, reason = text.partition("-")
+    return Command("resend", reason, due=_parse_delay(secs.strip(), text))
+
+
+def _parse_dup(text: str) -> Command:
+    parts = text.split("-", 2)
+    if len(parts) != 3 or not parts[2].strip():
+        raise ProtocolError(f"dup needs DUE-X-DEST, got {text[:80]!r}")
+    due, _flag, dest = parts
+    return Command("dup", text, due=_parse_delay(due.strip(), text), dest=dest.strip())

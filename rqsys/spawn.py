@@ -1,0 +1,93 @@
+"""Starting a queue script: argv, environment and fds, through the C helper.
+
+The helper (``_native/spawn.c``) does all of the child's set-up between vfork
+and exec, so no Python runs in the child: stdin from /dev/null, stdout and
+stderr to ``out_fd``, fd 3 = RQ_WRITE (script -> daemon), fd 4 = RQ_READ
+(daemon -> script), a new session, a parent-death signal, every other fd
+closed, cwd set.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rqsys.errors import SpawnError
+
+SCRIPT_WRITE_FD = 3
+SCRIPT_READ_FD = 4
+
+
+@dataclass
+class Child:
+    """A running queue script and our ends of its pipes."""
+
+    pid: int
+    pidfd: int
+    status_r: int  # we read the script's fd 3 here
+    reply_w: int  # we answer on the script's fd 4 here
+    closed: set[int] = field(default_factory=set)
+
+    def close(self) -> None:
+        for fd in (self.pidfd, self.status_r, self.reply_w):
+            if fd not in self.closed:
+                self.closed.add(fd)
+                os.close(fd)
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the script's whole process group (it leads its session)."""
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def script_argv(script: str, exec_prefix: str) -> tuple[str, list[str]]:
+    """The executable path and argv: symlinks resolved, prefix words prepended."""
+    real = os.path.realpath(script)
+    if not os.path.isfile(real) or not os.access(real, os.X_OK):
+        raise SpawnError(f"script {script} is missing or not executable")
+    if not exec_prefix.strip():
+        return real, [real]
+    words = shlex.split(exec_prefix)
+    program = shutil.which(words[0])
+    if program is None:
+        raise SpawnError(f"exec_prefix program {words[0]!r} not found")
+    return program, [*words, real]
+
+
+def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path, out_fd: int) -> Child:
+    """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed."""
+    from rqsys._native._rqspawn import ffi, lib  # type: ignore[import-not-found]
+
+    status_r, script_w = os.pipe2(os.O_CLOEXEC)
+    script_r, reply_w = os.pipe2(os.O_CLOEXEC)
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    keep = [ffi.new("char[]", os.fsencode(s)) for s in argv]
+    envs = [ffi.new("char[]", os.fsencode(f"{k}={v}")) for k, v in env.items()]
+    try:
+        pid = lib.rq_spawn(os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
+                           ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),
+                           devnull, out_fd, script_w, script_r)
+    finally:
+        for fd in (devnull, script_w, script_r):
+            os.close(fd)
+    if pid < 0:
+        os.close(status_r)
+        os.close(reply_w)
+        raise SpawnError(f"cannot execute {path}: {os.strerror(-pid)}")
+    os.set_blocking(status_r, False)
+    return Child(pid, os.pidfd_open(pid), status_r, reply_w)
+
+
+def describe_exit(wait_status: int) -> str:
+    """A readable description of a wait status."""
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        core = " (core dumped)" if os.WCOREDUMP(wait_status) else ""
+        return f"terminated by {signal.Signals(sig).name}{core}"
+    return f"exit status {os.waitstatus_to_exitcode(wait_status)}"

@@ -1,0 +1,525 @@
+"""On-disk layout, message ids and atomic state transitions.
+
+This is the only module that renames or fsyncs.  A message is a directory
+``queue/<q>/<state>/<id>/`` holding ``msg`` (JSON), ``status``, ``job/`` and
+``attach/``; its state is the directory it sits in, and every state change is
+one ``rename(2)`` of that directory.  ``done/`` and ``relayed/`` grow without
+bound, so they are sharded by the hour in the id (``done/YYYYmmdd.HH/<id>``)
+and counted from directory link counts, never by walking them per request.
+
+Durability: what is fsynced before anything is acknowledged, and what is
+batched.
+
+* **Synchronous** (file, its directory, the rename and both parents are on
+  disk before the caller hears ``ok``): create in ``prep`` or ``que``,
+  commit (prep -> que), attach, clone, delete, the admin state, the ``msg``
+  file rewritten on resend.  A client that was told ``ok`` can rely on it.
+* **Batched** (renamed at once, parent directories fsynced once per event-loop
+  turn by :meth:`QueueStore.flush`): que -> run, run -> done / err / relayed /
+  que, the ``status`` text.  A crash before the flush leaves the message in its
+  earlier directory: ``run/`` is moved back to ``que/`` at start and a lost
+  ``done`` rename means one more run.  At worst a message is run again; it is
+  never lost, which is RQ's at-least-once promise.
+
+Recovery at start (:meth:`QueueStore.recover`): stray temp directories are
+removed, ``run/`` goes back to ``que/``, ``prep/`` is kept.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rqsys.errors import BadRequest, NotFound, StoreError
+
+STATES = ("prep", "que", "run", "done", "err", "relayed")
+SHARDED_STATES = ("done", "relayed")
+ADMIN_STATES = ("UP", "PAUSE", "DOWN")
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+MSG_ID_RE = re.compile(r"^\d{8}\.\d{4}\.\d{2}\.\d{3}(\.\d{1,9})?$")
+ATTACH_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,199}$")
+DEFAULT_ROOT = "/var/lib/rq"
+SYSTEMD_SOCKET_DIR = "/run/rq"
+TMP_DIR = ".tmp"
+
+
+def check_queue_name(name: str) -> str:
+    """Return ``name`` if it is a valid queue name, else raise BadRequest."""
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise BadRequest(f"invalid queue name: {name!r}")
+    return name
+
+
+def check_msg_id(msg_id: str) -> str:
+    """Return ``msg_id`` if it has RQ's id form, else raise BadRequest."""
+    if not isinstance(msg_id, str) or not MSG_ID_RE.match(msg_id):
+        raise BadRequest(f"invalid message id: {msg_id!r}")
+    return msg_id
+
+
+def check_attach_name(name: str) -> str:
+    """Return ``name`` if it is a safe attachment file name."""
+    if not isinstance(name, str) or not ATTACH_NAME_RE.match(name) or ".." in name:
+        raise BadRequest(f"invalid attachment name: {name!r}")
+    return name
+
+
+def fsync_path(path: Path | str) -> None:
+    """fsync a file or directory by path."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def syncfs(path: Path | str) -> None:
+    """Flush the whole file system holding ``path`` (one journal commit)."""
+    from rqsys._native._rqspawn import lib  # type: ignore[import-not-found]
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if lib.syncfs(fd) != 0:
+            raise StoreError(f"syncfs {path} failed")
+    finally:
+        os.close(fd)
+
+
+def write_file_durably(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temp file, fsync it, rename, fsync the dir."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    _write_new(tmp, data, sync=True)
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def _write_new(path: Path, data: bytes, sync: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class IdMaker:
+    """Makes RQ-style ids ``YYYYmmdd.HHMM.SS.mmm.<n>`` (UTC), strictly increasing."""
+
+    def __init__(self, clock=time.time) -> None:
+        self._clock = clock
+        self._last_ms = 0
+        self._n = 0
+
+    def next_id(self) -> str:
+        now_ms = int(self._clock() * 1000)
+        if now_ms > self._last_ms:
+            self._last_ms, self._n = now_ms, 0
+        else:
+            self._n += 1  # same millisecond, or the clock went back
+        secs, ms = divmod(self._last_ms, 1000)
+        stamp = time.strftime("%Y%m%d.%H%M.%S", time.gmtime(secs))
+        return f"{stamp}.{ms:03d}.{self._n}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths under the state root (``/var/lib/rq`` or ``--root``)."""
+
+    root: Path
+    socket_dir: Path
+
+    @classmethod
+    def from_root(cls, root: str | os.PathLike[str] | None = None) -> Layout:
+        base = Path(root or os.environ.get("RQ_ROOT") or DEFAULT_ROOT).absolute()
+        sock = os.environ.get("RQ_SOCKET_DIR")
+        if not sock:
+            sock = SYSTEMD_SOCKET_DIR if str(base) == DEFAULT_ROOT else str(base / "sock")
+        return cls(base, Path(sock))
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config" / "config.json"
+
+    @property
+    def scandir(self) -> Path:
+        return self.root / "scandir"
+
+    @property
+    def timers(self) -> Path:
+        return self.root / "timers"
+
+    @property
+    def trash(self) -> Path:
+        return self.root / "trash"
+
+    @property
+    def queues(self) -> Path:
+        return self.root / "queue"
+
+    def queue_dir(self, name: str) -> Path:
+        return self.queues / check_queue_name(name)
+
+    def socket_path(self, name: str) -> Path:
+        return self.socket_dir / f"{check_queue_name(name)}.sock"
+
+    def queue_names(self) -> list[str]:
+        """Names of the queues that exist (have a config.json)."""
+        if not self.queues.is_dir():
+            return []
+        return sorted(
+            p.name
+            for p in self.queues.iterdir()
+            if QUEUE_NAME_RE.match(p.name) and (p / "config.json").is_file()
+        )
+
+    def make_dirs(self) -> None:
+        for path in (self.root, self.config_file.parent, self.scandir, self.timers,
+                     self.trash, self.queues):
+            path.mkdir(parents=True, exist_ok=True)
+
+    def create_queue_dir(self, name: str, config: dict[str, Any]) -> Path:
+        """Create (or update) a queue's directory and its effective config."""
+        qdir = self.queue_dir(name)
+        for state in STATES:
+            (qdir / state).mkdir(parents=True, exist_ok=True)
+        (qdir / TMP_DIR).mkdir(exist_ok=True)
+        write_file_durably(qdir / "config.json", json.dumps(config, indent=2).encode())
+        return qdir
+
+    def link_form(self, name: str, form: Path | None) -> None:
+        """Point ``queue/<q>/form.json`` at ``form`` (or remove the link)."""
+        link = self.queue_dir(name) / "form.json"
+        tmp = link.with_name(".form.json.tmp")
+        if tmp.is_symlink():
+            tmp.unlink()
+        if form is None:
+            if link.is_symlink():
+                link.unlink()
+            return
+        os.symlink(form, tmp)
+        os.replace(tmp, link)
+
+    def trash_queue(self, name: str) -> Path:
+        """Move a queue's whole directory to ``trash/`` (nothing is deleted)."""
+        src = self.queue_dir(name)
+        dest = self.trash / f"{name}.{time.strftime('%Y%m%d.%H%M%S')}.{os.getpid()}"
+        self.trash.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dest)
+        fsync_path(self.queues)
+        fsync_path(self.trash)
+        return dest
+
+
+@dataclass
+class Staged:
+    """A new message written under ``.tmp/`` but not yet renamed into place."""
+
+    msg_id: str
+    tmp: Path
+
+
+class QueueStore:
+    """The message directories of one queue; used by its daemon (sole writer)."""
+
+    def __init__(self, qdir: Path, ids: IdMaker | None = None) -> None:
+        self.qdir = qdir
+        self.name = qdir.name
+        self.ids = ids or IdMaker()
+        self._dirty: set[Path] = set()
+
+    # -- paths -----------------------------------------------------------
+    def state_dir(self, state: str) -> Path:
+        return self.qdir / state
+
+    def msg_dir(self, state: str, msg_id: str) -> Path:
+        if state in SHARDED_STATES:
+            return self.qdir / state / msg_id[:11] / msg_id
+        return self.qdir / state / msg_id
+
+    def find(self, msg_id: str) -> str:
+        """The state a message is in; NotFound if it is in none."""
+        check_msg_id(msg_id)
+        for state in STATES:
+            if self.msg_dir(state, msg_id).is_dir():
+                return state
+        raise NotFound(f"no message {msg_id} in queue {self.name}")
+
+    # -- creation (synchronous) -------------------------------------------
+    def stage(self, msg: dict[str, Any]) -> Staged:
+        """Write a new message under ``.tmp/`` without syncing it yet."""
+        msg_id = self.ids.next_id()
+        tmp = self.qdir / TMP_DIR / f"{msg_id}.{os.getpid()}"
+        tmp.mkdir(parents=True)
+        msg = dict(msg, msg_id=msg_id)
+        _write_new(tmp / "msg", json.dumps(msg).encode(), sync=False)
+        return Staged(msg_id, tmp)
+
+    def publish(self, batch: list[Staged], state: str) -> None:
+        """Make staged messages durable and move them into ``state``.
+
+        One message: fsync msg, its directory, rename, fsync the state dir.
+        Several (group commit): one syncfs for all data, renames, one more
+        syncfs for all renames.
+        """
+        if not batch:
+            return
+        target = self.state_dir(state)
+        if len(batch) == 1:
+            only = batch[0]
+            fsync_path(only.tmp / "msg")
+            fsync_path(only.tmp)
+            os.rename(only.tmp, target / only.msg_id)
+            fsync_path(target)
+            return
+        syncfs(self.qdir)
+        for staged in batch:
+            os.rename(staged.tmp, target / staged.msg_id)
+        syncfs(self.qdir)
+
+    def create(self, msg: dict[str, Any], state: str = "que") -> str:
+        """Create one message durably in ``prep`` or ``que``; returns its id."""
+        staged = self.stage(msg)
+        self.publish([staged], state)
+        return staged.msg_id
+
+    def discard(self, staged: Staged) -> None:
+        shutil.rmtree(staged.tmp, ignore_errors=True)
+
+    # -- transitions -------------------------------------------------------
+    def move(self, msg_id: str, src: str, dest: str, durable: bool = False) -> None:
+        """Rename a message directory from one state to another."""
+        old, new = self.msg_dir(src, msg_id), self.msg_dir(dest, msg_id)
+        if dest in SHARDED_STATES:
+            new.parent.mkdir(exist_ok=True)
+        try:
+            os.rename(old, new)
+        except FileNotFoundError as exc:
+            raise NotFound(f"no message {msg_id} in {self.name}/{src}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot move {msg_id} {src}->{dest}: {exc}") from exc
+        parents = {old.parent, new.parent, new.parent.parent}
+        if durable:
+            for parent in parents:
+                fsync_path(parent)
+        else:
+            self._dirty.update(parents)
+
+    def flush(self) -> None:
+        """fsync the directories touched by batched transitions."""
+        dirty, self._dirty = self._dirty, set()
+        for path in dirty:
+            try:
+                fsync_path(path)
+            except FileNotFoundError:
+                pass  # an empty shard removed by the cleaner
+
+    def delete(self, msg_id: str, state: str) -> None:
+        """Remove a message: rename it out of its state (durable), then rmtree."""
+        src = self.msg_dir(state, msg_id)
+        doomed = self.qdir / TMP_DIR / f"deleted.{msg_id}.{os.getpid()}"
+        try:
+            os.rename(src, doomed)
+        except FileNotFoundError as exc:
+            raise NotFound(f"no message {msg_id} in {self.name}") from exc
+        fsync_path(src.parent)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    # -- message files -------------------------------------------------------
+    def read_msg(self, state: str, msg_id: str) -> dict[str, Any]:
+        path = self.msg_dir(state, msg_id) / "msg"
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError as exc:
+            raise NotFound(f"no message {msg_id} in {self.name}/{state}") from exc
+        except ValueError as exc:
+            raise StoreError(f"{path}: unreadable message: {exc}") from exc
+        if not isinstance(data, dict):
+            raise StoreError(f"{path}: message is not a JSON object")
+        return data
+
+    def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
+        """Replace a message's ``msg`` file atomically and durably."""
+        write_file_durably(self.msg_dir(state, msg_id) / "msg", json.dumps(msg).encode())
+
+    def write_status(self, state: str, msg_id: str, text: str) -> None:
+        """Record the script's last status line (not synced: advisory)."""
+        path = self.msg_dir(state, msg_id) / "status"
+        try:
+            _write_new(path, text.encode("utf-8", "replace"), sync=False)
+        except FileNotFoundError:
+            pass  # the message moved on meanwhile
+
+    def read_status(self, state: str, msg_id: str) -> str:
+        try:
+            return (self.msg_dir(state, msg_id) / "status").read_text("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def job_dir(self, msg_id: str) -> Path:
+        """Create and return the ``job/`` dir of a running message."""
+        job = self.msg_dir("run", msg_id) / "job"
+        job.mkdir(exist_ok=True)
+        return job
+
+    # -- attachments ---------------------------------------------------------
+    def attach_dir(self, state: str, msg_id: str) -> Path:
+        return self.msg_dir(state, msg_id) / "attach"
+
+    def attach_fd(self, msg_id: str, name: str, src_fd: int) -> Path:
+        """Copy an open file into a prep message's ``attach/`` durably.
+
+        The file is linked in place when it already lives on this file system
+        (``/proc/self/fd`` link), so large uploads are never copied.
+        """
+        check_attach_name(name)
+        adir = self.attach_dir("prep", msg_id)
+        adir.mkdir(exist_ok=True)
+        dest = adir / name
+        tmp = adir / f".{name}.{os.getpid()}.tmp"
+        if tmp.exists():
+            tmp.unlink()
+        if not self._link_fd(src_fd, tmp):
+            self._copy_fd(src_fd, tmp)
+        fsync_path(tmp)
+        os.replace(tmp, dest)
+        fsync_path(adir)
+        return dest
+
+    @staticmethod
+    def _link_fd(src_fd: int, dest: Path) -> bool:
+        try:
+            os.link(f"/proc/self/fd/{src_fd}", dest, follow_symlinks=True)
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.ENOENT, errno.EPERM, errno.EACCES):
+                return False
+            raise
+
+    @staticmethod
+    def _copy_fd(src_fd: int, dest: Path) -> None:
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.lseek(src_fd, 0, os.SEEK_SET)
+            while os.sendfile(out, src_fd, None, 1 << 24) > 0:
+                pass
+        finally:
+            os.close(out)
+
+    def remove_attachment(self, msg_id: str, name: str) -> None:
+        path = self.attach_dir("prep", check_msg_id(msg_id)) / check_attach_name(name)
+        try:
+            path.unlink()
+        except FileNotFoundError as exc:
+            raise NotFound(f"no attachment {name}") from exc
+        fsync_path(path.parent)
+
+    def attachments(self, state: str, msg_id: str) -> list[Path]:
+        adir = self.attach_dir(state, msg_id)
+        if not adir.is_dir():
+            return []
+        return sorted(p for p in adir.iterdir() if not p.name.startswith("."))
+
+    def link_attachments(self, src_state: str, src_id: str, staged: Staged) -> None:
+        """Hard-link a message's attachments into a staged (cloned) message."""
+        files = self.attachments(src_state, src_id)
+        if not files:
+            return
+        adir = staged.tmp / "attach"
+        adir.mkdir()
+        for path in files:
+            os.link(path, adir / path.name)
+
+    # -- listing and counting ------------------------------------------------
+    def ids(self, state: str) -> Iterator[str]:
+        """Ids in a state (walks the directory: for que/run/prep/err)."""
+        base = self.state_dir(state)
+        if state in SHARDED_STATES:
+            for shard in sorted(_listdir(base)):
+                yield from (i for i in _listdir(base / shard) if MSG_ID_RE.match(i))
+            return
+        yield from (i for i in _listdir(base) if MSG_ID_RE.match(i))
+
+    def newest(self, state: str, offset: int = 0, limit: int = 50) -> list[str]:
+        """Newest-first page of ids; sharded states only read needed shards."""
+        base = self.state_dir(state)
+        if state not in SHARDED_STATES:
+            ids = sorted((i for i in _listdir(base) if MSG_ID_RE.match(i)), reverse=True)
+            return ids[offset:offset + limit]
+        page: list[str] = []
+        skip = offset
+        for shard in sorted(_listdir(base), reverse=True):
+            ids = sorted((i for i in _listdir(base / shard) if MSG_ID_RE.match(i)),
+                         reverse=True)
+            if skip >= len(ids):
+                skip -= len(ids)
+                continue
+            page.extend(ids[skip:skip + limit - len(page)])
+            skip = 0
+            if len(page) >= limit:
+                break
+        return page
+
+    def count(self, state: str) -> int:
+        """Messages in a state, from link counts where the file system keeps them."""
+        base = self.state_dir(state)
+        if state not in SHARDED_STATES:
+            return _subdir_count(base)
+        return sum(_subdir_count(base / shard) for shard in _listdir(base))
+
+    # -- admin state -----------------------------------------------------------
+    def admin_state(self) -> str:
+        try:
+            state = (self.qdir / "admin_state").read_text().strip()
+        except FileNotFoundError:
+            return "UP"
+        return state if state in ADMIN_STATES else "UP"
+
+    def set_admin_state(self, state: str) -> None:
+        if state not in ADMIN_STATES:
+            raise BadRequest(f"invalid admin state: {state!r}")
+        write_file_durably(self.qdir / "admin_state", (state + "\n").encode())
+
+    # -- recovery -----------------------------------------------------------------
+    def recover(self) -> list[str]:
+        """Clean temp files, move ``run/`` back to ``que/``; returns recovered ids."""
+        for state in STATES:
+            self.state_dir(state).mkdir(parents=True, exist_ok=True)
+        tmp = self.qdir / TMP_DIR
+        if tmp.is_dir():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        recovered = list(self.ids("run"))
+        for msg_id in recovered:
+            self.move(msg_id, "run", "que")
+        self.flush()
+        return recovered
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+def _subdir_count(path: Path) -> int:
+    """Subdirectories of ``path``: st_nlink - 2 on ext4/xfs, else a scan."""
+    try:
+        nlink = os.stat(path).st_nlink
+    except FileNotFoundError:
+        return 0
+    if nlink >= 2:
+        return nlink - 2
+    return sum(1 for entry in os.scandir(path) if entry.is_dir())

@@ -1,0 +1,104 @@
+"""Framing of the queue-socket protocol, shared by the daemon and its clients.
+
+The protocol (unix stream socket, ``/run/rq/<q>.sock`` or ``<root>/sock/<q>.sock``):
+
+* A request is one JSON object on one line: ``{"op": "<name>", ...}\\n``.
+  Open files (attachments) travel with the line as ``SCM_RIGHTS`` ancillary
+  data of the same ``sendmsg``.
+* The answer is one JSON line: ``{"ok": true, ...}`` or
+  ``{"ok": false, "error": "<why>", "kind": "<error class>"}``.
+* One request at a time per connection (send, read the answer, repeat); a
+  connection may carry any number of requests.
+* A line longer than MAX_LINE, or one that is not a JSON object, is answered
+  with an error and the connection is closed; the daemon never dies of it.
+
+The operations are listed in ``rqsys.queued.QueueDaemon`` (``op_*`` methods).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import socket
+from typing import Any
+
+from rqsys import errors
+from rqsys.errors import ProtocolError
+
+MAX_LINE = 8 << 20
+MAX_FDS = 64
+_FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        raise ProtocolError(f"request is not JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ProtocolError("request is not a JSON object")
+    return obj
+
+
+def error_reply(exc: Exception) -> dict[str, Any]:
+    kind = type(exc).__name__ if isinstance(exc, errors.RQError) else "RQError"
+    return {"ok": False, "error": str(exc), "kind": kind}
+
+
+def raise_for(reply: dict[str, Any]) -> dict[str, Any]:
+    """Return an ok reply; raise the matching RQError for an error reply."""
+    if reply.get("ok"):
+        return reply
+    cls = getattr(errors, str(reply.get("kind")), errors.RQError)
+    if not (isinstance(cls, type) and issubclass(cls, errors.RQError)):
+        cls = errors.RQError
+    raise cls(str(reply.get("error", "unknown error")))
+
+
+def send(sock: socket.socket, data: bytes, fds: list[int] | tuple[int, ...] = ()) -> None:
+    """Send ``data`` whole, with ``fds`` attached to its first part."""
+    if fds:
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        sent = sock.sendmsg([data], anc)
+        data = data[sent:]
+    if data:
+        sock.sendall(data)
+
+
+def recv(sock: socket.socket, size: int = 65536) -> tuple[bytes, list[int]]:
+    """One recvmsg: the bytes and any file descriptors that came with them."""
+    data, anc, _flags, _addr = sock.recvmsg(size, _FD_SPACE, socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            arr = array.array("i")
+            arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
+            fds.extend(arr)
+    return data, fds
+
+
+class LineBuffer:
+    """Accumulates bytes and fds from a stream; yields complete request lines."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.fds: list[int] = []
+
+    def feed(self, data: bytes, fds: list[int]) -> None:
+        self.buf += data
+        self.fds.extend(fds)
+        if len(self.buf) > MAX_LINE and b"\n" not in self.buf:
+            raise ProtocolError(f"request line longer than {MAX_LINE} bytes")
+
+    def next_line(self) -> tuple[bytes, list[int]] | None:
+        end = self.buf.find(b"\n")
+        if end < 0:
+            return None
+        line = bytes(self.buf[:end])
+        del self.buf[: end + 1]
+        fds, self.fds = self.fds, []
+        return line, fds
