@@ -7,6 +7,7 @@ defaults; an error always names the file and the field.
 from __future__ import annotations
 
 import json
+import os
 import socket
 from functools import cache
 from importlib import resources
@@ -89,7 +90,7 @@ def load_system_config(layout: Layout) -> dict[str, Any]:
     path = layout.config_file
     data = load_checked("config", path) if path.exists() else {}
     cfg = with_defaults("config", data)
-    cfg["port"] = int(cfg["port"])
+    cfg["port"] = int(os.environ.get("RQ_WEB_PORT") or cfg["port"])
     cfg.setdefault("host", socket.gethostname())
     cfg.setdefault("tmpdir", str(layout.root / "tmp"))
     if not cfg["relative_root"].endswith("/"):

@@ -9,6 +9,7 @@ closed, cwd set.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -40,10 +41,8 @@ class Child:
 
     def signal_group(self, sig: int) -> None:
         """Signal the script's whole process group (it leads its session)."""
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def script_argv(script: str, exec_prefix: str) -> tuple[str, list[str]]:

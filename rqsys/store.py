@@ -236,7 +236,7 @@ class QueueStore:
     def __init__(self, qdir: Path, ids: IdMaker | None = None) -> None:
         self.qdir = qdir
         self.name = qdir.name
-        self.ids = ids or IdMaker()
+        self.id_maker = ids or IdMaker()
         self._dirty: set[Path] = set()
 
     # -- paths -----------------------------------------------------------
@@ -259,7 +259,7 @@ class QueueStore:
     # -- creation (synchronous) -------------------------------------------
     def stage(self, msg: dict[str, Any]) -> Staged:
         """Write a new message under ``.tmp/`` without syncing it yet."""
-        msg_id = self.ids.next_id()
+        msg_id = self.id_maker.next_id()
         tmp = self.qdir / TMP_DIR / f"{msg_id}.{os.getpid()}"
         tmp.mkdir(parents=True)
         msg = dict(msg, msg_id=msg_id)
@@ -279,6 +279,7 @@ class QueueStore:
         if len(batch) == 1:
             only = batch[0]
             fsync_path(only.tmp / "msg")
+            _fsync_attachments(only.tmp / "attach")
             fsync_path(only.tmp)
             os.rename(only.tmp, target / only.msg_id)
             fsync_path(target)
@@ -377,25 +378,40 @@ class QueueStore:
     def attach_dir(self, state: str, msg_id: str) -> Path:
         return self.msg_dir(state, msg_id) / "attach"
 
-    def attach_fd(self, msg_id: str, name: str, src_fd: int) -> Path:
-        """Copy an open file into a prep message's ``attach/`` durably.
+    def attach_fd(self, msg_id: str, name: str, src_fd: int, md5: str) -> Path:
+        """Attach an open file to a prep message, durably (see place_attachment)."""
+        adir = self.attach_dir("prep", check_msg_id(msg_id))
+        adir.mkdir(exist_ok=True)
+        return self.place_attachment(adir, name, src_fd, md5, sync=True)
 
-        The file is linked in place when it already lives on this file system
-        (``/proc/self/fd`` link), so large uploads are never copied.
+    def place_attachment(self, adir: Path, name: str, src_fd: int, md5: str,
+                         sync: bool) -> Path:
+        """Put an open file into ``adir`` as ``name``, with its md5 beside it.
+
+        The file is hard-linked when it already lives on this file system
+        (through ``/proc/self/fd``), so large uploads are never copied.
         """
         check_attach_name(name)
-        adir = self.attach_dir("prep", msg_id)
-        adir.mkdir(exist_ok=True)
         dest = adir / name
         tmp = adir / f".{name}.{os.getpid()}.tmp"
         if tmp.exists():
             tmp.unlink()
         if not self._link_fd(src_fd, tmp):
             self._copy_fd(src_fd, tmp)
-        fsync_path(tmp)
+        _write_new(adir / f".{name}.md5", md5.encode(), sync=sync)
+        if sync:
+            fsync_path(tmp)
         os.replace(tmp, dest)
-        fsync_path(adir)
+        if sync:
+            fsync_path(adir)
         return dest
+
+    @staticmethod
+    def attachment_md5(path: Path) -> str:
+        try:
+            return path.with_name(f".{path.name}.md5").read_text()
+        except FileNotFoundError:
+            return ""
 
     @staticmethod
     def _link_fd(src_fd: int, dest: Path) -> bool:
@@ -440,6 +456,9 @@ class QueueStore:
         adir.mkdir()
         for path in files:
             os.link(path, adir / path.name)
+            md5 = path.with_name(f".{path.name}.md5")
+            if md5.exists():
+                os.link(md5, adir / md5.name)
 
     # -- listing and counting ------------------------------------------------
     def ids(self, state: str) -> Iterator[str]:
@@ -505,6 +524,13 @@ class QueueStore:
             self.move(msg_id, "run", "que")
         self.flush()
         return recovered
+
+
+def _fsync_attachments(adir: Path) -> None:
+    if adir.is_dir():
+        for path in adir.iterdir():
+            fsync_path(path)
+        fsync_path(adir)
 
 
 def _listdir(path: Path) -> list[str]:

@@ -10,6 +10,7 @@ ffibuilder.cdef(
     int rq_spawn(const char *path, char *const argv[], char *const envp[],
                  const char *cwd, int devnull, int out, int wfd, int rfd);
     int syncfs(int fd);
+    int rq_set_pdeathsig(int sig);
     """
 )
 ffibuilder.set_source(

@@ -86,3 +86,9 @@ int rq_spawn(const char *path, char *const argv[], char *const envp[],
     }
     return pid;
 }
+
+/* For the supervisor's own children (forked from Python): die with it. */
+int rq_set_pdeathsig(int sig)
+{
+    return prctl(PR_SET_PDEATHSIG, sig);
+}

@@ -1,0 +1,259 @@
+"""Command lines: ``rq`` (RQ's client verbs) and ``rqsys`` (daemons and admin).
+
+``rq`` prints ``ok <x>`` or ``fail <why>`` in RQ's shapes and exits with the
+codes below; both take ``--root DIR`` (or RQ_ROOT) to find the state
+directory and the queue sockets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rqsys import config
+from rqsys.client import QueueClient, find_message, route
+from rqsys.errors import BadRequest, RQError, Unavailable
+from rqsys.store import Layout
+
+RET_OK = 0  # the request succeeded
+RET_FAIL = 1  # the queue answered fail (bad message, unknown id, queue down, ...)
+RET_USAGE = 2  # bad command line (argparse's own code)
+RET_UNAVAILABLE = 3  # the queue daemon could not be reached
+
+MSG_FIELDS = ("src", "param1", "param2", "param3", "param4", "orig_msg_id")
+
+
+# ---------------------------------------------------------------------- rq
+def _message_from(args: argparse.Namespace) -> dict[str, Any]:
+    msg: dict[str, Any] = {"dest": args.dest}
+    for name in MSG_FIELDS:
+        if getattr(args, name, None) is not None:
+            msg[name] = getattr(args, name)
+    if args.due is not None:
+        msg["due"] = args.due
+    if args.max_count is not None:
+        msg["max_count"] = args.max_count
+    if args.force_remote:
+        msg["force_remote"] = True
+    return msg
+
+
+def _client_for_dest(layout: Layout, dest: str, force_remote: bool = False) -> QueueClient:
+    sysconfig = config.load_system_config(layout)
+    return QueueClient(layout, route(dest, sysconfig, force_remote))
+
+
+def _md5_of(fd: int) -> str:
+    digest = hashlib.md5()
+    while chunk := os.read(fd, 1 << 20):
+        digest.update(chunk)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return digest.hexdigest()
+
+
+def _attach(client: QueueClient, msg_id: str, pathname: str, name: str | None) -> dict[str, Any]:
+    try:
+        fd = os.open(pathname, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise BadRequest(f"cannot read {pathname}: {exc.strerror}") from exc
+    try:
+        return client.call("attach", fds=[fd], msg_id=msg_id, md5=_md5_of(fd),
+                           name=name or os.path.basename(pathname))
+    finally:
+        os.close(fd)
+
+
+def cmd_sendmesg(layout: Layout, args: argparse.Namespace, state: str = "que",
+                 single: bool = False) -> str:
+    with _client_for_dest(layout, args.dest, args.force_remote) as client:
+        if not args.attach or state == "prep":
+            reply = client.call("create", msg=_message_from(args), state=state, single=single)
+            return str(reply["url"])
+        reply = client.call("create", msg=_message_from(args), state="prep")
+        for path in args.attach:
+            _attach(client, reply["msg_id"], path, None)
+        return str(client.call("commit", msg_id=reply["msg_id"])["url"])
+
+
+def cmd_prepmesg(layout: Layout, args: argparse.Namespace) -> str:
+    return cmd_sendmesg(layout, args, state="prep")
+
+
+def cmd_single_que(layout: Layout, args: argparse.Namespace) -> str:
+    return cmd_sendmesg(layout, args, single=True)
+
+
+def _msg_call(layout: Layout, args: argparse.Namespace, op: str, **extra: Any) -> dict[str, Any]:
+    queue, msg_id = find_message(layout, args.msg_id)
+    with QueueClient(layout, queue) as client:
+        return client.call(op, msg_id=msg_id, **extra)
+
+
+def cmd_attachmesg(layout: Layout, args: argparse.Namespace) -> str:
+    queue, msg_id = find_message(layout, args.msg_id)
+    with QueueClient(layout, queue) as client:
+        reply = _attach(client, msg_id, args.pathname, args.name)
+    return f"{reply['md5']}-Attached successfully"
+
+
+def cmd_commitmesg(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "commit")["url"])
+
+
+def cmd_statusmesg(layout: Layout, args: argparse.Namespace) -> str:
+    reply = _msg_call(layout, args, "status")
+    return f"{reply['state']} - {reply['status']}" if reply["status"] else str(reply["state"])
+
+
+def cmd_state(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "state")["state"])
+
+
+def cmd_clone(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "clone")["url"])
+
+
+def cmd_delete(layout: Layout, args: argparse.Namespace) -> str:
+    _msg_call(layout, args, "delete")
+    return "deleted"
+
+
+def cmd_destroy(layout: Layout, args: argparse.Namespace) -> str:
+    _msg_call(layout, args, "destroy")
+    return "destroyed"
+
+
+def cmd_run_now(layout: Layout, args: argparse.Namespace) -> str:
+    _msg_call(layout, args, "run_now")
+    return "run_now"
+
+
+def cmd_adminoper(layout: Layout, args: argparse.Namespace) -> str:
+    with QueueClient(layout, args.queue) as client:
+        return str(client.call("adminoper", oper=args.oper)["admin"])
+
+
+def _add_msg_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dest", required=True, help="queue name or full queue URL")
+    for name in MSG_FIELDS:
+        parser.add_argument(f"--{name}")
+    parser.add_argument("--due", type=float, help="epoch seconds before which it will not run")
+    parser.add_argument("--max_count", type=int, help="runs allowed with resend (default 15)")
+    parser.add_argument("--force_remote", action="store_true", help="send through relay")
+    parser.add_argument("--attach", action="append", metavar="PATH",
+                        help="attach a file (repeatable)")
+
+
+RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
+    "sendmesg": (cmd_sendmesg, "send a message (ok <full message url>)"),
+    "prepmesg": (cmd_prepmesg, "create a message in prep (two-phase send)"),
+    "single_que": (cmd_single_que, "queue unless an identical message is queued"),
+    "attachmesg": (cmd_attachmesg, "attach a file to a prep message"),
+    "commitmesg": (cmd_commitmesg, "commit a prep message to que"),
+    "statusmesg": (cmd_statusmesg, "ok <state> [- <status text>]"),
+    "state": (cmd_state, "ok <state>"),
+    "clone": (cmd_clone, "copy a message (attachments hard-linked) to que"),
+    "delete": (cmd_delete, "delete a message that is not running"),
+    "destroy": (cmd_destroy, "kill a running message's scripts and delete it"),
+    "run_now": (cmd_run_now, "make a queued message due now"),
+    "adminoper": (cmd_adminoper, "set a queue's admin state"),
+}
+SENDING = {"sendmesg", "prepmesg", "single_que"}
+
+
+def _root_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", default=os.environ.get("RQ_ROOT"),
+                        help="state directory (default $RQ_ROOT or /var/lib/rq)")
+
+
+def rq_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rq", description="RQ client verbs")
+    _root_option(parser)
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    for verb, (_fn, text) in RQ_VERBS.items():
+        sub = verbs.add_parser(verb, help=text, description=text)
+        if verb in SENDING:
+            _add_msg_options(sub)
+        elif verb == "adminoper":
+            sub.add_argument("--queue", required=True)
+            sub.add_argument("--oper", required=True, choices=["up", "down", "pause", "resume"])
+        else:
+            sub.add_argument("--msg_id", required=True, help="short id or full message URL")
+        if verb == "attachmesg":
+            sub.add_argument("--pathname", required=True, help="the file to attach")
+            sub.add_argument("--name", help="attachment name (default: the file's name)")
+    return parser
+
+
+def rq_main(argv: list[str] | None = None) -> int:
+    args = rq_parser().parse_args(argv)
+    layout = Layout.from_root(args.root)
+    try:
+        print(f"ok {RQ_VERBS[args.verb][0](layout, args)}")
+    except Unavailable as exc:
+        print(f"fail {exc}")
+        print(f"rq: {exc}", file=sys.stderr)
+        return RET_UNAVAILABLE
+    except RQError as exc:
+        print(f"fail {exc}")
+        print(f"rq: {exc}", file=sys.stderr)
+        return RET_FAIL
+    return RET_OK
+
+
+# ---------------------------------------------------------------------- rqsys
+def rqsys_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rqsys", description="rqsys daemons and admin")
+    _root_option(parser)
+    cmds = parser.add_subparsers(dest="cmd", required=True)
+    serve = cmds.add_parser("serve", help="embedded mode: every daemon under one supervisor")
+    serve.add_argument("--scandir", type=Path, help="queue scripts directory")
+    serve.add_argument("--port", type=int, help="web port (default: config.json, 3333)")
+    queue = cmds.add_parser("queue", help="run one queue daemon (rq@NAME.service)")
+    queue.add_argument("name")
+    cmds.add_parser("web", help="run the web front end (rq-web.service)")
+    scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)")
+    scan.add_argument("--scandir", type=Path, help="default <root>/scandir")
+    return parser
+
+
+def rqsys_main(argv: list[str] | None = None) -> int:
+    args = rqsys_parser().parse_args(argv)
+    layout = Layout.from_root(args.root)
+    try:
+        return _run_rqsys(layout, args)
+    except RQError as exc:
+        print(f"rqsys: {exc}", file=sys.stderr)
+        return RET_FAIL
+
+
+def _run_rqsys(layout: Layout, args: argparse.Namespace) -> int:
+    if args.cmd == "serve":
+        from rqsys import supervisor
+
+        return supervisor.main(layout, args.scandir, args.port)
+    if args.cmd == "queue":
+        from rqsys import queued
+
+        return queued.main(layout, args.name)
+    if args.cmd == "web":
+        from rqsys.web import app
+
+        return int(app.main(layout))
+    from rqsys import scan
+
+    return int(scan.main(layout, args.scandir or layout.scandir))
+
+
+def main() -> int:
+    """``python -m rqsys.cli`` runs ``rqsys`` (the supervisor starts children so)."""
+    return rqsys_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Talking to a queue daemon over its socket (used by the web, CLI, scan, relay)."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+from rqsys import wire
+from rqsys.errors import BadRequest, NotFound, Unavailable
+from rqsys.message import is_remote
+from rqsys.store import Layout, check_msg_id, check_queue_name
+
+RELAY_QUEUE = "relay"
+
+
+class QueueClient:
+    """A connection to one queue daemon; one request at a time."""
+
+    def __init__(self, layout: Layout, queue: str, timeout: float = 30.0) -> None:
+        self.queue = check_queue_name(queue)
+        self.layout = layout
+        self.path = layout.socket_path(queue)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._lines = wire.LineBuffer()
+
+    def __enter__(self) -> QueueClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(str(self.path))
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                if not self.layout.queue_dir(self.queue).is_dir():
+                    raise NotFound(f"no queue named {self.queue}") from exc
+                raise Unavailable(f"queue {self.queue} is not running ({self.path}: "
+                                  f"{exc.strerror})") from exc
+            self._sock = sock
+        return self._sock
+
+    def call(self, op: str, fds: list[int] | tuple[int, ...] = (), **args: Any) -> dict[str, Any]:
+        """Send one request and return its ok answer (errors are raised)."""
+        sock = self._connect()
+        try:
+            wire.send(sock, wire.encode({"op": op, **args}), fds)
+            return wire.raise_for(wire.decode(self._read_line(sock)))
+        except (OSError, wire.ProtocolError) as exc:
+            self.close()
+            if isinstance(exc, wire.ProtocolError):
+                raise
+            raise Unavailable(f"queue {self.queue}: {exc}") from exc
+
+    def _read_line(self, sock: socket.socket) -> bytes:
+        while True:
+            got = self._lines.next_line()
+            if got is not None:
+                return got[0]
+            data, _fds = wire.recv(sock)
+            if not data:
+                raise ConnectionResetError("queue daemon closed the connection")
+            self._lines.feed(data, [])
+
+
+def split_message_url(url: str) -> tuple[str, str]:
+    """``http://host:port/root/q/<queue>/<id>`` -> (queue, id)."""
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    if len(parts) < 3 or parts[-3] != "q":
+        raise BadRequest(f"not a message URL: {url!r}")
+    return check_queue_name(parts[-2]), check_msg_id(parts[-1])
+
+
+def split_queue_url(url: str) -> str:
+    """``http://host:port/root/q/<queue>`` -> queue name."""
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    if len(parts) < 2 or parts[-2] != "q":
+        raise BadRequest(f"not a queue URL: {url!r}")
+    return check_queue_name(parts[-1])
+
+
+def is_local_url(url: str, sysconfig: dict[str, Any]) -> bool:
+    """True when ``url`` names this rqsys (same host, port and root)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    local_hosts = {str(sysconfig["host"]), "localhost", "127.0.0.1"}
+    return (parts.hostname in local_hosts and port == int(sysconfig["port"])
+            and parts.path.startswith(sysconfig["relative_root"]))
+
+
+def route(dest: str, sysconfig: dict[str, Any], force_remote: bool = False) -> str:
+    """The local queue that takes a message for ``dest`` (the relay for other hosts)."""
+    if is_remote(dest):
+        if force_remote or not is_local_url(dest, sysconfig):
+            return RELAY_QUEUE
+        return split_queue_url(dest)
+    return RELAY_QUEUE if force_remote else check_queue_name(dest)
+
+
+def find_message(layout: Layout, msg_ref: str, queue: str | None = None) -> tuple[str, str]:
+    """(queue, id) from a full message URL, or a short id searched in the queues."""
+    if is_remote(msg_ref):
+        return split_message_url(msg_ref)
+    msg_id = check_msg_id(msg_ref)
+    candidates = [queue] if queue else layout.queue_names()
+    from rqsys.store import QueueStore
+
+    for name in candidates:
+        try:
+            QueueStore(layout.queue_dir(name)).find(msg_id)
+        except NotFound:
+            continue
+        return name, msg_id
+    raise NotFound(f"no message {msg_id} in any queue")

@@ -1,0 +1,61 @@
+"""The daemons' own log: structured journal entries, or plain stderr lines.
+
+Under systemd every event is a journal entry with a MESSAGE_ID (so
+``journalctl MESSAGE_ID=...`` finds all of one kind) and RQ_QUEUE / RQ_MSG_ID
+fields; elsewhere it is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+# MESSAGE_IDs (journalctl --new-id128), one per kind of event.
+MESSAGE_IDS = {
+    "created": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a11",
+    "started": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a12",
+    "done": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a13",
+    "err": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a14",
+    "resend": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a15",
+    "relayed": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a16",
+    "recovered": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a17",
+    "deleted": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a18",
+    "script": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a19",
+    "daemon": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a1a",
+}
+PRIORITY = {"err": 3, "script": 4, "daemon": 6}
+
+
+def journal_available() -> bool:
+    """True when stderr is connected to journald (systemd sets JOURNAL_STREAM)."""
+    return bool(os.environ.get("JOURNAL_STREAM")) and os.path.exists(
+        "/run/systemd/journal/socket")
+
+
+class EventLog:
+    """Logs daemon events for one component (a queue name, 'web', 'scan', ...)."""
+
+    def __init__(self, component: str, journal: bool | None = None) -> None:
+        self.component = component
+        self.journal = journal_available() if journal is None else journal
+        self._send: Any = None
+        if self.journal:
+            from systemd import journal as sd_journal
+
+            self._send = sd_journal.send
+
+    def event(self, kind: str, text: str, msg_id: str = "", **fields: Any) -> None:
+        line = f"{self.component}: {msg_id + ': ' if msg_id else ''}{kind}: {text}"
+        if self._send is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        extra = {k.upper(): str(v) for k, v in fields.items()}
+        if msg_id:
+            extra["RQ_MSG_ID"] = msg_id
+        self._send(line, MESSAGE_ID=MESSAGE_IDS.get(kind, MESSAGE_IDS["daemon"]),
+                   PRIORITY=str(PRIORITY.get(kind, 6)), RQ_QUEUE=self.component,
+                   RQ_EVENT=kind, **extra)
+
+    def warn(self, text: str, msg_id: str = "") -> None:
+        self.event("script" if msg_id else "daemon", text, msg_id)

@@ -1,0 +1,105 @@
+"""The in-memory que of one queue: due order, blocking keys and coalescing."""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from typing import Any
+
+from rqsys.message import due_time, param_key
+
+Msg = dict[str, Any]
+
+
+class Schedule:
+    """Queued messages, popped oldest-due first, honouring blocking_params.
+
+    The heap may hold stale entries (deleted or re-timed messages); they are
+    skipped when popped, so every operation stays O(log n).
+    """
+
+    def __init__(self, blocking: list[int], coalesce: list[int]) -> None:
+        self.blocking = list(blocking)
+        self.coalesce = list(coalesce)
+        self.msgs: dict[str, Msg] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._waiting: dict[tuple[str, ...], list[tuple[float, str]]] = defaultdict(list)
+        self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+    def __contains__(self, msg_id: str) -> bool:
+        return msg_id in self.msgs
+
+    def add(self, msg_id: str, msg: Msg) -> None:
+        self.remove(msg_id)
+        self.msgs[msg_id] = msg
+        heapq.heappush(self._heap, (due_time(msg), msg_id))
+        key = param_key(msg, self.coalesce)
+        if key is not None:
+            self._by_coalesce[key].add(msg_id)
+
+    def remove(self, msg_id: str) -> Msg | None:
+        msg = self.msgs.pop(msg_id, None)
+        if msg is not None:
+            key = param_key(msg, self.coalesce)
+            if key is not None:
+                self._by_coalesce[key].discard(msg_id)
+        return msg
+
+    def _live(self, entry: tuple[float, str]) -> bool:
+        msg = self.msgs.get(entry[1])
+        return msg is not None and due_time(msg) == entry[0]
+
+    def next_due(self) -> float | None:
+        """The earliest due time of a runnable entry, or None."""
+        while self._heap and not self._live(self._heap[0]):
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def pop_ready(self, now: float, busy_keys: set[tuple[str, ...]]) -> tuple[str, Msg] | None:
+        """The next due message whose blocking key is free, removed from the que."""
+        while self._heap and self._heap[0][0] <= now:
+            entry = heapq.heappop(self._heap)
+            if not self._live(entry):
+                continue
+            key = param_key(self.msgs[entry[1]], self.blocking)
+            if key is not None and key in busy_keys:
+                self._waiting[key].append(entry)
+                continue
+            msg = self.remove(entry[1])
+            assert msg is not None
+            return entry[1], msg
+        return None
+
+    def release(self, key: tuple[str, ...] | None) -> None:
+        """A blocking key became free: its waiting messages compete again."""
+        if key is None:
+            return
+        for entry in self._waiting.pop(key, []):
+            heapq.heappush(self._heap, entry)
+
+    def take_coalesced(self, msg: Msg, now: float) -> list[tuple[str, Msg]]:
+        """Remove and return due queued messages with ``msg``'s coalesce key."""
+        key = param_key(msg, self.coalesce)
+        if key is None:
+            return []
+        same = [i for i in self._by_coalesce.get(key, ()) if due_time(self.msgs[i]) <= now]
+        taken = []
+        for msg_id in sorted(same):
+            found = self.remove(msg_id)
+            if found is not None:
+                taken.append((msg_id, found))
+        return taken
+
+    def find_same_params(self, msg: Msg) -> str | None:
+        """A queued message with the same dest and params (for single_que)."""
+        want = param_key(msg, [1, 2, 3, 4])
+        for msg_id, other in self.msgs.items():
+            if other.get("dest") == msg.get("dest") and param_key(other, [1, 2, 3, 4]) == want:
+                return msg_id
+        return None
+
+    def ordered_ids(self) -> list[str]:
+        return sorted(self.msgs)

@@ -1,0 +1,107 @@
+"""One running queue script: its status lines, and the verdict when it ends.
+
+Exit rules (RQ's): ``done`` counts only with exit status 0; ``err`` is err
+whatever the exit; ``resend`` goes back to que unless the count reached
+max_count; ``relayed`` ends in relayed; exiting without any of them, or with a
+non-zero status or a signal, is err.  The last terminal line wins.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rqsys.errors import ProtocolError
+from rqsys.protocol import Command, parse_line
+from rqsys.spawn import Child, describe_exit
+
+MAX_LINE = 64 * 1024  # longer status lines are cut here; the command still counts
+
+
+@dataclass
+class Outcome:
+    """Where a finished message goes, with its status text."""
+
+    state: str  # done | err | relayed | que | deleted
+    text: str
+    delay: int = 0
+
+
+@dataclass
+class Worker:
+    msg_id: str
+    msg: dict[str, Any]
+    child: Child
+    started: float = field(default_factory=time.time)
+    terminal: Command | None = None
+    status: str = ""
+    stop_reason: str = ""  # "stopping" (daemon stop) or "destroy"
+    dups: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _buf: bytearray = field(default_factory=bytearray)
+    _cutting: bool = False
+
+    def read_lines(self) -> tuple[list[Command | ProtocolError], bool]:
+        """Read what the script wrote on fd 3: (parsed lines, eof)."""
+        results: list[Command | ProtocolError] = []
+        eof = False
+        while True:
+            try:
+                data = os.read(self.child.status_r, 65536)
+            except BlockingIOError:
+                break
+            if not data:
+                eof = True
+                break
+            results.extend(self._feed(data))
+        return results, eof
+
+    def _feed(self, data: bytes) -> list[Command | ProtocolError]:
+        out: list[Command | ProtocolError] = []
+        *complete, tail = data.split(b"\n")
+        for piece in complete:
+            out.extend(self._line(piece))
+        self._append(tail)
+        return out
+
+    def _line(self, piece: bytes) -> list[Command | ProtocolError]:
+        self._append(piece)
+        line, cut = bytes(self._buf), self._cutting
+        self._buf.clear()
+        self._cutting = False
+        try:
+            parsed: list[Command | ProtocolError] = [parse_line(line)]
+        except ProtocolError as exc:
+            parsed = [exc]
+        if cut:
+            parsed.append(ProtocolError(f"status line longer than {MAX_LINE} bytes was cut"))
+        return parsed
+
+    def _append(self, data: bytes) -> None:
+        room = MAX_LINE - len(self._buf)
+        if len(data) > room:
+            self._cutting = True
+            data = data[:max(room, 0)]
+        self._buf += data
+
+    def verdict(self, wait_status: int, max_count: int) -> Outcome:
+        """Where the message goes now that the script has ended."""
+        if self.stop_reason == "destroy":
+            return Outcome("deleted", "destroyed")
+        if self.stop_reason == "stopping":
+            return Outcome("que", "requeued: the queue daemon stopped")
+        ended = describe_exit(wait_status)
+        cmd = self.terminal
+        if cmd is not None and cmd.kind == "err":
+            return Outcome("err", cmd.text)
+        if wait_status != 0:
+            said = f" after '{cmd.kind}'" if cmd else ""
+            return Outcome("err", f"script ended with {ended}{said}")
+        if cmd is None:
+            return Outcome("err", "script exited 0 without sending done")
+        if cmd.kind == "resend":
+            if int(self.msg.get("count", 0)) >= max_count:
+                return Outcome("err", f"resend limit reached ({max_count}): {cmd.text}")
+            return Outcome("que", cmd.text, delay=cmd.due)
+        return Outcome(cmd.kind, cmd.text)

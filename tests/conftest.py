@@ -1,0 +1,156 @@
+"""Shared fixtures: a state root, queues from script text, real daemons.
+
+Daemons are started the way systemd would: a real NOTIFY_SOCKET receives
+READY=1, the process is in its own session, teardown is TERM -> wait -> KILL
+(and a daemon that had to be killed fails the test).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rqsys import scan
+from rqsys.client import QueueClient
+from rqsys.store import Layout
+
+IN_CI = os.environ.get("CI") == "true"
+READY_TIMEOUT = 15.0
+
+
+def need(condition: bool, reason: str) -> None:
+    """Skip on a developer's machine when a real part is missing; fail in CI."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    lay = Layout(tmp_path / "root", tmp_path / "root" / "sock")
+    lay.make_dirs()
+    lay.socket_dir.mkdir()
+    return lay
+
+
+@pytest.fixture
+def make_queue(layout: Layout, tmp_path: Path) -> Callable[..., Path]:
+    """make_queue(name, script_body, **config) -> the scandir entry directory."""
+
+    def make(name: str, body: str, shebang: str = "#!/bin/bash", **cfg: Any) -> Path:
+        import json
+
+        entry = tmp_path / "scripts" / name
+        entry.mkdir(parents=True, exist_ok=True)
+        run = entry / "run"
+        run.write_text(f"{shebang}\n{textwrap.dedent(body)}")
+        run.chmod(0o755)
+        if cfg:
+            (entry / "config.json").write_text(json.dumps(cfg))
+        scan.install_queue(layout, name, entry)
+        return entry
+
+    return make
+
+
+class DaemonProcess:
+    """A real ``rqsys queue NAME`` process with its own NOTIFY_SOCKET."""
+
+    def __init__(self, layout: Layout, name: str, env: dict[str, str] | None = None) -> None:
+        self.layout, self.name = layout, name
+        self.notify_path = layout.root / f".notify-{name}"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if self.notify_path.exists():
+            self.notify_path.unlink()
+        self.notify.bind(str(self.notify_path))
+        self.notify.settimeout(0.2)
+        self.messages: list[str] = []
+        full_env = dict(os.environ, NOTIFY_SOCKET=str(self.notify_path), **(env or {}))
+        full_env.pop("JOURNAL_STREAM", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "queue", name],
+            env=full_env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+        self.wait_notify("READY=1")
+
+    def wait_notify(self, word: str, timeout: float = READY_TIMEOUT) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for msg in self.messages:
+                if word in msg.split("\n"):
+                    self.messages.remove(msg)
+                    return msg
+            try:
+                self.messages.append(self.notify.recv(4096).decode())
+            except TimeoutError:
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"daemon exited {self.proc.returncode}: "
+                                         f"{self.proc.stderr.read() if self.proc.stderr else ''}")
+        raise AssertionError(f"no {word} from {self.name} within {timeout}s")
+
+    def client(self) -> QueueClient:
+        return QueueClient(self.layout, self.name)
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        with self.client() as client:
+            return client.call(op, **args)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        os.killpg(self.proc.pid, sig) if sig == signal.SIGKILL else self.proc.send_signal(sig)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """TERM, wait; KILL and fail if it does not end by itself."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                pytest.fail(f"queue daemon {self.name} ignored SIGTERM for {timeout}s")
+        self.notify.close()
+        return self.proc.returncode
+
+    def stderr_text(self) -> str:
+        return self.proc.stderr.read() if self.proc.stderr else ""
+
+
+@pytest.fixture
+def daemon(layout: Layout) -> Iterator[Callable[..., DaemonProcess]]:
+    """daemon(name) starts a real queue daemon; all are stopped at teardown."""
+    started: list[DaemonProcess] = []
+
+    def start(name: str, env: dict[str, str] | None = None) -> DaemonProcess:
+        proc = DaemonProcess(layout, name, env)
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            if proc.proc.poll() is None:
+                proc.stop()
