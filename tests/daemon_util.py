@@ -1,0 +1,60 @@
+"""Helpers for tests that drive a real queue daemon (owned by the queue core tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import wait_for
+
+from rqsys import config
+from rqsys.store import Layout, QueueStore
+
+FINAL = ("done", "err", "relayed")
+
+
+def send(proc: Any, **msg: Any) -> str:
+    """Create a message in proc's queue; returns its id."""
+    return str(proc.call("create", msg=msg)["msg_id"])
+
+
+def settle(proc: Any, msg_id: str, states: tuple[str, ...] = FINAL,
+           timeout: float = 10.0) -> dict[str, Any]:
+    """Wait until the message is in one of ``states``; returns the status reply."""
+    return wait_for(lambda: _status_if(proc, msg_id, states), timeout,
+                    f"{msg_id} to reach {'/'.join(states)}")
+
+
+def _status_if(proc: Any, msg_id: str, states: tuple[str, ...]) -> dict[str, Any] | None:
+    reply = proc.call("status", msg_id=msg_id)
+    return reply if reply["state"] in states else None
+
+
+def store_of(layout: Layout, name: str) -> QueueStore:
+    return QueueStore(layout.queue_dir(name))
+
+
+def job_file(layout: Layout, name: str, msg_id: str, filename: str) -> Path:
+    """A file in the message's job/ directory, in whichever state it is now."""
+    store = store_of(layout, name)
+    return store.msg_dir(store.find(msg_id), msg_id) / "job" / filename
+
+
+def install_with_script(layout: Layout, name: str, script: str, **overlay: Any) -> None:
+    """Install a queue whose config names ``script`` as given (e.g. a symlink)."""
+    layout.create_queue_dir(name, config.queue_config(name, script, overlay))
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def write_gate(path: Path) -> None:
+    """Open a gate file a waiting script polls for."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("go\n")
