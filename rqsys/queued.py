@@ -226,6 +226,7 @@ class QueueDaemon:
             self.config = cfg
             self.schedule.blocking = list(cfg["blocking_params"])
             self.schedule.coalesce = list(cfg["coalesce_params"])
+            self._script_check_at = 0.0  # re-check a SCRIPTERROR script now
             self.log.event("daemon", "configuration reloaded")
         self.notifier.send("READY=1")
 

@@ -28,6 +28,7 @@ removed, ``run/`` goes back to ``que/``, ``prep/`` is kept.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -398,6 +399,10 @@ class QueueStore:
             tmp.unlink()
         if not self._link_fd(src_fd, tmp):
             self._copy_fd(src_fd, tmp)
+        actual = file_md5(tmp)
+        if actual != md5:
+            tmp.unlink()
+            raise BadRequest(f"attachment {name}: md5 mismatch (sent {md5}, got {actual})")
         _write_new(adir / f".{name}.md5", md5.encode(), sync=sync)
         if sync:
             fsync_path(tmp)
@@ -415,13 +420,18 @@ class QueueStore:
 
     @staticmethod
     def _link_fd(src_fd: int, dest: Path) -> bool:
+        # linkat(AT_SYMLINK_FOLLOW) on the /proc magic link: os.link only
+        # calls linkat (not link, which would link the symlink) given a dir fd.
+        proc_fds = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            os.link(f"/proc/self/fd/{src_fd}", dest, follow_symlinks=True)
+            os.link(str(src_fd), dest, src_dir_fd=proc_fds, follow_symlinks=True)
             return True
         except OSError as exc:
             if exc.errno in (errno.EXDEV, errno.ENOENT, errno.EPERM, errno.EACCES):
                 return False
             raise
+        finally:
+            os.close(proc_fds)
 
     @staticmethod
     def _copy_fd(src_fd: int, dest: Path) -> None:
@@ -524,6 +534,15 @@ class QueueStore:
             self.move(msg_id, "run", "que")
         self.flush()
         return recovered
+
+
+def file_md5(path: Path) -> str:
+    """The hex MD5 of a file's content (attachments are checked against it)."""
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _fsync_attachments(adir: Path) -> None:
