@@ -3,7 +3,9 @@
 An entry ``scandir/<name>`` (a symlink to, or a directory) holding an
 executable ``run`` becomes queue ``<name>``: its effective ``config.json``
 is the defaults overlaid by the entry's own ``config.json``, ``script``
-pointing at the real path of ``run``; its ``form.json`` is linked.
+pointing at the real path of ``run``; its ``form.json`` is linked, and a
+``.scandir`` marker records that rq-scan owns (and may trash) the queue.
+The watcher that keeps queues in line with the scandir is rqsys.scanloop.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from rqsys import config
 from rqsys.errors import BadRequest, ConfigError, RQError
-from rqsys.store import QUEUE_NAME_RE, Layout
+from rqsys.store import QUEUE_NAME_RE, SCANDIR_MARK, Layout
 
 
 def entry_config(name: str, entry: Path) -> dict[str, Any]:
@@ -41,7 +43,24 @@ def install_queue(layout: Layout, name: str, entry: Path) -> dict[str, Any]:
     layout.create_queue_dir(name, cfg)
     form = entry / "form.json"
     layout.link_form(name, form.resolve() if form.exists() else None)
+    layout.mark_queue(name, SCANDIR_MARK, f"{entry}\n")
     return cfg
+
+
+def installed_from_scandir(layout: Layout, name: str) -> bool:
+    """True for a queue rq-scan installed (and so may take out of service)."""
+    return bool(QUEUE_NAME_RE.match(name)) and (layout.queue_dir(name) / SCANDIR_MARK).exists()
+
+
+def installed_state(layout: Layout, name: str) -> tuple[Any, str]:
+    """(effective config, form link target) as installed now, to spot a change."""
+    qdir = layout.queue_dir(name)
+    try:
+        cfg = config.load_json(qdir / "config.json")
+    except ConfigError:
+        cfg = None
+    form = qdir / "form.json"
+    return cfg, os.readlink(form) if form.is_symlink() else ""
 
 
 def reconcile(layout: Layout, scandir: Path, log: Any = None) -> list[str]:
@@ -56,3 +75,10 @@ def reconcile(layout: Layout, scandir: Path, log: Any = None) -> list[str]:
             continue
         names.append(entry.name)
     return names
+
+
+def main(layout: Layout, scandir: Path) -> int:
+    """``rqsys scan``: the long-running rq-scan watcher (see rqsys.scanloop)."""
+    from rqsys import scanloop
+
+    return scanloop.main(layout, scandir)

@@ -50,6 +50,8 @@ ATTACH_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,199}$")
 DEFAULT_ROOT = "/var/lib/rq"
 SYSTEMD_SOCKET_DIR = "/run/rq"
 TMP_DIR = ".tmp"
+DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
+SCANDIR_MARK = ".scandir"  # the scandir entry a queue was installed from
 
 
 def check_queue_name(name: str) -> str:
@@ -175,15 +177,25 @@ class Layout:
     def socket_path(self, name: str) -> Path:
         return self.socket_dir / f"{check_queue_name(name)}.sock"
 
+    @property
+    def timer_state(self) -> Path:
+        """rq-scan's record of each timer's last firing (survives restarts)."""
+        return self.root / "timer-state.json"
+
     def queue_names(self) -> list[str]:
-        """Names of the queues that exist (have a config.json)."""
+        """Names of the queues in service (have a config.json, not disabled)."""
         if not self.queues.is_dir():
             return []
         return sorted(
             p.name
             for p in self.queues.iterdir()
             if QUEUE_NAME_RE.match(p.name) and (p / "config.json").is_file()
+            and not (p / DISABLED_MARK).exists()
         )
+
+    def mark_queue(self, name: str, mark: str, text: str) -> None:
+        """Write a marker file (DISABLED_MARK, SCANDIR_MARK) into a queue's directory."""
+        write_file_durably(self.queue_dir(name) / mark, text.encode())
 
     def make_dirs(self) -> None:
         for path in (self.root, self.config_file.parent, self.scandir, self.timers,
@@ -506,6 +518,45 @@ class QueueStore:
         if state not in SHARDED_STATES:
             return _subdir_count(base)
         return sum(_subdir_count(base / shard) for shard in _listdir(base))
+
+    # -- pruning (the cleaner) ---------------------------------------------------
+    def ended_at(self, state: str, msg_id: str) -> float:
+        """When a message ended: the newer mtime of its directory and ``status``."""
+        path = self.msg_dir(state, msg_id)
+        times = [path.stat().st_mtime]
+        with_status = path / "status"
+        if with_status.exists():
+            times.append(with_status.stat().st_mtime)
+        return max(times)
+
+    def prune(self, state: str, before: float) -> int:
+        """Remove messages of a sharded state that ended before ``before``."""
+        removed = 0
+        base = self.state_dir(state)
+        for shard in sorted(_listdir(base)):
+            ids = [i for i in _listdir(base / shard) if MSG_ID_RE.match(i)]
+            old = [i for i in ids if self.ended_at(state, i) < before]
+            if old and len(old) == len(ids):
+                self._remove_dir(base / shard, f"shard.{state}.{shard}")
+            else:
+                for msg_id in old:
+                    self.delete(msg_id, state)
+            removed += len(old)
+        return removed
+
+    def prune_acked(self, state: str = "err") -> int:
+        """Remove the messages of ``state`` that hold an ``ack`` file."""
+        acked = [i for i in self.ids(state) if (self.msg_dir(state, i) / "ack").exists()]
+        for msg_id in acked:
+            self.delete(msg_id, state)
+        return len(acked)
+
+    def _remove_dir(self, path: Path, label: str) -> None:
+        """Rename ``path`` out of sight (durably), then delete it."""
+        doomed = self.qdir / TMP_DIR / f"deleted.{label}.{os.getpid()}"
+        os.rename(path, doomed)
+        fsync_path(path.parent)
+        shutil.rmtree(doomed, ignore_errors=True)
 
     # -- admin state -----------------------------------------------------------
     def admin_state(self) -> str:

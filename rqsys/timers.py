@@ -1,0 +1,163 @@
+"""Timers: periodic messages from JSON files in ``timers/`` (RQ's timer scandir).
+
+A timer file ``<name>.json`` (one '.', symlinks allowed) holds
+``{"period": N, "msg": {"dest": ..., "param1": ...}}``.  A new timer fires at
+once, then every ``period`` seconds; a message may be queued up to
+``EARLY`` seconds before its time with ``due`` set to the scheduled time.
+The scheduled time of each timer's last firing is kept in
+``<root>/timer-state.json`` so a restart neither skips nor doubles a period.
+A destination that is PAUSE or DOWN gets no message for that period.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rqsys import client, config, store
+from rqsys.errors import ConfigError, QueueDown, RQError, Unavailable
+from rqsys.events import EventLog
+from rqsys.store import Layout
+
+EARLY = 60.0  # seconds a message may be queued before its scheduled time
+RETRY = 5.0  # seconds before trying again when the destination daemon is unreachable
+TIMER_FILE_RE = re.compile(r"^([^.]+)\.json$")
+
+
+@dataclass(frozen=True)
+class Timer:
+    """One timer file's content."""
+
+    name: str
+    period: int
+    msg: dict[str, str]
+
+
+def timer_name(filename: str) -> str | None:
+    """The timer name of a file name like ``hourly.json``, else None."""
+    found = TIMER_FILE_RE.match(filename)
+    return found.group(1) if found else None
+
+
+def load_timer(path: Path) -> Timer:
+    """Read and validate a timer file; ConfigError says why it is refused."""
+    name = timer_name(path.name)
+    if name is None:
+        raise ConfigError(f"{path}: a timer file is named NAME.json with a single '.'")
+    if not path.is_file():
+        raise ConfigError(f"{path}: {'broken link' if path.is_symlink() else 'not a file'}")
+    data = config.load_checked("timer", path)
+    return Timer(name, int(data["period"]), dict(data["msg"]))
+
+
+Sender = Callable[[Timer, float], str]
+
+
+class TimerTable:
+    """The in-memory timers and when each fires next; the clock is injectable."""
+
+    def __init__(self, state_path: Path, send: Sender, log: EventLog,
+                 clock: Callable[[], float]) -> None:
+        self.state_path, self.send, self.log, self.clock = state_path, send, log, clock
+        self.timers: dict[str, Timer] = {}
+        self.last: dict[str, float] = self._load_state()
+        self.retry_at: dict[str, float] = {}
+
+    def _load_state(self) -> dict[str, float]:
+        try:
+            data = json.loads(self.state_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            self.log.event("err", f"{self.state_path}: unreadable ({exc}); timers start afresh")
+            return {}
+        return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+    def _save_state(self) -> None:
+        text = json.dumps(self.last, indent=1, sort_keys=True)
+        store.write_file_durably(self.state_path, text.encode())
+
+    def set(self, timer: Timer) -> None:
+        """Add a timer, or override one (its last firing is kept)."""
+        verb = "changed" if timer.name in self.timers else "added"
+        self.timers[timer.name] = timer
+        self.log.event("daemon", f"timer {timer.name} {verb}: every {timer.period}s "
+                       f"to {timer.msg['dest']}")
+
+    def remove(self, name: str) -> None:
+        """Stop a timer and forget its last firing (a new one fires at once)."""
+        if self.timers.pop(name, None) is not None:
+            self.log.event("daemon", f"timer {name} removed")
+        self.retry_at.pop(name, None)
+        if self.last.pop(name, None) is not None:
+            self._save_state()
+
+    def forget_missing(self) -> None:
+        """Drop saved firings of timers whose file went away while we were down."""
+        gone = set(self.last) - set(self.timers)
+        for name in gone:
+            del self.last[name]
+        if gone:
+            self._save_state()
+
+    def scheduled(self, name: str, now: float) -> float:
+        """When timer ``name`` is due next (``now``, for a timer that never fired)."""
+        if name not in self.last:
+            return now
+        return self.last[name] + self.timers[name].period
+
+    def _fire_at(self, name: str, now: float) -> float:
+        early = min(EARLY, self.timers[name].period / 2)  # never a whole period ahead
+        return self.retry_at.get(name, self.scheduled(name, now) - early)
+
+    def next_wake(self) -> float | None:
+        """Clock time of the next firing, or None without timers."""
+        now = self.clock()
+        return min((self._fire_at(n, now) for n in self.timers), default=None)
+
+    def fire_due(self) -> list[str]:
+        """Fire every timer whose time has come; returns their names."""
+        now = self.clock()
+        due = [n for n in sorted(self.timers) if self._fire_at(n, now) <= now]
+        for name in due:
+            self._fire(self.timers[name], now)
+        return due
+
+    def _fire(self, timer: Timer, now: float) -> None:
+        when = self.scheduled(timer.name, now)
+        try:
+            msg_id = self.send(timer, when if when > now else 0.0)
+        except Unavailable as exc:
+            self.retry_at[timer.name] = now + RETRY
+            self.log.event("err", f"timer {timer.name}: {exc}; trying again in {RETRY:.0f}s")
+            return
+        except RQError as exc:
+            self.log.event("err", f"timer {timer.name}: no message this period: {exc}")
+        else:
+            self.log.event("created", f"timer {timer.name}: message {msg_id} "
+                           f"to {timer.msg['dest']}")
+        self.retry_at.pop(timer.name, None)
+        late = now - when >= timer.period  # down for a whole period: fire once, not a burst
+        self.last[timer.name] = now if late else when
+        self._save_state()
+
+
+def deliver(layout: Layout, sysconfig: dict[str, Any], timer: Timer, due: float) -> str:
+    """Queue ``timer``'s message (through the relay for another host); its id.
+
+    QueueDown when the destination is PAUSE or DOWN, NotFound without it.
+    """
+    msg: dict[str, Any] = dict(timer.msg)
+    if due:
+        msg["due"] = due
+    queue = client.route(msg["dest"], sysconfig)
+    with client.QueueClient(layout, queue, timeout=10.0) as conn:
+        admin = conn.call("counts")["admin"]
+        if admin != "UP":
+            raise QueueDown(f"destination queue {queue} is {admin}")
+        return str(conn.call("create", msg=msg, refuse_paused=True)["msg_id"])
+
