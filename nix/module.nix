@@ -1,0 +1,391 @@
+# services.rq: rqsys on NixOS.
+#
+# The upstream units (rq@.socket, rq@.service, rq-web.*, rq-scan.service)
+# come from the package through systemd.packages; this module only adds
+# drop-ins (state directory, user, web address) and enables instances.
+# Each services.rq.queues.<name> becomes a scandir entry (a store directory
+# holding `run` and `config.json`) linked into <stateDir>/scandir by
+# tmpfiles, plus an enabled rq@<name>.socket; each timers.<name> becomes
+# <stateDir>/timers/<name>.json.  Secrets (basic auth) are read from a file
+# at service start and never copied into the store.
+#
+# Uses only builtins and these lib functions: mkOption mkEnableOption mkIf
+# mkMerge types mapAttrs' mapAttrsToList nameValuePair optional optionalAttrs
+# filterAttrs hasPrefix (nix/tests/lib-stub.nix provides them for the tests).
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+
+let
+  inherit (lib)
+    mkOption
+    mkEnableOption
+    mkIf
+    mkMerge
+    types
+    ;
+  cfg = config.services.rq;
+  rqPackage = if cfg.package != null then cfg.package else pkgs.callPackage ./package.nix { };
+
+  queueOptions = {
+    options = {
+      script = mkOption {
+        type = types.path;
+        description = "Executable run for each message (see rq-queue-script(7)).";
+      };
+      numWorkers = mkOption {
+        type = types.ints.between 1 128;
+        default = 1;
+        description = "Messages of this queue run at the same time.";
+      };
+      execPrefix = mkOption {
+        type = types.str;
+        default = "";
+        example = "bash -lc";
+        description = "Words put before the script path at exec; empty runs it directly.";
+      };
+      envVars = mkOption {
+        type = types.attrsOf types.str;
+        default = { };
+        description = "Environment for the script (names may not start with RQ_).";
+      };
+      coalesceParams = mkOption {
+        type = types.listOf (types.ints.between 1 4);
+        default = [ ];
+        description = "Param numbers: identical queued messages run once with the running one.";
+      };
+      blockingParams = mkOption {
+        type = types.listOf (types.ints.between 1 4);
+        default = [ ];
+        description = "Param numbers: one running message per distinct tuple.";
+      };
+      settings = mkOption {
+        type = types.attrs;
+        default = { };
+        example = {
+          idle_timeout = 300;
+          stop_grace = 30;
+        };
+        description = "Other fields of the queue's config.json (rqsys.json(5)).";
+      };
+      form = mkOption {
+        type = types.nullOr types.attrs;
+        default = null;
+        description = "The queue's form.json for the web UI, or null for none.";
+      };
+    };
+  };
+
+  timerOptions = {
+    options = {
+      period = mkOption {
+        type = types.ints.between 60 31622400;
+        description = "Seconds between two messages.";
+      };
+      msg = mkOption {
+        type = types.attrsOf types.str;
+        example = {
+          dest = "cleaner";
+          param1 = "30";
+        };
+        description = "The message: dest (required) and param1..param4.";
+      };
+    };
+  };
+
+  queueConfigJson =
+    q:
+    builtins.toJSON (
+      q.settings
+      // {
+        num_workers = q.numWorkers;
+        exec_prefix = q.execPrefix;
+        env_vars = q.envVars;
+        coalesce_params = q.coalesceParams;
+        blocking_params = q.blockingParams;
+      }
+    );
+
+  scandirEntry =
+    name: q:
+    pkgs.linkFarm "rq-queue-${name}" (
+      [
+        {
+          name = "run";
+          path = q.script;
+        }
+        {
+          name = "config.json";
+          path = pkgs.writeText "rq-queue-${name}-config.json" (queueConfigJson q);
+        }
+      ]
+      ++ lib.optional (q.form != null) {
+        name = "form.json";
+        path = pkgs.writeText "rq-queue-${name}-form.json" (builtins.toJSON q.form);
+      }
+    );
+
+  scandirEntries = builtins.mapAttrs scandirEntry cfg.queues;
+
+  timerFile =
+    name: t:
+    pkgs.writeText "rq-timer-${name}.json" (
+      builtins.toJSON {
+        inherit (t) period msg;
+      }
+    );
+
+  # config/config.json without secrets; basic_auth is merged in at start.
+  publicConfig = pkgs.writeText "rq-config.json" (
+    builtins.toJSON (
+      {
+        port = cfg.web.port;
+        addr = cfg.web.address;
+        relative_root = cfg.web.relativeRoot;
+      }
+      // lib.optionalAttrs (cfg.host != null) { inherit (cfg) host; }
+    )
+  );
+
+  writeConfig = pkgs.writeShellScript "rq-write-config" ''
+    set -eu
+    umask 027
+    dir=${cfg.stateDir}/config
+    mkdir -p "$dir"
+    ${
+      if cfg.web.basicAuthFile == null then
+        ''cp ${publicConfig} "$dir/config.json.tmp"''
+      else
+        ''${pkgs.jq}/bin/jq --slurpfile auth ${toString cfg.web.basicAuthFile} '. + {basic_auth: $auth[0]}' ${publicConfig} > "$dir/config.json.tmp"''
+    }
+    chown ${cfg.user}:${cfg.group} "$dir/config.json.tmp"
+    mv "$dir/config.json.tmp" "$dir/config.json"
+  '';
+
+  # Drop-in pieces shared by every rqsys service.
+  serviceDropIn = {
+    environment.RQ_ROOT = cfg.stateDir;
+    after = [ "rq-config.service" ];
+    wants = [ "rq-config.service" ];
+    serviceConfig.ReadWritePaths = [ cfg.stateDir ];
+  };
+  unprivileged = {
+    serviceConfig = {
+      User = cfg.user;
+      Group = cfg.group;
+    };
+  };
+
+  badEnvVars = lib.filterAttrs (
+    _: q: builtins.any (n: lib.hasPrefix "RQ_" n) (builtins.attrNames q.envVars)
+  ) cfg.queues;
+  msgFields = [ "dest" "param1" "param2" "param3" "param4" ];
+  badTimers = lib.filterAttrs (
+    _: t: !(t.msg ? dest) || builtins.any (k: !(builtins.elem k msgFields)) (builtins.attrNames t.msg)
+  ) cfg.timers;
+  badNames = builtins.filter (n: builtins.match "[A-Za-z0-9][A-Za-z0-9_-]{0,63}" n == null) (
+    builtins.attrNames cfg.queues
+  );
+in
+{
+  options.services.rq = {
+    enable = mkEnableOption "rqsys, the filesystem-backed message queue";
+
+    package = mkOption {
+      type = types.nullOr types.package;
+      default = null;
+      description = "The rqsys package; null builds nix/package.nix.";
+    };
+
+    stateDir = mkOption {
+      type = types.str;
+      default = "/var/lib/rq";
+      description = "Where queues, messages, scandir and timers live.";
+    };
+
+    user = mkOption {
+      type = types.str;
+      default = "rq";
+      description = "User the queue daemons, their scripts and the web run as.";
+    };
+
+    group = mkOption {
+      type = types.str;
+      default = "rq";
+      description = "Group of the state directory and the queue sockets.";
+    };
+
+    host = mkOption {
+      type = types.nullOr types.str;
+      default = null;
+      description = "Host name in message URLs; null uses the machine's host name.";
+    };
+
+    web = {
+      enable = mkOption {
+        type = types.bool;
+        default = true;
+        description = "Whether to listen for HTTP (rq-web.socket).";
+      };
+      port = mkOption {
+        type = types.port;
+        default = 3333;
+        description = "Web port.";
+      };
+      address = mkOption {
+        type = types.str;
+        default = "0.0.0.0";
+        description = "Web listen address.";
+      };
+      relativeRoot = mkOption {
+        type = types.strMatching "/.*";
+        default = "/";
+        description = "Path prefix of every web route (behind a reverse proxy).";
+      };
+      basicAuthFile = mkOption {
+        type = types.nullOr types.path;
+        default = null;
+        example = "/run/secrets/rq-basic-auth.json";
+        description = ''
+          A JSON file {"realm": ..., "users": {"name": "password"}} enabling basic
+          authentication. Read at start by root; never copied into the store (give a
+          path as a string, not a Nix path literal).
+        '';
+      };
+    };
+
+    queues = mkOption {
+      type = types.attrsOf (types.submodule queueOptions);
+      default = { };
+      description = "Queues: each becomes a scandir entry and an enabled rq@<name>.socket.";
+    };
+
+    timers = mkOption {
+      type = types.attrsOf (types.submodule timerOptions);
+      default = { };
+      description = "Timers: each sends its message every period seconds.";
+    };
+
+    scandirEntries = mkOption {
+      type = types.attrsOf types.package;
+      readOnly = true;
+      internal = true;
+      description = "The generated scandir entries, by queue name (for inspection).";
+    };
+  };
+
+  config = mkIf cfg.enable (mkMerge [
+    {
+      assertions = [
+        {
+          assertion = badNames == [ ];
+          message = "services.rq.queues: invalid queue name(s): ${builtins.concatStringsSep ", " badNames}";
+        }
+        {
+          assertion = badEnvVars == { };
+          message = "services.rq.queues.<name>.envVars cannot set RQ_* variables (queues: ${builtins.concatStringsSep ", " (builtins.attrNames badEnvVars)})";
+        }
+        {
+          assertion = badTimers == { };
+          message = "services.rq.timers.<name>.msg needs a dest and may only have dest, param1..param4 (timers: ${builtins.concatStringsSep ", " (builtins.attrNames badTimers)})";
+        }
+        {
+          assertion = !(lib.hasPrefix "/nix/store" (toString cfg.web.basicAuthFile));
+          message = "services.rq.web.basicAuthFile is in the Nix store, readable by everyone; give a path outside it";
+        }
+      ];
+
+      services.rq.scandirEntries = scandirEntries;
+
+      environment.systemPackages = [ rqPackage ];
+      systemd.packages = [ rqPackage ];
+
+      users.users = lib.optionalAttrs (cfg.user == "rq") {
+        rq = {
+          isSystemUser = true;
+          group = cfg.group;
+          home = cfg.stateDir;
+          description = "rqsys message queues";
+        };
+      };
+      users.groups = lib.optionalAttrs (cfg.group == "rq") { rq = { }; };
+
+      systemd.tmpfiles.rules =
+        map (d: "d ${cfg.stateDir}${d} 0750 ${cfg.user} ${cfg.group} -") [
+          ""
+          "/config"
+          "/scandir"
+          "/timers"
+          "/queue"
+          "/trash"
+          "/tmp"
+        ]
+        ++ [ "d /run/rq 0755 root root -" ]
+        ++ lib.mapAttrsToList (
+          name: entry: "L+ ${cfg.stateDir}/scandir/${name} - - - - ${entry}"
+        ) scandirEntries
+        ++ lib.mapAttrsToList (
+          name: t: "L+ ${cfg.stateDir}/timers/${name}.json - - - - ${timerFile name t}"
+        ) cfg.timers;
+
+      # Writes config/config.json (merging the basic-auth secret) before any daemon reads it.
+      systemd.services.rq-config = {
+        description = "rqsys configuration";
+        after = [ "systemd-tmpfiles-setup.service" ];
+        restartTriggers = [ publicConfig ];
+        serviceConfig = {
+          Type = "oneshot";
+          RemainAfterExit = true;
+          ExecStart = "${writeConfig}";
+        };
+      };
+
+      # Drop-ins on the upstream units.
+      systemd.services."rq@" = mkMerge [
+        serviceDropIn
+        unprivileged
+        { overrideStrategy = "asDropin"; }
+      ];
+      systemd.services.rq-scan = mkMerge [
+        serviceDropIn
+        {
+          wantedBy = [ "multi-user.target" ];
+          restartTriggers = builtins.attrValues scandirEntries;
+        }
+      ];
+      systemd.sockets."rq@" = {
+        overrideStrategy = "asDropin";
+        socketConfig.SocketGroup = cfg.group;
+      };
+    }
+
+    # One enabled socket per declared queue.
+    {
+      systemd.sockets = lib.mapAttrs' (
+        name: _:
+        lib.nameValuePair "rq@${name}" {
+          overrideStrategy = "asDropin";
+          wantedBy = [ "sockets.target" ];
+        }
+      ) cfg.queues;
+    }
+
+    (mkIf cfg.web.enable {
+      systemd.services.rq-web = mkMerge [
+        serviceDropIn
+        unprivileged
+      ];
+      systemd.sockets.rq-web = {
+        wantedBy = [ "sockets.target" ];
+        # The empty entry resets the upstream ListenStream=3333.
+        listenStreams = [
+          ""
+          "${cfg.web.address}:${toString cfg.web.port}"
+        ];
+      };
+    })
+  ]);
+}
