@@ -219,6 +219,9 @@ def rqsys_parser() -> argparse.ArgumentParser:
     cmds.add_parser("web", help="run the web front end (rq-web.service)")
     scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)")
     scan.add_argument("--scandir", type=Path, help="default <root>/scandir")
+    units = cmds.add_parser("install-units", help="install the systemd units, sysusers, tmpfiles")
+    units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
+    units.add_argument("--exec", dest="executable", help="rqsys path in ExecStart= (default: this)")
     return parser
 
 
@@ -241,6 +244,10 @@ def _run_rqsys(layout: Layout, args: argparse.Namespace) -> int:
         from rqsys import queued
 
         return queued.main(layout, args.name)
+    if args.cmd == "install-units":
+        from rqsys import units
+
+        return units.main(args.prefix, args.executable)
     if args.cmd == "web":
         from rqsys.web import app
 

@@ -25,11 +25,12 @@ from rqsys.client import QueueClient, route
 from rqsys.errors import BadRequest, ProtocolError, QueueDown, RQError, SpawnError
 from rqsys.events import EventLog
 from rqsys.message import is_remote, new_message, param_key
+from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.scheduler import Schedule
 from rqsys.spawn import script_argv, spawn
 from rqsys.store import STATES, Layout, QueueStore, Staged, check_msg_id
-from rqsys.systemd import Notifier, child_environ, listen_sockets
+from rqsys.systemd import Notifier, child_environ, default_idle_timeout, listen_sockets
 from rqsys.worker import Outcome, Worker
 
 ADMIN_OPERS = {"up": "UP", "resume": "UP", "down": "DOWN", "pause": "PAUSE"}
@@ -57,8 +58,10 @@ class QueueDaemon:
         self.store = QueueStore(layout.queue_dir(name))
         self.notifier = notifier or Notifier()
         self.log = log or EventLog(name)
+        self.default_idle = default_idle_timeout()
         self.listener = listener
         self.selector = selectors.DefaultSelector()
+        self.output = ScriptOutput(name, self.selector, self.log.journal)
         self.schedule = Schedule(self.config["blocking_params"], self.config["coalesce_params"])
         self.workers: dict[str, Worker] = {}
         self.counts: dict[str, int] = {}
@@ -142,6 +145,7 @@ class QueueDaemon:
             if self._idle_expired():
                 self.log.event("daemon", "idle: exiting until the next request")
                 break
+        self.output.close_all()
         self.store.flush()
         self.notifier.stopping()
         return 0
@@ -160,7 +164,7 @@ class QueueDaemon:
             waits.append(wd)
         if self.stopping_until is not None:
             waits.append(min(0.5, self.stopping_until - time.monotonic()))
-        idle = self.config["idle_timeout"]
+        idle = self._idle_timeout()
         if idle and self._is_idle():
             waits.append(self.idle_since + idle - time.monotonic())
         return max(0.0, min(waits))
@@ -183,8 +187,12 @@ class QueueDaemon:
         conns = len(self.selector.get_map()) > 2
         return not busy and not conns and self.stopping_until is None
 
+    def _idle_timeout(self) -> float:
+        """The queue's own idle_timeout, else the unit's RQ_IDLE_TIMEOUT."""
+        return float(self.config["idle_timeout"] or self.default_idle)
+
     def _idle_expired(self) -> bool:
-        idle = self.config["idle_timeout"]
+        idle = self._idle_timeout()
         if not self._is_idle():
             self.idle_since = time.monotonic()
             return False
@@ -583,8 +591,7 @@ class QueueDaemon:
         self.store.move(msg_id, "que", "run")
         self.store.write_msg("run", msg_id, msg)
         job = self.store.job_dir(msg_id)
-        out = os.open(job / "stdio.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                      0o644)
+        out = self.output.open(job / "stdio.log", msg_id, msg["count"])
         try:
             child = spawn(argv, path, self._script_env(msg_id, msg, path, job), job, out)
         except SpawnError as exc:

@@ -10,6 +10,8 @@ import socket
 import time
 from typing import Any
 
+from rqsys.errors import ConfigError
+
 LISTEN_FDS_START = 3
 _CHILD_SCRUB = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
                 "WATCHDOG_USEC", "WATCHDOG_PID")
@@ -37,6 +39,18 @@ def listen_sockets() -> dict[str, socket.socket]:
         os.set_inheritable(fd, False)
         found[name] = socket.socket(fileno=fd)
     return found
+
+
+def default_idle_timeout(environ: dict[str, str] | None = None) -> float:
+    """RQ_IDLE_TIMEOUT: a unit's idle time for queues that set none (0 = never)."""
+    text = (os.environ if environ is None else environ).get("RQ_IDLE_TIMEOUT", "0") or "0"
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"RQ_IDLE_TIMEOUT={text[:40]!r}: not a number of seconds >= 0")
+    return seconds
 
 
 def child_environ(base: dict[str, str] | None = None) -> dict[str, str]:
