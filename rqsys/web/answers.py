@@ -1,0 +1,109 @@
+"""HTTP answers in RQ's formats, and the one map from RQError to HTTP status.
+
+JSON answers are ``["ok", value]`` or ``["fail", why]``; a form post that
+names ``back`` is answered with a 303 to it; HTML pages get an HTML error page.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import falcon
+
+from rqsys.errors import (
+    BadRequest,
+    ConfigError,
+    NotFound,
+    ProtocolError,
+    QueueDown,
+    RQError,
+    Unavailable,
+)
+
+
+class Forbidden(RQError):
+    """The request is understood but not allowed (e.g. new queues are off)."""
+
+
+class TooLarge(BadRequest):
+    """A request body is over its size limit."""
+
+
+STATUS_OF: list[tuple[type[RQError], str]] = [
+    (NotFound, falcon.HTTP_404),
+    (TooLarge, falcon.HTTP_413),
+    (BadRequest, falcon.HTTP_400),
+    (ConfigError, falcon.HTTP_400),
+    (Forbidden, falcon.HTTP_403),
+    (QueueDown, falcon.HTTP_503),
+    (Unavailable, falcon.HTTP_503),
+    (ProtocolError, falcon.HTTP_502),
+]
+
+
+def status_for(exc: RQError) -> str:
+    for cls, status in STATUS_OF:
+        if isinstance(exc, cls):
+            return status
+    return falcon.HTTP_500
+
+
+def wants_html(req: falcon.Request) -> bool:
+    """A browser asking for a page (not a .json/.txt route, not an API post)."""
+    if req.path.endswith((".json", ".txt")) or req.method != "GET":
+        return False
+    return "text/html" in (req.accept or "")
+
+
+def fail(req: falcon.Request, resp: falcon.Response, status: str, why: str) -> None:
+    resp.status = status
+    if wants_html(req):
+        resp.content_type = falcon.MEDIA_HTML
+        resp.text = (f"<!doctype html><title>{html.escape(status)}</title>"
+                     f"<h1>{html.escape(status)}</h1><p>{html.escape(why)}</p>")
+    else:
+        resp.content_type = falcon.MEDIA_JSON
+        resp.media = ["fail", why]
+
+
+def handle_rq_error(req: falcon.Request, resp: falcon.Response, exc: RQError,
+                    _params: dict[str, Any]) -> None:
+    fail(req, resp, status_for(exc), str(exc))
+
+
+def serialize_http_error(req: falcon.Request, resp: falcon.Response,
+                         exc: falcon.HTTPError) -> None:
+    """falcon's own errors (no route, wrong method, bad auth) in the same format."""
+    why = exc.title or exc.status
+    if exc.description:
+        why = f"{why}: {exc.description}"
+    fail(req, resp, exc.status, why)  # type: ignore[arg-type]
+
+
+def ok(req: falcon.Request, resp: falcon.Response, value: Any, params: dict[str, str],
+       page: str | None = None) -> None:
+    """``["ok", value]``, or a 303 to ``back`` (or to ``page`` for an HTML form)."""
+    back = params.get("back")
+    if back:
+        redirect(resp, safe_back(back))
+    elif page and params.get("x_format") == "html":
+        redirect(resp, page)
+    else:
+        resp.media = ["ok", value]
+
+
+def redirect(resp: falcon.Response, location: str) -> None:
+    resp.status = falcon.HTTP_303
+    resp.location = location
+    resp.content_type = falcon.MEDIA_TEXT
+    resp.text = f"See {location}\n"
+
+
+def safe_back(back: str) -> str:
+    """Only same-site paths: ``back`` must not lead the browser elsewhere."""
+    if not back.startswith("/") or back.startswith("//") or "\\" in back:
+        raise BadRequest(f"back must be a path on this site: {back[:100]!r}")
+    if any(ord(c) < 32 for c in back):
+        raise BadRequest("back contains control characters")
+    return back

@@ -1,0 +1,122 @@
+"""The web app factory (falcon) and ``rqsys web``: serve it with waitress.
+
+``create_app`` takes its collaborators (layout, system config, daemon
+connection pool) and touches nothing else, so tests build apps freely;
+``main`` reads the configuration and serves on the socket systemd (or the
+embedded supervisor) handed over, or binds ``addr:port`` itself.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from importlib import resources
+from typing import Any
+
+import falcon
+import waitress
+
+from rqsys import config
+from rqsys.errors import RQError
+from rqsys.store import Layout
+from rqsys.systemd import Notifier, listen_sockets
+from rqsys.web import answers, auth, messages, openapi, pages, queues
+from rqsys.web.context import Web
+from rqsys.web.logs import LogFile, Tail
+from rqsys.web.pool import ClientPool
+
+THREADS = 24  # most threads wait on a queue daemon's group commit, not on the CPU
+MAX_UPLOAD = 1 << 40  # waitress spools bodies to disk; our own limits are per route
+
+
+class Dashboard:
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        pages.dashboard(self.web, req, resp)
+
+
+class OpenAPI:
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = openapi.document(self.web.prefix)
+
+
+def create_app(layout: Layout, sysconfig: dict[str, Any],
+               pool: ClientPool | None = None) -> falcon.App:
+    web = Web(layout, sysconfig, pool or ClientPool(layout))
+    app = falcon.App(middleware=[auth.BasicAuth(sysconfig.get("basic_auth"))])
+    app.req_options.strip_url_path_trailing_slash = False
+    app.add_error_handler(RQError, answers.handle_rq_error)
+    app.set_error_serializer(answers.serialize_http_error)
+    _add_routes(app, web)
+    static = resources.files("rqsys.web").joinpath("static")
+    app.add_static_route(web.path("static"), str(static))
+    return app
+
+
+def _add_routes(app: falcon.App, web: Web) -> None:
+    q = web.path("q")
+    qlist = queues.QueueList(web)
+    routes: list[tuple[str, Any, dict[str, str]]] = [
+        (web.path(""), Dashboard(web), {}),
+        (web.path("openapi.json"), OpenAPI(web), {}),
+        (web.path("q.json"), qlist, {"suffix": "json"}),
+        (web.path("q.txt"), qlist, {"suffix": "txt"}),
+        (web.path("new_queue"), queues.NewQueue(web), {}),
+        (q + "/{name}", queues.QueueResource(web), {}),
+        (q + "/{name}/config.json", queues.QueueConfig(web), {}),
+        (q + "/{name}/done.json", queues.DoneList(web), {}),
+        (q + "/{name}/new_message", queues.NewMessage(web), {}),
+        (q + "/{name}/adminoper", queues.AdminOper(web), {}),
+        (q + "/{name}/{mid}", messages.MessageResource(web), {}),
+        (q + "/{name}/{mid}/state.json", messages.MessageState(web), {}),
+        (q + "/{name}/{mid}/tail.json", Tail(web), {}),
+        (q + "/{name}/{mid}/log/{file}", LogFile(web), {}),
+        (q + "/{name}/{mid}/attach/new", messages.AttachNew(web), {}),
+        (q + "/{name}/{mid}/attach/{aname}", messages.AttachFile(web), {}),
+        (q + "/{name}/{mid}/clone", messages.Clone(web), {}),
+        (q + "/{name}/{mid}/run_now", messages.RunNow(web), {}),
+    ]
+    for template, resource, options in routes:
+        app.add_route(template, resource, **options)
+    if web.prefix:
+        app.add_route(web.prefix, Dashboard(web))
+
+
+def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str, Any]) -> Any:
+    """A waitress server on ``sock`` (inherited) or on ``addr:port``."""
+    options: dict[str, Any] = {"threads": THREADS, "max_request_body_size": MAX_UPLOAD,
+                               "ident": "rqsys", "channel_timeout": 300}
+    if sock is not None:
+        return waitress.create_server(app, sockets=[sock], **options)
+    return waitress.create_server(app, host=sysconfig["addr"], port=int(sysconfig["port"]),
+                                  **options)
+
+
+def main(layout: Layout) -> int:
+    """``rqsys web``: serve until killed (the web keeps no state of its own)."""
+    try:
+        sysconfig = config.load_system_config(layout)
+    except RQError as exc:
+        print(f"rqsys web: {exc}", file=sys.stderr)
+        return 2
+    sockets = listen_sockets()
+    sock = sockets.get("web") or next(iter(sockets.values()), None)
+    pool = ClientPool(layout)
+    server = make_server(create_app(layout, sysconfig, pool), sock, sysconfig)
+    pool.start_sweeper()
+    Notifier().ready(f"serving HTTP on {_where(server)}")
+    server.run()
+    return 0
+
+
+def _where(server: Any) -> str:
+    try:
+        host, port = server.socket.getsockname()[:2]
+        return f"{host}:{port}"
+    except (AttributeError, OSError):
+        return "inherited sockets"

@@ -1,0 +1,55 @@
+"""What every resource needs: the layout, the system config, daemon connections, URLs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rqsys import config
+from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
+from rqsys.web.pool import ClientPool
+
+
+@dataclass
+class Web:
+    layout: Layout
+    sysconfig: dict[str, Any]
+    pool: ClientPool
+
+    @property
+    def prefix(self) -> str:
+        """``relative_root`` without its trailing slash ("" for "/")."""
+        return str(self.sysconfig["relative_root"]).rstrip("/")
+
+    def path(self, *parts: str) -> str:
+        """A local link: ``<relative_root>part/part``."""
+        return self.prefix + "/" + "/".join(parts)
+
+    def queue_path(self, queue: str) -> str:
+        return self.path("q", queue)
+
+    def msg_path(self, queue: str, msg_id: str) -> str:
+        return self.path("q", queue, msg_id)
+
+    def msg_url(self, queue: str, msg_id: str) -> str:
+        return config.message_url(self.sysconfig, queue, msg_id)
+
+    def call(self, queue: str, op: str, **args: Any) -> dict[str, Any]:
+        """A request to the queue's daemon (socket-activating it under systemd)."""
+        return self.pool.call(check_queue_name(queue), op, **args)
+
+    def store(self, queue: str) -> QueueStore:
+        """Read-only access to a queue's files (never used to change them)."""
+        return QueueStore(self.layout.queue_dir(queue))
+
+
+def split_suffix(name: str, allowed: tuple[str, ...] = (".json", ".txt")) -> tuple[str, str]:
+    """``"foo.json"`` -> ("foo", ".json"); names without a known suffix -> (name, "")."""
+    for suffix in allowed:
+        if name.endswith(suffix):
+            return name[: -len(suffix)], suffix
+    return name, ""
+
+
+def queue_and_id(queue: str, msg_id: str) -> tuple[str, str]:
+    return check_queue_name(queue), check_msg_id(msg_id)

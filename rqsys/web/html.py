@@ -1,0 +1,67 @@
+"""Small HTML builders over one page template; every value passes through escape()."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import cache
+from html import escape
+from importlib import resources
+from string import Template
+from urllib.parse import urlencode
+
+import falcon
+
+
+@cache
+def _base() -> Template:
+    text = resources.files("rqsys.web").joinpath("templates", "base.html").read_text()
+    return Template(text)
+
+
+def e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def page(resp: falcon.Response, root: str, host: str, title: str, crumbs: str,
+         body: str) -> None:
+    """Render the base template (``title``/``host`` are text; ``crumbs``/``body`` HTML)."""
+    resp.content_type = falcon.MEDIA_HTML
+    resp.text = _base().substitute(title=e(title), root=e(root), host=e(host),
+                                   crumbs=crumbs, body=body)
+
+
+def link(href: str, text: object, cls: str = "") -> str:
+    klass = f' class="{e(cls)}"' if cls else ""
+    return f'<a href="{e(href)}"{klass}>{e(text)}</a>'
+
+
+def badge(text: object) -> str:
+    return f'<span class="badge {e(text)}">{e(text)}</span>'
+
+
+def table(headers: Iterable[str], rows: Iterable[Iterable[str]], num_from: int = 99) -> str:
+    """A table of ready HTML cells; columns from ``num_from`` on are right-aligned."""
+    head = "".join(_cell("th", h, i >= num_from) for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(_cell("td", c, i >= num_from) for i, c in enumerate(row))
+                   + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(tag: str, html: str, num: bool) -> str:
+    return f'<{tag} class="num">{html}</{tag}>' if num else f"<{tag}>{html}</{tag}>"
+
+
+def post_button(action: str, label: str, fields: dict[str, str], danger: bool = False,
+                confirm: str = "") -> str:
+    """A one-button form posting ``fields`` (hidden) to ``action``."""
+    hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
+                     for k, v in fields.items())
+    onsubmit = f' onsubmit="return confirm(\'{e(confirm)}\')"' if confirm else ""
+    cls = ' class="danger"' if danger else ""
+    return (f'<form method="post" action="{e(action)}"{onsubmit}>{hidden}'
+            f"<button{cls}>{e(label)}</button></form>")
+
+
+def query(base: str, **params: object) -> str:
+    kept = {k: v for k, v in params.items() if v not in (None, "")}
+    return f"{base}?{urlencode(kept)}" if kept else base

@@ -1,0 +1,137 @@
+"""Reading a message's job logs straight from the store, with Range and a tail API.
+
+A message may move (run -> done) between finding it and opening its file, so
+lookups are retried a few times before giving up.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import falcon
+
+from rqsys.errors import BadRequest, NotFound
+from rqsys.store import ATTACH_NAME_RE
+from rqsys.web.context import Web, queue_and_id
+
+TAIL_CHUNK = 64 * 1024
+ENDED_STATES = ("done", "err", "relayed")
+LOOKUPS = 3
+
+
+def check_log_name(name: str) -> str:
+    if not ATTACH_NAME_RE.match(name) or ".." in name:
+        raise BadRequest(f"invalid log file name: {name[:100]!r}")
+    return name
+
+
+def open_job_file(web: Web, queue: str, msg_id: str, name: str) -> tuple[int, str]:
+    """(open fd, state) of ``job/<name>``; NotFound if the message or file is gone."""
+    store = web.store(queue)
+    for _ in range(LOOKUPS):
+        state = store.find(msg_id)
+        path = store.msg_dir(state, msg_id) / "job" / name
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC), state
+        except FileNotFoundError:
+            if store.msg_dir(state, msg_id).is_dir():
+                raise NotFound(f"message {msg_id} has no log {name}") from None
+    raise NotFound(f"message {msg_id} kept moving; try again")
+
+
+def job_files(web: Web, queue: str, state: str, msg_id: str) -> list[str]:
+    job = web.store(queue).msg_dir(state, msg_id) / "job"
+    try:
+        return sorted(p.name for p in job.iterdir() if p.is_file())
+    except FileNotFoundError:
+        return []
+
+
+class LogFile:
+    """``GET /q/<q>/<id>/log/<file>`` as text/plain, honouring ``Range``."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str,
+               file: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        fd, _state = open_job_file(self.web, queue, msg_id, check_log_name(file))
+        send_file(req, resp, fd, falcon.MEDIA_TEXT)
+
+
+def send_file(req: falcon.Request, resp: falcon.Response, fd: int, ctype: str) -> None:
+    """Stream an open file (taking ownership of ``fd``), as a 206 part for a Range."""
+    size = os.fstat(fd).st_size
+    stream = os.fdopen(fd, "rb")
+    resp.content_type = ctype
+    resp.accept_ranges = "bytes"
+    start, end = _range(req, size)
+    if (start, end) != (0, size - 1) and req.range is not None:
+        resp.status = falcon.HTTP_206
+        resp.content_range = (start, end, size)
+    stream.seek(start)
+    resp.set_stream(_limited(stream, end - start + 1), max(0, end - start + 1))
+
+
+def _range(req: falcon.Request, size: int) -> tuple[int, int]:
+    wanted = req.range
+    if wanted is None or size == 0:
+        return 0, size - 1
+    first, last = wanted
+    if first < 0:
+        first = max(0, size + first)
+    last = size - 1 if last == -1 else min(last, size - 1)
+    if first > last or first >= size:
+        raise falcon.HTTPRangeNotSatisfiable(size)
+    return first, last
+
+
+def _limited(stream: Any, remaining: int) -> Any:
+    with stream:
+        while remaining > 0:
+            chunk = stream.read(min(remaining, 1 << 16))
+            if not chunk:
+                return
+            remaining -= len(chunk)
+            yield chunk
+
+
+class Tail:
+    """``GET /q/<q>/<id>/tail.json?offset=N``: new output of ``job/stdio.log``.
+
+    Answers ``{"data", "offset", "state", "ended"}``; the page polls it until
+    ``ended`` is true (the message left ``run``/``que`` and all was read).
+    """
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        offset = req.get_param_as_int("offset", min_value=0, default=0)
+        try:
+            fd, state = open_job_file(self.web, queue, msg_id, "stdio.log")
+        except NotFound:
+            state = self.web.store(queue).find(msg_id)
+            resp.media = {"data": "", "offset": offset, "state": state,
+                          "ended": state in ENDED_STATES}
+            return
+        resp.media = _read_tail(fd, offset, state)
+
+
+def _read_tail(fd: int, offset: int, state: str) -> dict[str, Any]:
+    with os.fdopen(fd, "rb") as stream:
+        stream.seek(offset)
+        data = stream.read(TAIL_CHUNK)
+        at_end = len(data) < TAIL_CHUNK
+    return {"data": data.decode("utf-8", "replace"), "offset": offset + len(data),
+            "state": state, "ended": at_end and state in ENDED_STATES}
+
+
+def attachment_path(web: Web, queue: str, msg_id: str, name: str) -> Path:
+    store = web.store(queue)
+    state = store.find(msg_id)
+    return store.attach_dir(state, msg_id) / name

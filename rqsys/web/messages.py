@@ -1,0 +1,121 @@
+"""Message routes: view (HTML/JSON), state, delete/destroy/commit, clone, run now,
+attachments (upload and download)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import falcon
+
+from rqsys.errors import BadRequest, NotFound
+from rqsys.store import check_attach_name
+from rqsys.web import body, logs, pages, upload
+from rqsys.web.answers import ok
+from rqsys.web.context import Web, queue_and_id, split_suffix
+
+POST_METHODS = ("delete", "destroy", "commit")
+
+
+def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
+    """RQ's message JSON: the message's fields plus state, status and _attachments."""
+    got = web.call(queue, "get", msg_id=msg_id)
+    return dict(got["msg"], msg_id=msg_id, url=got["url"], state=got["state"],
+                status=got["status"], _attachments=got["attachments"])
+
+
+class MessageResource:
+    """``/q/<q>/<id>`` (HTML), ``.json``; POST ``_method`` delete | destroy | commit."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
+        mid, suffix = split_suffix(mid, (".json",))
+        queue, msg_id = queue_and_id(name, mid)
+        if suffix:
+            resp.media = message_json(self.web, queue, msg_id)
+        else:
+            pages.message_page(self.web, req, resp, queue, message_json(self.web, queue, msg_id))
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        params = body.read_params(req)
+        method = params.get("_method")
+        if method not in POST_METHODS:
+            raise BadRequest(f"_method must be one of {', '.join(POST_METHODS)}")
+        got = self.web.call(queue, method, msg_id=msg_id)
+        value = got.get("url") or f"{method}: done"
+        ok(req, resp, value, params, page=self.web.queue_path(queue))
+
+
+class MessageState:
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        resp.media = [self.web.call(queue, "state", msg_id=msg_id)["state"]]
+
+
+class Clone:
+    """``POST /q/<q>/<id>/clone``: a new message with the same fields and attachments."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        params = body.read_params(req)
+        got = self.web.call(queue, "clone", msg_id=msg_id)
+        ok(req, resp, got["url"], params, page=self.web.msg_path(queue, got["msg_id"]))
+
+
+class RunNow:
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        params = body.read_params(req)
+        self.web.call(queue, "run_now", msg_id=msg_id)
+        ok(req, resp, self.web.msg_url(queue, msg_id), params,
+           page=self.web.msg_path(queue, msg_id))
+
+
+class AttachNew:
+    """``POST /q/<q>/<id>/attach/new``: stream ``filedata`` and hand its fd to the daemon."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        if self.web.store(queue).find(msg_id) != "prep":
+            raise BadRequest(f"message {msg_id} is not in prep: attach before commit")
+        fallback = self.web.layout.root / "tmp"
+        got = upload.receive(req, self.web.layout.queue_dir(queue), fallback)
+        try:
+            self.web.call(queue, "attach", fds=[got.fd], msg_id=msg_id, name=got.name,
+                          md5=got.md5)
+        finally:
+            os.close(got.fd)
+        resp.media = ["ok", f"{got.md5}-Attached successfully"]
+
+
+class AttachFile:
+    """``GET /q/<q>/<id>/attach/<name>``: the attachment's bytes (Range honoured)."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str,
+               aname: str) -> None:
+        queue, msg_id = queue_and_id(name, mid)
+        path = logs.attachment_path(self.web, queue, msg_id, check_attach_name(aname))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise NotFound(f"message {msg_id} has no attachment {aname}") from None
+        resp.downloadable_as = aname
+        logs.send_file(req, resp, fd, "application/octet-stream")

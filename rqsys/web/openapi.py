@@ -1,0 +1,133 @@
+"""The OpenAPI 3 document of the HTTP API (built here, served at ``/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+QUEUE = {"name": "name", "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}}
+MSG_ID = {"name": "mid", "in": "path", "required": True,
+          "schema": {"type": "string", "pattern": r"^\d{8}\.\d{4}\.\d{2}\.\d{3}(\.\d{1,9})?$"}}
+NAME = {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,199}$"}
+FAIL = {"type": "array", "prefixItems": [{"const": "fail"}, {"type": "string"}],
+        "minItems": 2, "maxItems": 2}
+OK_STRING = {"type": "array", "prefixItems": [{"const": "ok"}, {"type": "string"}],
+             "minItems": 2, "maxItems": 2}
+MESSAGE = {"type": "object", "additionalProperties": False, "properties": {
+    "dest": {"type": "string"}, "src": {"type": "string"},
+    **{f"param{i}": {"type": "string"} for i in range(1, 5)},
+    "due": {"type": "number", "minimum": 0}, "max_count": {"type": "integer", "minimum": 1},
+    "orig_msg_id": {"type": "string"}, "force_remote": {"type": "boolean"}}}
+MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_attachments"],
+                "properties": {
+                    "msg_id": {"type": "string"}, "url": {"type": "string"},
+                    "state": {"enum": ["prep", "que", "run", "done", "err", "relayed"]},
+                    "status": {"type": "string"},
+                    "_attachments": {"type": "object", "additionalProperties": {
+                        "type": "object", "required": ["md5", "size", "path"],
+                        "properties": {"md5": {"type": "string"}, "size": {"type": "integer"},
+                                       "path": {"type": "string"}}}}}}
+SUMMARY = {"type": "object", "required": ["name", "admin_state", "status", "counts"],
+           "properties": {"name": {"type": "string"}, "url": {"type": "string"},
+                          "admin_state": {"enum": ["UP", "PAUSE", "DOWN"]},
+                          "status": {"type": "string"}, "num_workers": {"type": "integer"},
+                          "counts": {"type": "object",
+                                     "additionalProperties": {"type": "integer"}}}}
+FORM_POST: dict[str, Any] = {"type": "object", "properties": {"back": {"type": "string", "pattern": "^/[a-z]"},
+                                              "x_format": {"enum": ["json", "html"]}}}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _answers(ok_schema: dict[str, Any], ctype: str = "application/json",
+             ok_status: str = "200") -> dict[str, Any]:
+    """The OK answer, 303 after a form post, and RQ's ``["fail", why]`` errors."""
+    fail = {"description": "failure: [\"fail\", why]", "content": _json(FAIL)}
+    return {ok_status: {"description": "success", "content": {ctype: {"schema": ok_schema}}},
+            "303": {"description": "redirect to back"},
+            "400": fail, "401": fail, "403": fail, "404": fail, "405": fail, "413": fail,
+            "416": fail, "503": fail}
+
+
+def _get(params: list[dict[str, Any]], schema: dict[str, Any], summary: str,
+         ctype: str = "application/json") -> dict[str, Any]:
+    return {"get": {"summary": summary, "parameters": params, "responses": _answers(schema, ctype)}}
+
+
+def _post(params: list[dict[str, Any]], body: dict[str, Any], summary: str,
+          schema: dict[str, Any] = OK_STRING, ctype: str = "application/x-www-form-urlencoded"
+          ) -> dict[str, Any]:
+    return {"post": {"summary": summary, "parameters": params,
+                     "requestBody": {"required": True, "content": {ctype: {"schema": body}}},
+                     "responses": _answers(schema)}}
+
+
+def _with(extra: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {**FORM_POST["properties"], **extra}}
+
+
+HTML = {"type": "string"}
+TEXT = {"type": "string"}
+
+
+def _paths() -> dict[str, Any]:
+    qm = [QUEUE, MSG_ID]
+    mesg_form = _with({"mesg": {"type": "string"},
+                       "_method": {"enum": ["commit", "prep", "single_que"]}})
+    return {
+        "/": _get([], HTML, "Dashboard (HTML)", "text/html"),
+        "/q.json": _get([], {"type": "array", "items": {"type": "string"}}, "Queue names"),
+        "/q.txt": _get([], TEXT, "Queue names, one a line", "text/plain"),
+        "/q/{name}.json": _get([QUEUE], SUMMARY, "Queue summary: counts, admin state"),
+        "/q/{name}.txt": _get([QUEUE], TEXT, "Queue summary as text", "text/plain"),
+        "/q/{name}/config.json": _get([QUEUE], {"type": "object"}, "Effective queue config"),
+        "/q/{name}/done.json": {"get": {
+            "summary": "Newest done message ids", "parameters": [QUEUE, {
+                "name": "limit", "in": "query", "required": False,
+                "schema": {"type": "integer", "minimum": 0, "maximum": 1000}}],
+            "responses": _answers({"type": "array", "items": {"type": "string"}})}},
+        "/q/{name}/new_message": _post([QUEUE], mesg_form, "Create a message (mesg=<JSON>)"),
+        "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {
+            "enum": ["up", "down", "pause", "resume"]}}), "Set the admin state"),
+        "/q/{name}/{mid}.json": _get(qm, MESSAGE_JSON, "A message with state and status"),
+        "/q/{name}/{mid}": _post(qm, _with({"_method": {"enum": ["delete", "destroy",
+                                                                  "commit"]}}),
+                                 "Delete, destroy or commit a message"),
+        "/q/{name}/{mid}/state.json": _get(qm, {"type": "array", "items": {"type": "string"},
+                                                 "minItems": 1, "maxItems": 1},
+                                           "A message's state"),
+        "/q/{name}/{mid}/tail.json": {"get": {
+            "summary": "New output of job/stdio.log from offset", "parameters": [*qm, {
+                "name": "offset", "in": "query", "required": False,
+                "schema": {"type": "integer", "minimum": 0}}],
+            "responses": _answers({"type": "object", "required": ["data", "offset", "ended"]})}},
+        "/q/{name}/{mid}/log/{file}": _get([*qm, {"name": "file", "in": "path",
+                                                   "required": True, "schema": NAME}],
+                                           TEXT, "A job log file (Range honoured)",
+                                           "text/plain"),
+        "/q/{name}/{mid}/attach/{aname}": _get([*qm, {"name": "aname", "in": "path",
+                                                       "required": True, "schema": NAME}],
+                                               {"type": "string", "format": "binary"},
+                                               "An attachment", "application/octet-stream"),
+        "/q/{name}/{mid}/attach/new": _post(qm, {
+            "type": "object", "required": ["filedata"],
+            "properties": {"filedata": {"type": "string", "format": "binary"}}},
+            "Attach a file to a prep message", ctype="multipart/form-data"),
+        "/q/{name}/{mid}/clone": _post(qm, FORM_POST, "Clone a message"),
+        "/q/{name}/{mid}/run_now": _post(qm, FORM_POST, "Make a queued message due now"),
+        "/new_queue": _post([], _with({"name": {"type": "string"},
+                                       "script": {"type": "string"},
+                                       "num_workers": {"type": "integer"}}),
+                            "Create a queue (allow_new_queue)"),
+    }
+
+
+def document(prefix: str) -> dict[str, Any]:
+    return {"openapi": "3.1.0",
+            "info": {"title": "rqsys HTTP API", "version": "1",
+                     "description": "RQ's routes: answers are [\"ok\", value] or "
+                                    "[\"fail\", why]."},
+            "servers": [{"url": prefix or "/"}],
+            "paths": _paths()}
