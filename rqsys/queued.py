@@ -267,9 +267,14 @@ class QueueDaemon:
         if not data:
             self._close(conn)
             return
+        if conn.closing:  # an error was answered: the rest of the input is dropped
+            _close_fds(fds)
+            return
         try:
             conn.lines.feed(data, fds)
         except ProtocolError as exc:
+            _close_fds(conn.lines.fds)
+            conn.lines = wire.LineBuffer()
             self._reply(conn, wire.error_reply(exc))
             conn.closing = True
             return
@@ -763,6 +768,11 @@ class QueueDaemon:
         self.store.move(msg_id, "run", outcome.state)
         self.counts[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _check_md5(md5: Any) -> str:

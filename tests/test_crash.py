@@ -1,0 +1,117 @@
+"""Crashes and stops of the queue daemon: nothing acknowledged is ever lost."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+from conftest import wait_for
+from daemon_util import send, settle, store_of
+
+from rqsys.store import STATES
+
+WAIT_FOR_GATE = """
+    trap 'echo term > "$MARKS/$RQ_MSG_ID.term"; exit 143' TERM
+    echo "run started $RQ_COUNT" >&3
+    while [ ! -e "$MARKS/gate" ]; do sleep 0.02; done
+    echo "done finished" >&3
+"""
+
+
+def _where(layout, msg_id):
+    store = store_of(layout, "q")
+    return [s for s in STATES if store.msg_dir(s, msg_id).is_dir()]
+
+
+def test_sigkill_while_scripts_run_loses_nothing(layout, make_queue, daemon, tmp_path):
+    # Given three scripts running and three messages waiting
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    make_queue("q", WAIT_FOR_GATE, num_workers=3, env_vars={"MARKS": str(marks)})
+    proc = daemon("q")
+    ids = [send(proc) for _ in range(6)]
+    wait_for(lambda: proc.call("counts")["counts"]["run"] == 3, what="three running")
+    running = [i for i in ids if proc.call("state", msg_id=i)["state"] == "run"]
+    # When the daemon is killed outright
+    proc.kill(signal.SIGKILL)
+    proc.proc.wait(10)
+    # Then the running scripts got SIGTERM from the parent-death signal
+    wait_for(lambda: all((marks / f"{i}.term").exists() for i in running),
+             what="scripts told TERM by pdeathsig")
+    # And after a restart every message is in exactly one place and all finish
+    proc = daemon("q")
+    assert all(len(_where(layout, i)) == 1 for i in ids)
+    (marks / "gate").write_text("")
+    for msg_id in ids:
+        assert settle(proc, msg_id)["state"] == "done"
+    assert proc.call("counts")["counts"]["done"] == 6
+
+
+ENQUEUER = textwrap.dedent("""
+    import sys
+    from rqsys.client import QueueClient
+    from rqsys.store import Layout
+    layout = Layout.from_root(sys.argv[1])
+    with QueueClient(layout, "q") as client:
+        for n in range(int(sys.argv[2])):
+            try:
+                reply = client.call("create", msg={"param1": str(n)})
+            except Exception as exc:
+                print("fail", exc, flush=True)
+                break
+            print(reply["msg_id"], flush=True)
+""")
+
+
+def test_sigkill_during_concurrent_enqueues(layout, make_queue, daemon, tmp_path):
+    # Given a paused queue and four clients sending 250 messages each
+    make_queue("q", "echo done >&3")
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")
+    script = tmp_path / "enqueue.py"
+    script.write_text(ENQUEUER)
+    clients = [subprocess.Popen([sys.executable, str(script), str(layout.root), "250"],
+                                stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    first = clients[0].stdout.readline()
+    # When the daemon is killed while they are sending
+    proc.kill(signal.SIGKILL)
+    proc.proc.wait(10)
+    acked = [first.strip()]
+    for client in clients:
+        out, _ = client.communicate(timeout=30)
+        acked += [line for line in out.splitlines() if not line.startswith("fail")]
+    acked = [a for a in acked if a]
+    # Then every acknowledged message exists and parses
+    store = store_of(layout, "q")
+    for msg_id in acked:
+        msg = json.loads((store.msg_dir("que", msg_id) / "msg").read_text())
+        assert msg["msg_id"] == msg_id and msg["dest"] == "q"
+    # And the daemon restarts with all of them queued, temp files gone
+    proc = daemon("q")
+    assert proc.call("counts")["counts"]["que"] >= len(acked)
+    assert list((layout.queue_dir("q") / ".tmp").iterdir()) == []
+    assert len(acked) < 1000, "the kill came too late to test anything"
+
+
+def test_sigterm_requeues_running_then_done_after_restart(layout, make_queue, daemon, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    make_queue("q", WAIT_FOR_GATE, num_workers=2, env_vars={"MARKS": str(marks)})
+    proc = daemon("q")
+    ids = [send(proc) for _ in range(3)]
+    wait_for(lambda: proc.call("counts")["counts"]["run"] == 2, what="two running")
+    # When the daemon is told to stop
+    assert proc.stop() == 0
+    # Then the running scripts were told TERM and their messages went back to que
+    assert len(list(marks.glob("*.term"))) == 2
+    store = store_of(layout, "q")
+    assert sorted(store.ids("que")) == sorted(ids)
+    assert all("requeued" in store.read_status("que", i) for i in ids[:2])
+    # And after a restart they run to done
+    (marks / "gate").write_text("")
+    proc = daemon("q")
+    for msg_id in ids:
+        assert settle(proc, msg_id)["state"] == "done"
