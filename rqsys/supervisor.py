@@ -96,13 +96,23 @@ class Supervisor:
                                          str(self.scandir)]))
         return programs
 
-    def _sync_queues(self) -> None:
-        """Start a daemon for every queue in queue/, stop those trashed."""
+    def _sync_queues(self, lazy: bool = False) -> None:
+        """Start a daemon for every queue in queue/, stop those trashed.
+
+        ``lazy`` (on SIGHUP: queues rq-scan just created, still empty) only
+        binds the socket and starts the daemon on its first connection, as
+        ``systemctl enable --now rq@q.socket`` does.
+        """
         wanted = set(self.layout.queue_names())
         for name in sorted(wanted - {n[2:] for n in self.programs if n.startswith("q:")}):
             sock = _unix_socket(self.layout.socket_path(name))
-            self._add(Program(f"q:{name}", [*self._base_argv(), "queue", name], sock,
-                              f"{name}.sock"))
+            program = Program(f"q:{name}", [*self._base_argv(), "queue", name], sock,
+                              f"{name}.sock")
+            if lazy:
+                self.programs[program.name] = program
+                self._watch_socket(program)
+            else:
+                self._add(program)
         for key, program in list(self.programs.items()):
             if key.startswith("q:") and key[2:] not in wanted and not program.removed:
                 self._remove(program)
@@ -196,7 +206,7 @@ class Supervisor:
     def _handle_flags(self) -> None:
         flags, self.flags = self.flags, set()
         if signal.SIGHUP in flags and self.stop_deadline is None:
-            self._sync_queues()
+            self._sync_queues(lazy=True)
         if flags & {signal.SIGTERM, signal.SIGINT} and self.stop_deadline is None:
             self.stop_deadline = time.monotonic() + STOP_TIMEOUT
             for program in self.programs.values():
