@@ -1,0 +1,153 @@
+"""Unit tests of the store: ids, durable creation, transitions, recovery,
+attachments, counts and listings, on a real file system."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from rqsys.errors import BadRequest, NotFound
+from rqsys.store import (
+    STATES,
+    IdMaker,
+    QueueStore,
+    check_attach_name,
+    check_msg_id,
+    check_queue_name,
+)
+
+
+@pytest.fixture
+def store(layout):
+    layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
+    return QueueStore(layout.queue_dir("q"))
+
+
+def test_ids_strictly_increase_even_when_the_clock_stalls_or_goes_back():
+    times = iter([1700000000.0011, 1700000000.0011, 1700000000.0011, 1699999999.0, 1700000001.5])
+    maker = IdMaker(clock=lambda: next(times))
+    ids = [maker.next_id() for _ in range(5)]
+    assert ids[:3] == ["20231114.2213.20.001.0", "20231114.2213.20.001.1",
+                       "20231114.2213.20.001.2"]
+    assert ids[3] == "20231114.2213.20.001.3"
+    assert ids[4] == "20231114.2213.21.500.0"
+    assert all(check_msg_id(i) for i in ids)
+
+
+def test_many_ids_unique():
+    maker = IdMaker()
+    ids = [maker.next_id() for _ in range(20000)]
+    def order(msg_id):
+        stamp, n = msg_id.rsplit(".", 1)
+        return stamp, int(n)
+
+    assert len(set(ids)) == len(ids) and ids == sorted(ids, key=order)
+
+
+def test_create_is_in_place_and_complete(store):
+    msg_id = store.create({"dest": "q", "param1": "p"})
+    assert store.find(msg_id) == "que"
+    assert store.read_msg("que", msg_id) == {"dest": "q", "param1": "p", "msg_id": msg_id}
+    assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_group_publish(store):
+    staged = [store.stage({"dest": "q", "param1": str(n)}) for n in range(20)]
+    store.publish(staged, "que")
+    assert sorted(store.ids("que")) == sorted(s.msg_id for s in staged)
+
+
+def test_transitions_shard_done_and_count_without_walking(store):
+    ids = [store.create({"dest": "q"}) for _ in range(3)]
+    for msg_id in ids:
+        store.move(msg_id, "que", "run")
+        store.move(msg_id, "run", "done")
+    store.flush()
+    assert store.msg_dir("done", ids[0]).parent.name == ids[0][:11]
+    assert store.count("done") == 3 and store.count("que") == 0
+    assert store.newest("done", 0, 2) == [ids[2], ids[1]]
+    assert store.newest("done", 2, 5) == [ids[0]]
+    with pytest.raises(NotFound):
+        store.move(ids[0], "que", "run")
+
+
+def test_recover_moves_run_back_keeps_prep_cleans_tmp(store):
+    running = store.create({"dest": "q"})
+    store.move(running, "que", "run")
+    prep = store.create({"dest": "q"}, state="prep")
+    store.stage({"dest": "q"})  # a create that never finished
+    assert store.recover() == [running]
+    assert store.find(running) == "que" and store.find(prep) == "prep"
+    assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_delete_and_find(store):
+    msg_id = store.create({"dest": "q"})
+    store.delete(msg_id, "que")
+    with pytest.raises(NotFound):
+        store.find(msg_id)
+    with pytest.raises(NotFound):
+        store.delete(msg_id, "que")
+
+
+def test_unreadable_message(store):
+    msg_id = store.create({"dest": "q"})
+    (store.msg_dir("que", msg_id) / "msg").write_text("{broken")
+    with pytest.raises(Exception, match="unreadable message"):
+        store.read_msg("que", msg_id)
+
+
+def test_attach_links_a_file_and_copies_a_memfd(store, tmp_path):
+    msg_id = store.create({"dest": "q"}, state="prep")
+    src = tmp_path / "big"
+    src.write_bytes(b"a" * 1000)
+    with open(src, "rb") as f:
+        path = store.attach_fd(msg_id, "big", f.fileno(), hashlib.md5(b"a" * 1000).hexdigest())
+    assert os.stat(path).st_ino == os.stat(src).st_ino  # hard-linked, not copied
+    mem = os.memfd_create("x")
+    os.write(mem, b"from memory")
+    try:
+        path = store.attach_fd(msg_id, "mem", mem, hashlib.md5(b"from memory").hexdigest())
+    finally:
+        os.close(mem)
+    assert path.read_bytes() == b"from memory"
+    assert [p.name for p in store.attachments("prep", msg_id)] == ["big", "mem"]
+    assert store.attachment_md5(path) == hashlib.md5(b"from memory").hexdigest()
+
+
+def test_attach_md5_mismatch_leaves_nothing(store, tmp_path):
+    msg_id = store.create({"dest": "q"}, state="prep")
+    src = tmp_path / "f"
+    src.write_bytes(b"data")
+    with open(src, "rb") as f, pytest.raises(BadRequest, match="md5 mismatch"):
+        store.attach_fd(msg_id, "f", f.fileno(), "0" * 32)
+    assert list(store.attach_dir("prep", msg_id).iterdir()) == []
+
+
+def test_admin_state_persisted(store):
+    assert store.admin_state() == "UP"
+    store.set_admin_state("PAUSE")
+    assert QueueStore(store.qdir).admin_state() == "PAUSE"
+    with pytest.raises(BadRequest):
+        store.set_admin_state("SIDEWAYS")
+
+
+def test_write_msg_replaces_atomically(store):
+    msg_id = store.create({"dest": "q"})
+    store.write_msg("que", msg_id, {"dest": "q", "count": 2})
+    assert json.loads((store.msg_dir("que", msg_id) / "msg").read_text())["count"] == 2
+    assert [p.name for p in store.msg_dir("que", msg_id).iterdir()] == ["msg"]
+
+
+@pytest.mark.parametrize("check", [check_queue_name, check_msg_id, check_attach_name])
+@pytest.mark.parametrize("bad", ["..", "../x", "a/b", "", ".x", None, 5])
+def test_validators_refuse_paths(check, bad):
+    with pytest.raises(BadRequest):
+        check(bad)
+
+
+def test_every_state_has_a_directory(store):
+    assert all((store.qdir / s).is_dir() for s in STATES)

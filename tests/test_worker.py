@@ -1,0 +1,59 @@
+"""Unit tests of the exit rules (Worker.verdict) and fd 3 line reading."""
+
+import os
+import signal
+
+import pytest
+
+from rqsys.protocol import parse_line
+from rqsys.spawn import Child, describe_exit
+from rqsys.worker import MAX_LINE, Worker
+
+EXIT0, EXIT1 = 0, 1 << 8
+KILLED = signal.SIGKILL
+
+
+def worker(last=None, count=1, **kw):
+    r, w = os.pipe()
+    os.close(w)
+    wk = Worker("20240101.0000.00.000.0", {"count": count}, Child(0, r, r, r, closed={r}),
+                **kw)
+    os.close(r)
+    wk.terminal = parse_line(last) if last else None
+    return wk
+
+
+@pytest.mark.parametrize(("last", "status", "state"), [
+    (b"done ok", EXIT0, "done"), (b"done ok", EXIT1, "err"), (b"err no", EXIT0, "err"),
+    (b"err no", EXIT1, "err"), (None, EXIT0, "err"), (None, EXIT1, "err"),
+    (b"relayed http://x/q/a/1", EXIT0, "relayed"), (b"resend 5-later", EXIT0, "que"),
+    (b"resend 5-later", EXIT1, "err"), (b"done ok", KILLED, "err"),
+])
+def test_verdicts(last, status, state):
+    assert worker(last).verdict(status, 15).state == state
+
+
+def test_resend_delay_and_limit():
+    assert worker(b"resend 7-x", count=3).verdict(0, 5).delay == 7
+    out = worker(b"resend 7-x", count=5).verdict(0, 5)
+    assert out.state == "err" and "resend limit reached (5)" in out.text
+
+
+def test_signal_is_named():
+    assert worker(b"run x").verdict(signal.SIGTERM, 15).text == \
+        "script ended with terminated by SIGTERM after 'run'"
+    assert describe_exit(EXIT1) == "exit status 1"
+
+
+def test_destroy_and_stop_override_everything():
+    assert worker(b"done", stop_reason="destroy").verdict(0, 15).state == "deleted"
+    assert worker(b"done", stop_reason="stopping").verdict(KILLED, 15).state == "que"
+
+
+def test_line_feeding_across_chunks_and_overlong_lines():
+    wk = worker()
+    assert wk._feed(b"run a") == []
+    got = wk._feed(b"bc\ndone x\n")
+    assert [c.text for c in got] == ["abc", "x"]
+    got = wk._feed(b"run " + b"z" * (MAX_LINE * 2) + b"\ndone y\n")
+    assert got[0].kind == "run" and "was cut" in str(got[1]) and got[2].text == "y"
