@@ -31,8 +31,12 @@ SETUP_COMMANDS = (["systemd-sysusers", "/etc/sysusers.d/rqsys.conf"],
 
 def source_dir() -> Path:
     """``units/`` of the source tree (an editable install) or of the package."""
-    for candidate in (Path(__file__).resolve().parent.parent / "units",
-                      Path(__file__).resolve().parent / "units"):
+    here = Path(__file__).resolve()
+    # <prefix>/lib/pythonX.Y/site-packages/rqsys/units.py -> <prefix>/share/rqsys/units
+    # is where setup.py installs them (pip install, a --prefix, a venv).
+    shared = here.parents[4] / "share" / "rqsys" / "units" if len(here.parents) > 4 else here
+    for candidate in (here.parent.parent / "units", here.parent / "units", shared,
+                      Path(sys.prefix) / "share" / "rqsys" / "units"):
         if (candidate / "rq@.service").is_file():
             return candidate
     raise ConfigError("the unit files (units/rq@.service) are not installed with rqsys")
