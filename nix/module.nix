@@ -137,6 +137,7 @@ let
         inherit (t) period msg;
       }
     );
+  timerFiles = builtins.mapAttrs timerFile cfg.timers;
 
   # config/config.json without secrets; basic_auth is merged in at start.
   publicConfig = pkgs.writeText "rq-config.json" (
@@ -150,7 +151,7 @@ let
     )
   );
 
-  writeConfig = pkgs.writeShellScript "rq-write-config" ''
+  writeConfig = ''
     set -eu
     umask 027
     dir=${cfg.stateDir}/config
@@ -269,11 +270,11 @@ in
       description = "Timers: each sends its message every period seconds.";
     };
 
-    scandirEntries = mkOption {
-      type = types.attrsOf types.package;
+    generated = mkOption {
+      type = types.attrs;
       readOnly = true;
       internal = true;
-      description = "The generated scandir entries, by queue name (for inspection).";
+      description = "The generated scandir entries and timer files, by name (for inspection).";
     };
   };
 
@@ -298,7 +299,10 @@ in
         }
       ];
 
-      services.rq.scandirEntries = scandirEntries;
+      services.rq.generated = {
+        scandir = scandirEntries;
+        timers = timerFiles;
+      };
 
       environment.systemPackages = [ rqPackage ];
       systemd.packages = [ rqPackage ];
@@ -328,18 +332,18 @@ in
           name: entry: "L+ ${cfg.stateDir}/scandir/${name} - - - - ${entry}"
         ) scandirEntries
         ++ lib.mapAttrsToList (
-          name: t: "L+ ${cfg.stateDir}/timers/${name}.json - - - - ${timerFile name t}"
-        ) cfg.timers;
+          name: file: "L+ ${cfg.stateDir}/timers/${name}.json - - - - ${file}"
+        ) timerFiles;
 
       # Writes config/config.json (merging the basic-auth secret) before any daemon reads it.
       systemd.services.rq-config = {
         description = "rqsys configuration";
         after = [ "systemd-tmpfiles-setup.service" ];
         restartTriggers = [ publicConfig ];
+        script = writeConfig;
         serviceConfig = {
           Type = "oneshot";
           RemainAfterExit = true;
-          ExecStart = "${writeConfig}";
         };
       };
 

@@ -13,7 +13,6 @@ let
 in
 {
   writeText = name: text: drv "writeText" name { inherit text; };
-  writeShellScript = name: text: drv "writeShellScript" name { inherit text; };
   linkFarm = name: entries: drv "linkFarm" name { inherit entries; };
   callPackage = _fn: _args: drv "package" "rqsys" { };
   jq = drv "package" "jq" { };

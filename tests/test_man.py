@@ -1,0 +1,229 @@
+"""The man pages build with scdoc, pass ``mandoc -Tlint -W error``, and say
+what the code does: every rq verb and option, every rqsys subcommand and
+option, every JSON Schema field with its type and default, every RQ_*
+variable a script gets and every status command, every CLI exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import need
+
+from rqsys import cli, config, protocol
+from rqsys.queued import QueueDaemon
+
+REPO = Path(__file__).resolve().parent.parent
+MAN = REPO / "man"
+PAGES = ["rq.1", "rqsys.8", "rq-queue-script.7", "rqsys.json.5"]
+
+
+def scdoc(source: Path, out: Path) -> subprocess.CompletedProcess[bytes]:
+    need(shutil.which("scdoc") is not None, "scdoc (Debian scdoc)")
+    with source.open("rb") as src, out.open("wb") as dst:
+        return subprocess.run(["scdoc"], stdin=src, stdout=dst, stderr=subprocess.PIPE,
+                              timeout=30)
+
+
+def mandoc_lint(page: Path) -> subprocess.CompletedProcess[str]:
+    need(shutil.which("mandoc") is not None, "mandoc (Debian mandoc)")
+    return subprocess.run(["mandoc", "-Tlint", "-W", "error", str(page)],
+                          capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("man")
+    pages = {}
+    for page in PAGES:
+        done = scdoc(MAN / f"{page}.scd", out / page)
+        assert done.returncode == 0, done.stderr.decode()
+        pages[page] = out / page
+    return pages
+
+
+def source(page: str) -> str:
+    return (MAN / f"{page}.scd").read_text()
+
+
+def bold_words(text: str) -> set[str]:
+    return set(re.findall(r"\*([^*\s][^*]*?)\*", text))
+
+
+# ------------------------------------------------------------------ build + lint
+def test_every_page_source_is_there() -> None:
+    assert sorted(p.name for p in MAN.glob("*.scd")) == sorted(f"{p}.scd" for p in PAGES)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_passes_mandoc_lint(built: dict[str, Path], page: str) -> None:
+    done = mandoc_lint(built[page])
+    assert done.returncode == 0 and not done.stdout and not done.stderr, done.stdout + done.stderr
+
+
+def test_lint_catches_a_broken_page(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.1"
+    broken.write_text('.TH BROKEN 1\n.SH NAME\nbroken \\- x\n.RE\n.SH\n.BI\n.de\n')
+    done = mandoc_lint(broken)
+    assert done.returncode != 0 and "ERROR" in done.stdout + done.stderr
+
+
+def test_scdoc_refuses_a_bad_source(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.1.scd"
+    bad.write_text("no-header-here\n\n# NAME\n")
+    done = scdoc(bad, tmp_path / "bad.1")
+    assert done.returncode != 0 and done.stderr
+
+
+# ------------------------------------------------------------------ rq(1)
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise AssertionError("no subcommands")
+
+
+def long_options(parser: argparse.ArgumentParser) -> set[str]:
+    return {opt for action in parser._actions for opt in action.option_strings
+            if opt.startswith("--") and opt != "--help"}
+
+
+def test_rq1_documents_every_verb_and_option() -> None:
+    text, words = source("rq.1"), bold_words(source("rq.1"))
+    verbs = subparsers(cli.rq_parser())
+    assert verbs, "rq has verbs"
+    for verb, parser in verbs.items():
+        assert verb in words, f"rq verb {verb} missing from rq(1)"
+        assert f"\n*{verb}*\n\t" in text, f"rq verb {verb} has no entry in rq(1) VERBS"
+        for option in long_options(parser):
+            assert option in words, f"rq {verb} {option} missing from rq(1)"
+    for option in long_options(cli.rq_parser()):
+        assert option in words
+
+
+def test_rq1_exit_status_matches_the_cli() -> None:
+    section = source("rq.1").split("# EXIT STATUS", 1)[1].split("\n# ", 1)[0]
+    documented = {int(n) for n in re.findall(r"^\*(\d+)\*$", section, re.M)}
+    codes = {value for name, value in vars(cli).items() if name.startswith("RET_")}
+    assert documented == codes
+
+
+def test_rqsys8_documents_every_subcommand_and_option() -> None:
+    words = bold_words(source("rqsys.8"))
+    for cmd, parser in subparsers(cli.rqsys_parser()).items():
+        assert cmd in words or f"rqsys {cmd}" in words, f"rqsys {cmd} missing from rqsys(8)"
+        for option in long_options(parser):
+            assert option in words or f"{cmd} {option}" in words, \
+                f"rqsys {cmd} {option} missing from rqsys(8)"
+
+
+def test_rqsys8_names_the_units_that_exist() -> None:
+    text = source("rqsys.8")
+    units = [p.name for p in (REPO / "units").glob("rq*") if p.is_file()]
+    need(bool(units), "units/ written (systemd issue)")
+    for unit in units:
+        if unit != "rq.target":
+            assert f"*{unit}*" in text, f"unit {unit} missing from rqsys(8)"
+
+
+# ------------------------------------------------------------------ rq-queue-script(7)
+def script_env_names() -> set[str]:
+    code = inspect.getsource(QueueDaemon._script_env)
+    names = set(re.findall(r'"(RQ_[A-Z_]+)"', code))
+    if 'f"RQ_PARAM{n}"' in code:
+        names |= {f"RQ_PARAM{n}" for n in range(1, 5)}
+    return names
+
+
+def test_script_page_documents_every_environment_variable() -> None:
+    words = bold_words(source("rq-queue-script.7"))
+    names = script_env_names()
+    assert {"RQ_MSG_ID", "RQ_WRITE", "RQ_PARAM4"} <= names  # the extraction works
+    missing = {name for name in names if name not in words
+               and not any(name in w for w in words if "," in w)}
+    assert not missing, f"undocumented in rq-queue-script(7): {sorted(missing)}"
+
+
+def test_script_page_documents_every_status_command() -> None:
+    section = source("rq-queue-script.7").split("# THE STATUS GRAMMAR", 1)[1]
+    section = section.split("\n# ", 1)[0]
+    for command in protocol.COMMANDS:
+        assert re.search(rf"^\*{command}\* ", section, re.M), f"{command} missing"
+    assert f"{protocol.MAX_TEXT} characters" in section
+
+
+# ------------------------------------------------------------------ rqsys.json(5)
+def schema_fields(schema: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """(name, spec) of every property, nested ones included."""
+    fields = []
+    for name, spec in schema.get("properties", {}).items():
+        fields.append((name, spec))
+        fields.extend(schema_fields(spec, f"{prefix}{name}."))
+    for pattern, spec in schema.get("patternProperties", {}).items():
+        alternatives = re.search(r"\((.*)\)", pattern)
+        assert alternatives, pattern
+        stem = pattern[1:pattern.index("(")]
+        fields.extend((stem + name, spec) for alt in alternatives.group(1).split("|")
+                      for name in expand_class(alt))
+        fields.extend(schema_fields(spec, prefix))
+    return fields
+
+
+def field_entry(text: str, name: str) -> str:
+    """The definition (heading + indented body) whose heading names ``name``."""
+    for match in re.finditer(r"^(\*.+)\n((?:\t.*\n?)+)", text, re.M):
+        names = match.group(1).split("(", 1)[0]  # the heading's names, not its type words
+        if re.search(rf"\*{re.escape(name)}\*", names):
+            return match.group(0)
+    return ""
+
+
+def default_words(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value else '""'
+    return json.dumps(value)
+
+
+def expand_class(alternative: str) -> list[str]:
+    """``param[1-4]`` -> param1 .. param4 (the only regex class the schemas use)."""
+    found = re.fullmatch(r"(\w*)\[(\d)-(\d)\]", alternative)
+    if not found:
+        return [alternative]
+    return [f"{found.group(1)}{n}" for n in range(int(found.group(2)), int(found.group(3)) + 1)]
+
+
+@pytest.mark.parametrize("schema_name", config.SCHEMAS)
+def test_json_page_documents_every_field_type_and_default(schema_name: str) -> None:
+    text = source("rqsys.json.5")
+    for name, spec in schema_fields(config.schema(schema_name)):
+        entry = field_entry(text, name)
+        if not entry and name.startswith(("param2", "param3", "param4")):
+            entry = field_entry(text, "param1")
+        if not entry and re.fullmatch(r"mesg_param[2-4]", name):
+            entry = field_entry(text, "mesg_param1")
+        if not entry:  # a nested field described inside its parent's entry
+            assert f"*{name}*" in text, f"{schema_name}.json field {name} missing"
+            continue
+        heading = entry.splitlines()[0]
+        entry = " ".join(entry.split())
+        types = spec.get("type", [])
+        for type_name in [types] if isinstance(types, str) else types:
+            assert type_name in heading, f"{name}: type {type_name} not in {heading!r}"
+        if "default" in spec:
+            words = default_words(spec["default"])
+            assert f"Default: *{words}*" in entry, f"{name}: default {words} not in {entry!r}"
+
+
+def test_field_entry_finds_definitions() -> None:
+    # The helper the check above relies on finds a known entry and no phantom.
+    text = source("rqsys.json.5")
+    assert "Default: *3333*" in field_entry(text, "port")
+    assert field_entry(text, "no_such_field") == ""
