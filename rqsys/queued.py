@@ -28,6 +28,7 @@ from rqsys.message import is_remote, new_message, param_key
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.scheduler import Schedule
+from rqsys.scripts.webhook import WEBHOOK_QUEUE, webhook_message
 from rqsys.spawn import script_argv, spawn
 from rqsys.store import STATES, Layout, QueueStore, Staged, check_msg_id
 from rqsys.systemd import Notifier, child_environ, default_idle_timeout, listen_sockets
@@ -36,6 +37,7 @@ from rqsys.worker import Outcome, Worker
 ADMIN_OPERS = {"up": "UP", "resume": "UP", "down": "DOWN", "pause": "PAUSE"}
 MAX_LIST = 1000
 DUP_TIMEOUT = 10.0
+WEBHOOK_TIMEOUT = 2.0  # the daemon waits this long at most to queue a webhook call
 SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script
 
 
@@ -564,6 +566,19 @@ class QueueDaemon:
         self.reload()
         return {"ok": True}
 
+    def op_prune(self, conn: Connection, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        """The cleaner's request: drop done/relayed older than ``days``, acknowledged errs."""
+        days = float(req.get("days", 3))
+        if not days >= 0:
+            raise BadRequest("prune needs days >= 0")
+        before = time.time() - days * 86400
+        removed = {state: self.store.prune(state, before) for state in ("done", "relayed")}
+        removed["err"] = self.store.prune_acked("err")
+        for state, count in removed.items():
+            self.counts[state] -= count
+        self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
+        return {"ok": True, "removed": removed}
+
     # ------------------------------------------------------------ running
     def _can_start(self) -> bool:
         return (self.admin == "UP" and self.stopping_until is None
@@ -768,6 +783,20 @@ class QueueDaemon:
         self.store.move(msg_id, "run", outcome.state)
         self.counts[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+        if msg.get("post_run_webhook"):
+            self._notify_webhook(msg_id, msg, outcome)
+
+    def _notify_webhook(self, msg_id: str, msg: dict[str, Any], outcome: Outcome) -> None:
+        """Queue the post_run_webhook call; a missing webhook queue is only logged."""
+        if self.name == WEBHOOK_QUEUE:
+            self.log.warn("post_run_webhook ignored on the webhook queue itself", msg_id)
+            return
+        note = webhook_message(self._url(msg_id), outcome.state, outcome.text, msg)
+        try:
+            with QueueClient(self.layout, WEBHOOK_QUEUE, timeout=WEBHOOK_TIMEOUT) as client:
+                client.call("create", msg=note)
+        except RQError as exc:
+            self.log.event("err", f"webhook not queued: {exc}", msg_id)
 
 
 def _close_fds(fds: list[int]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from rqsys import config, scan
 from rqsys.events import EventLog
+from rqsys.scripts import install_special_queues
 from rqsys.store import Layout
 
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0
@@ -60,6 +61,8 @@ class Supervisor:
         self.layout.make_dirs()
         self.layout.socket_dir.mkdir(parents=True, exist_ok=True)
         scan.reconcile(self.layout, self.scandir, self.log)
+        for name in install_special_queues(self.layout):
+            self.log.event("daemon", f"created the built-in {name} queue")
         self._install_signals()
         for program in self._extra_programs():
             self._add(program)

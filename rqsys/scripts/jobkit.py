@@ -1,0 +1,76 @@
+"""What every special queue script needs: its message, its pipe, its back-off.
+
+A queue script runs with cwd ``<msg>/job``; the message JSON is ``../msg``,
+attachments are in ``../attach``.  Verdicts are written as RQ pipe lines on
+fd 3 (RQ_WRITE); ``dup`` answers are read on fd 4 (RQ_READ).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rqsys.store import Layout, write_file_durably
+
+BACKOFF_UNIT = 10  # RQ: count² × 10 seconds ...
+BACKOFF_MAX = 3600  # ... capped at an hour
+
+
+class Job:
+    """The running message, as seen by its queue script."""
+
+    def __init__(self, environ: dict[str, str] | None = None) -> None:
+        self.env = dict(os.environ if environ is None else environ)
+        self.job_dir = Path(self.env.get("RQ_MSG_DIR") or os.getcwd())
+        self.msg_dir = self.job_dir.parent
+        self.msg: dict[str, Any] = json.loads((self.msg_dir / "msg").read_bytes())
+        self.count = int(self.env.get("RQ_COUNT") or self.msg.get("count") or 1)
+        self.full_id = self.env.get("RQ_FULL_MSG_ID", "")
+        self.host = self.env.get("RQ_HOST", "")
+
+    # -- files in job/ ------------------------------------------------------
+    def read_note(self, name: str) -> str:
+        try:
+            return (self.job_dir / name).read_text().strip()
+        except FileNotFoundError:
+            return ""
+
+    def write_note(self, name: str, text: str) -> None:
+        """Keep ``text`` in ``job/<name>`` durably (it must survive a crash)."""
+        write_file_durably(self.job_dir / name, (text + "\n").encode())
+
+    def attachments(self) -> list[Path]:
+        adir = self.msg_dir / "attach"
+        if not adir.is_dir():
+            return []
+        return sorted(p for p in adir.iterdir() if not p.name.startswith("."))
+
+    def layout(self) -> Layout:
+        """The state root: ``RQ_ROOT``, else four levels above ``<msg>`` (queue/<q>/run)."""
+        root = self.env.get("RQ_ROOT") or str(self.msg_dir.parents[3])
+        return Layout.from_root(root)
+
+    # -- the pipe -------------------------------------------------------------
+    def say(self, kind: str, text: str) -> None:
+        """Write one pipe line on fd 3 (one line: newlines become spaces)."""
+        line = f"{kind} {' '.join(str(text).split())}\n".encode()
+        os.write(int(self.env.get("RQ_WRITE", "3")), line)
+        print(line.decode().rstrip(), flush=True)  # also in job/stdio.log
+
+    def resend(self, why: str) -> int:
+        """Ask for a retry after the growing back-off; the script's exit code."""
+        self.say("resend", f"{self.backoff()}-{why}")
+        return 0
+
+    def backoff(self) -> int:
+        """count² × unit seconds, capped; BACKOFF_UNIT / BACKOFF_MAX in the queue's env_vars."""
+        unit = float(self.env.get("BACKOFF_UNIT") or BACKOFF_UNIT)
+        cap = float(self.env.get("BACKOFF_MAX") or BACKOFF_MAX)
+        return int(min(self.count * self.count * unit, cap))
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

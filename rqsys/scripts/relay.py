@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""The relay queue's script: deliver one message to another RQ host, exactly once.
+
+RQ's two-phase protocol over HTTP: ``POST <queue url>/new_message``
+(``_method=prep``) -> the new message URL is kept durably in
+``job/relay_id`` -> each attachment is uploaded and the MD5 the far end
+echoes is compared with ours -> ``POST <msg url>`` (``_method=commit``) ->
+``relayed <url>`` on fd 3.  Run again after any crash, it resumes from
+``relay_id``: a message the far end already committed is only reported, one
+still in prep gets its missing attachments and the commit, one the far end
+no longer knows is prepared again.  Unreachable or failing peers resend with
+back-off (count² × 10 s, capped); a refused message or a loop ends in err.
+
+Loops: each relayed message carries ``relay_via``, the base URLs of the
+hosts whose relay sent it; a host that finds itself there, a message that
+would be relayed to this very host, or too many hops, is a loop.
+
+Settings (the relay queue's ``env_vars``): BACKOFF_UNIT, BACKOFF_MAX,
+RELAY_TIMEOUT (seconds per HTTP request), and for fault-injection tests
+RELAY_HOLD_AT=uploaded|committed (stop there once and wait to be killed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rqsys.client import split_message_url, split_queue_url
+from rqsys.errors import BadRequest, RQError
+from rqsys.message import is_remote
+from rqsys.scripts.jobkit import Job
+from rqsys.scripts.rqhttp import Peer, PeerError, PeerRefused, PeerUnknown
+from rqsys.store import QueueStore
+
+MAX_HOPS = 16
+KEPT_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count", "post_run_webhook")
+COMMITTED_STATES = ("que", "run", "done", "err", "relayed")
+
+
+class RelayLoop(RQError):
+    """The message would go round in circles."""
+
+
+class Relay:
+    """Relays one message (the job's) to its destination queue URL."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.force = bool(job.msg.get("force_remote"))
+        self.target = target_queue_url(str(job.msg.get("dest", "")), job.host)
+        self.peer = Peer(self.target, float(job.env.get("RELAY_TIMEOUT") or 60))
+        self.far_attachments: dict[str, Any] = {}
+
+    def run(self) -> int:
+        self.check_loop()
+        url, committed = self.resume()
+        if committed:
+            self.job.say("relayed", url)  # committed before a crash: no second copy
+            return 0
+        if not url:
+            url = self.prepare()
+        self.upload_attachments(url)
+        self.hold("uploaded")
+        self.peer.post_form(url, {"_method": "commit"})
+        self.hold("committed")
+        self.job.say("relayed", url)
+        return 0
+
+    # -- loops -------------------------------------------------------------------
+    def check_loop(self) -> None:
+        via = list(self.job.msg.get("relay_via") or [])
+        if self.job.host and self.job.host in via:
+            raise RelayLoop(f"relay loop: {self.job.host} already relayed this message "
+                            f"(via {' -> '.join(via)})")
+        if len(via) >= MAX_HOPS:
+            raise RelayLoop(f"relay loop: {len(via)} hops (via {' -> '.join(via)})")
+        if not self.force and self.job.host and self.target.startswith(self.job.host):
+            raise RelayLoop(f"relay loop: {self.target} is this host")
+
+    def outgoing(self) -> dict[str, Any]:
+        """The message as the far end gets it (this hop added to relay_via)."""
+        msg = {k: self.job.msg[k] for k in KEPT_FIELDS if k in self.job.msg}
+        via = list(self.job.msg.get("relay_via") or [])
+        msg.update(dest=self.target, orig_msg_id=self.job.msg.get("orig_msg_id")
+                   or self.job.full_id, relay_via=[*via, self.job.host])
+        return msg
+
+    # -- the two phases ----------------------------------------------------------
+    def resume(self) -> tuple[str, bool]:
+        """(URL prepared by an earlier run or "", whether the far end committed it)."""
+        url = self.job.read_note("relay_id")
+        if not url:
+            return "", False
+        try:
+            info = self.peer.get_json(f"{url}.json")
+        except PeerUnknown:
+            self.job.say("run", f"far end no longer knows {url}; preparing again")
+            return "", False
+        state = info.get("state") if isinstance(info, dict) else None
+        if state in COMMITTED_STATES:
+            return url, True
+        if state != "prep":
+            raise PeerError(f"{url}: unexpected state {state!r}")
+        self.far_attachments = info.get("_attachments") or {}
+        return url, False
+
+    def prepare(self) -> str:
+        url = self.peer.post_form(f"{self.target}/new_message",
+                                  {"mesg": json.dumps(self.outgoing()), "_method": "prep"})
+        try:
+            split_message_url(str(url))
+        except BadRequest as exc:
+            raise PeerError(f"prep answered {url!r}, not a message URL") from exc
+        self.job.write_note("relay_id", str(url))
+        if not self.force and self.job.host and str(url).startswith(self.job.host):
+            raise RelayLoop(f"relay loop: {self.target} answered with {url}, on this host")
+        self.job.say("run", f"prepared {url}")
+        return str(url)
+
+    def upload_attachments(self, url: str) -> None:
+        for path in self.job.attachments():
+            want = local_md5(path)
+            have = self.far_attachments.get(path.name) or {}
+            if isinstance(have, dict) and have.get("md5") == want:
+                continue  # uploaded before a restart
+            answer = str(self.peer.upload(f"{url}/attach/new", path))
+            echoed = answer.split("-", 1)[0]
+            if echoed != want:
+                raise PeerError(f"attachment {path.name}: MD5 mismatch (ours {want}, "
+                                f"far end got {echoed}); not committed")
+            self.job.say("run", f"attached {path.name} ({path.stat().st_size} bytes)")
+
+    def hold(self, step: str) -> None:
+        """Fault injection for tests: stop after ``step`` once, until killed."""
+        if self.job.env.get("RELAY_HOLD_AT") != step or self.job.read_note(f"held-{step}"):
+            return
+        self.job.write_note(f"held-{step}", str(os.getpid()))
+        while True:
+            time.sleep(3600)
+
+
+def target_queue_url(dest: str, host: str) -> str:
+    """The far queue's URL: ``dest`` itself, or this host's URL for a forced local name."""
+    url = dest.rstrip("/") if is_remote(dest) else f"{host.rstrip('/')}/q/{dest}"
+    try:
+        split_queue_url(url)
+    except BadRequest as exc:
+        raise PeerRefused(f"dest {dest!r} is not a queue URL (http://host:port/q/name)") from exc
+    return url
+
+
+def local_md5(path: Path) -> str:
+    """The MD5 recorded when the attachment was stored (computed if missing)."""
+    recorded = QueueStore.attachment_md5(path).strip()
+    if recorded:
+        return recorded
+    digest = hashlib.md5()
+    with open(path, "rb") as src:
+        while chunk := src.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def main() -> int:
+    job = Job()
+    try:
+        return Relay(job).run()
+    except PeerError as exc:
+        return job.resend(str(exc))
+    except (PeerRefused, PeerUnknown, RelayLoop) as exc:
+        job.say("err", str(exc))
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""A small HTTP client for RQ's web API, as a relay peer uses it (stdlib only).
+
+Requests are form posts answered with RQ's ``["ok", x]`` / ``["fail", why]``
+JSON, JSON gets, and multipart attachment uploads that stream the file with
+``sendfile(2)`` (a 1 GB attachment is never read into memory).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from rqsys.errors import RQError
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class PeerError(RQError):
+    """The far end could not be reached or answered something unexpected (retry)."""
+
+
+class PeerRefused(RQError):
+    """The far end answered ``fail`` (or a 4xx): retrying the same request won't help."""
+
+
+class PeerUnknown(RQError):
+    """The far end does not know this message (404)."""
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError as exc:
+            raise PeerError(f"HTTP {self.status}: not JSON: {self.body[:120]!r}") from exc
+
+
+class Peer:
+    """One far end, reached at the scheme/host/port of a URL (with optional user:pass@)."""
+
+    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise PeerRefused(f"not an http(s) URL: {url!r}")
+        self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
+        self.timeout = timeout
+        self.auth = ""
+        if parts.username is not None:
+            pair = f"{parts.username}:{parts.password or ''}".encode()
+            self.auth = "Basic " + base64.b64encode(pair).decode()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+        return cls(self.host, self.port, timeout=self.timeout)
+
+    def _headers(self, extra: dict[str, str]) -> dict[str, str]:
+        headers = {"Accept": "application/json", **extra}
+        if self.auth:
+            headers["Authorization"] = self.auth
+        return headers
+
+    def request(self, method: str, url: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> Reply:
+        conn = self._connect()
+        try:
+            conn.request(method, _target(url), body=body, headers=self._headers(headers or {}))
+            resp = conn.getresponse()
+            return Reply(resp.status, resp.read())
+        except (OSError, http.client.HTTPException) as exc:
+            raise PeerError(f"{method} {url}: {exc or type(exc).__name__}") from exc
+        finally:
+            conn.close()
+
+    def post_form(self, url: str, fields: dict[str, str]) -> Any:
+        """POST a form; the ``x`` of an ``["ok", x]`` answer."""
+        body = urlencode(dict(fields, x_format="json")).encode()
+        reply = self.request("POST", url, body,
+                             {"Content-Type": "application/x-www-form-urlencoded"})
+        return rq_answer(reply, url)
+
+    def get_json(self, url: str) -> Any:
+        reply = self.request("GET", url)
+        if reply.status == 404:
+            raise PeerUnknown(f"{url}: not found")
+        if reply.status != 200:
+            raise PeerError(f"GET {url}: HTTP {reply.status}: {reply.body[:200]!r}")
+        return reply.json()
+
+    def upload(self, url: str, path: Path, field: str = "filedata") -> Any:
+        """POST ``path`` as multipart ``field``, streamed; the ``x`` of ``["ok", x]``."""
+        boundary = uuid.uuid4().hex
+        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; "
+                f"filename=\"{path.name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+                ).encode()
+        tail = f"\r\n--{boundary}--\r\n".encode()
+        with open(path, "rb") as src:
+            size = os.fstat(src.fileno()).st_size
+            headers = self._headers({
+                "Content-Type": f"multipart/form-data; boundary={boundary}",
+                "Content-Length": str(len(head) + size + len(tail))})
+            conn = self._connect()
+            try:
+                reply = self._send_upload(conn, url, headers, head, src, tail)
+            except (OSError, http.client.HTTPException) as exc:
+                raise PeerError(f"upload {path.name} to {url}: {exc}") from exc
+            finally:
+                conn.close()
+        return rq_answer(reply, url)
+
+    @staticmethod
+    def _send_upload(conn: http.client.HTTPConnection, url: str, headers: dict[str, str],
+                     head: bytes, src: Any, tail: bytes) -> Reply:
+        conn.putrequest("POST", _target(url), skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders(head)
+        assert conn.sock is not None
+        conn.sock.sendfile(src)  # falls back to send() for TLS sockets
+        conn.send(tail)
+        resp = conn.getresponse()
+        return Reply(resp.status, resp.read())
+
+
+def rq_answer(reply: Reply, url: str) -> Any:
+    """The ``x`` of RQ's ``["ok", x]``; PeerRefused for ``fail``, PeerError otherwise."""
+    if reply.status == 404:
+        raise PeerUnknown(f"{url}: not found")
+    if reply.status >= 500 or reply.status == 429:
+        raise PeerError(f"{url}: HTTP {reply.status}: {reply.body[:200]!r}")
+    answer = reply.json()
+    if isinstance(answer, list) and len(answer) == 2 and answer[0] == "ok":
+        return answer[1]
+    if isinstance(answer, list) and answer and answer[0] == "fail":
+        raise PeerRefused(f"{url}: {answer[1] if len(answer) > 1 else 'fail'}")
+    if reply.status >= 400:
+        raise PeerRefused(f"{url}: HTTP {reply.status}: {reply.body[:200]!r}")
+    raise PeerError(f"{url}: unexpected answer {reply.body[:200]!r}")
+
+
+def _target(url: str) -> str:
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")

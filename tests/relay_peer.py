@@ -1,0 +1,180 @@
+"""A tiny RQ peer for relay tests: RQ's HTTP contract for prep/attach/commit, on disk.
+
+Run as ``python relay_peer.py DIR ADDR PORT`` (inside a test namespace).  It
+keeps each message under ``DIR/q/<queue>/<id>/`` (``msg.json``, ``state``,
+``attach/<name>``) so the test reads what arrived, and it misbehaves on
+request: ``DIR/faults.json`` may hold ``{"fail_503": N}`` (answer 503 N
+times), ``{"corrupt": true}`` (damage each upload), ``{"drop_commit": N}``
+(commit, then close without answering, N times), ``{"attach_503": N}``
+(refuse N uploads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs
+
+LOCK = threading.Lock()
+IDS = itertools.count(1)
+QUEUES = ("work",)  # the only queue this peer has
+
+
+class Peer(BaseHTTPRequestHandler):
+    base: Path
+    url: str
+
+    def log_message(self, fmt: str, *args: object) -> None:
+        print(fmt % args, file=sys.stderr, flush=True)
+
+    # -- faults ----------------------------------------------------------------
+    def fault(self, name: str) -> bool:
+        """True when fault ``name`` is on (a counted one is used up by one)."""
+        with LOCK:
+            path = self.base / "faults.json"
+            faults = json.loads(path.read_text()) if path.exists() else {}
+            value = faults.get(name)
+            if not value:
+                return False
+            if value is not True:
+                faults[name] = value - 1
+                path.write_text(json.dumps(faults))
+            return True
+
+    def answer(self, status: int, doc: object) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def msg_dir(self, queue: str, msg_id: str) -> Path:
+        return self.base / "q" / queue / msg_id
+
+    # -- routes -----------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        parts = self.path.strip("/").split("/")
+        if len(parts) == 3 and parts[0] == "q" and parts[2].endswith(".json"):
+            self.get_json(parts[1], parts[2][:-5])
+            return
+        self.answer(404, ["fail", "no such route"])
+
+    def get_json(self, queue: str, msg_id: str) -> None:
+        mdir = self.msg_dir(queue, msg_id)
+        if not (mdir / "state").exists():
+            self.answer(404, ["fail", "no such message"])
+            return
+        attach = {p.name: {"md5": hashlib.md5(p.read_bytes()).hexdigest(),
+                           "size": p.stat().st_size}
+                  for p in sorted((mdir / "attach").glob("*"))}
+        self.answer(200, dict(json.loads((mdir / "msg.json").read_text()),
+                              state=(mdir / "state").read_text(), _attachments=attach))
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.fault("fail_503"):
+            self.read_all()
+            self.answer(503, ["fail", "queue is DOWN"])
+            return
+        parts = self.path.strip("/").split("/")
+        if len(parts) == 3 and parts[0] == "q" and parts[2] == "new_message":
+            self.new_message(parts[1])
+        elif len(parts) == 5 and parts[0] == "q" and parts[3:] == ["attach", "new"]:
+            self.attach(parts[1], parts[2])
+        elif len(parts) == 3 and parts[0] == "q":
+            self.commit(parts[1], parts[2])
+        else:
+            self.answer(404, ["fail", "no such route"])
+
+    def read_all(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length", 0)))
+
+    def form(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.read_all().decode()).items()}
+
+    def new_message(self, queue: str) -> None:
+        form = self.form()
+        if queue not in QUEUES:
+            self.answer(404, ["fail", f"no queue named {queue}"])
+            return
+        msg = json.loads(form["mesg"])
+        msg_id = time.strftime("%Y%m%d.%H%M.%S.000.") + str(next(IDS))
+        mdir = self.msg_dir(queue, msg_id)
+        (mdir / "attach").mkdir(parents=True)
+        (mdir / "msg.json").write_text(json.dumps(msg))
+        (mdir / "state").write_text("prep" if form.get("_method") == "prep" else "que")
+        self.answer(200, ["ok", f"{self.url}q/{queue}/{msg_id}"])
+
+    def attach(self, queue: str, msg_id: str) -> None:
+        mdir = self.msg_dir(queue, msg_id)
+        if self.fault("attach_503"):
+            self.read_all()
+            self.answer(503, ["fail", "try again later"])
+            return
+        if not (mdir / "state").exists() or (mdir / "state").read_text() != "prep":
+            self.read_all()
+            self.answer(404, ["fail", "no such message in prep"])
+            return
+        name, md5 = self.receive_file(mdir / "attach")
+        if self.fault("corrupt"):
+            md5 = corrupt(mdir / "attach" / name)
+        self.answer(200, ["ok", f"{md5}-Attached successfully"])
+
+    def receive_file(self, adir: Path) -> tuple[str, str]:
+        """Stream the single multipart part (our relay's format) into ``adir``."""
+        left = int(self.headers["Content-Length"])
+        boundary = self.headers["Content-Type"].split("boundary=")[1]
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.rfile.read(1)
+        left -= len(head)
+        name = head.split(b'filename="')[1].split(b'"')[0].decode()
+        tail = len(f"\r\n--{boundary}--\r\n")
+        digest = hashlib.md5()
+        with open(adir / name, "wb") as out:
+            size = left - tail
+            while size:
+                chunk = self.rfile.read(min(size, 1 << 20))
+                digest.update(chunk)
+                out.write(chunk)
+                size -= len(chunk)
+        self.rfile.read(tail)
+        return name, digest.hexdigest()
+
+    def commit(self, queue: str, msg_id: str) -> None:
+        form = self.form()
+        mdir = self.msg_dir(queue, msg_id)
+        if form.get("_method") != "commit" or not (mdir / "state").exists():
+            self.answer(404, ["fail", "no such message"])
+            return
+        (mdir / "state").write_text("que")
+        if self.fault("drop_commit"):
+            self.close_connection = True
+            return  # committed, but the answer is lost
+        self.answer(200, ["ok", f"{self.url}q/{queue}/{msg_id}"])
+
+
+def corrupt(path: Path) -> str:
+    """Flip the first byte of ``path`` (damage in transit); its new MD5."""
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0xFF
+    path.write_bytes(data)
+    return hashlib.md5(data).hexdigest()
+
+
+def main() -> None:
+    base, addr, port = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    Peer.base, Peer.url = base, f"http://{addr}:{port}/"
+    server = ThreadingHTTPServer((addr, port), Peer)
+    (base / "ready").write_text("1")
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+"""The relay script against a small RQ peer in another network namespace.
+
+Host ``a`` runs ``rqsys serve`` (its relay queue runs our relay.py); host
+``b`` runs ``relay_peer.py``, which speaks RQ's prep / attach / commit HTTP
+contract, keeps what arrives on disk and misbehaves on request (503s, a lying
+MD5 echo, a commit whose answer is lost).  The far end's disk is the proof of
+"exactly once".  End-to-end relaying between two rqsys instances is in
+test_relay_e2e.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import need, wait_for
+from netns import NetLab, Rqsys, netns_available
+
+from rqsys.scripts import special_config
+
+PEER = Path(__file__).with_name("relay_peer.py")
+PEER_PORT = 8080
+
+
+class World:
+    def __init__(self, lab: NetLab, a: Rqsys, peer_dir: Path) -> None:
+        self.lab, self.a, self.peer_dir = lab, a, peer_dir
+        self.peer_url = f"http://{lab.hosts['b']}:{PEER_PORT}/"
+
+    def faults(self, **faults: Any) -> None:
+        (self.peer_dir / "faults.json").write_text(json.dumps(faults))
+
+    def send(self, dest: str, files: dict[str, bytes] | None = None, **fields: Any) -> str:
+        """Put a message for ``dest`` in a's relay queue; its id."""
+        fds, specs = [], []
+        for name, data in (files or {}).items():
+            path = self.peer_dir.parent / f"upload-{name}"
+            path.write_bytes(data)
+            fds.append(os.open(path, os.O_RDONLY))
+            specs.append({"name": name, "md5": hashlib.md5(data).hexdigest()})
+        try:
+            reply = self.a.call("relay", "create", fds=fds, msg={"dest": dest, **fields},
+                                attachments=specs)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return str(reply["msg_id"])
+
+    def state(self, msg_id: str) -> dict[str, Any]:
+        return self.a.call("relay", "get", msg_id=msg_id)
+
+    def wait_state(self, msg_id: str, state: str, timeout: float = 30) -> dict[str, Any]:
+        return wait_for(lambda: (got := self.state(msg_id))["state"] == state and got,
+                        timeout, f"relay message {msg_id} in {state}")
+
+    def arrived(self, queue: str = "work") -> list[Path]:
+        qdir = self.peer_dir / "q" / queue
+        return sorted(qdir.iterdir()) if qdir.is_dir() else []
+
+    def far_state(self, mdir: Path) -> str:
+        return (mdir / "state").read_text()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    need(netns_available(), "network namespaces need root and iproute2")
+    base = tmp_path_factory.mktemp("relay")
+    lab = NetLab()
+    try:
+        lab.host("a")
+        addr_b = lab.host("b")
+        a = Rqsys(lab, "a", base / "a")
+        relay_cfg = special_config("relay")
+        relay_cfg["env_vars"] = {"BACKOFF_UNIT": "0.2", "BACKOFF_MAX": "2", "RELAY_TIMEOUT": "2"}
+        a.layout.create_queue_dir("relay", relay_cfg)
+        peer_dir = base / "peer"
+        peer_dir.mkdir()
+        lab.popen("b", [sys.executable, str(PEER), str(peer_dir), addr_b, str(PEER_PORT)])
+        wait_for(lambda: (peer_dir / "ready").exists(), 15, "the RQ peer")
+        a.start()
+        yield World(lab, a, peer_dir)
+        a.stop()
+    finally:
+        lab.close()
+
+
+@pytest.fixture
+def w(world: World) -> World:
+    world.faults()
+    shutil.rmtree(world.peer_dir / "q", ignore_errors=True)
+    return world
+
+
+def test_plain_relay_with_attachments(w: World) -> None:
+    # Given a message for b's queue "work" with two attachments
+    files = {"a.txt": b"alpha\n", "b.bin": os.urandom(300_000)}
+    msg_id = w.send(f"{w.peer_url}q/work", files, param1="p1")
+    # When the relay has run
+    got = w.wait_state(msg_id, "relayed")
+    # Then b holds exactly one committed copy, with the same fields and bytes
+    (far,) = w.arrived()
+    assert w.far_state(far) == "que"
+    assert got["status"] == f"{w.peer_url}q/work/{far.name}"
+    sent = json.loads((far / "msg.json").read_text())
+    assert sent["param1"] == "p1" and sent["dest"] == f"{w.peer_url}q/work"
+    assert sent["orig_msg_id"] == got["url"]
+    assert sent["relay_via"] == [w.a.url]
+    for name, data in files.items():
+        assert (far / "attach" / name).read_bytes() == data
+
+
+def test_far_end_unreachable_then_back_arrives_once(w: World) -> None:
+    # Given b cut off the network
+    w.lab.set_link("b", False)
+    try:
+        msg_id = w.send(f"{w.peer_url}q/work")
+        # Then the relay resends (the message is back in que with a reason)
+        wait_for(lambda: int(w.state(msg_id)["msg"].get("count", 0)) >= 2, 30,
+                 "two failed attempts")
+        assert w.arrived() == []
+    finally:
+        w.lab.set_link("b", True)
+    # When b is back, the message arrives exactly once
+    w.wait_state(msg_id, "relayed", timeout=40)
+    assert len(w.arrived()) == 1
+
+
+def test_503_resends_with_reason(w: World) -> None:
+    w.faults(fail_503=2)
+    msg_id = w.send(f"{w.peer_url}q/work")
+    got = w.wait_state(msg_id, "relayed")
+    assert got["msg"]["count"] == 3
+    assert len(w.arrived()) == 1
+
+
+def test_md5_mismatch_is_retried_and_never_committed(w: World) -> None:
+    # Given a far end where every upload arrives damaged
+    w.faults(corrupt=True)
+    msg_id = w.send(f"{w.peer_url}q/work", {"data.bin": b"x" * 1000})
+    wait_for(lambda: int((got := w.state(msg_id))["msg"].get("count", 0)) >= 3
+             and "MD5 mismatch" in got["status"], 30, "three attempts, failed on the MD5")
+    # Then it was never committed
+    (far,) = w.arrived()
+    assert w.far_state(far) == "prep"
+    # When the far end behaves again, the same prepared message is committed once
+    w.faults()
+    got = w.wait_state(msg_id, "relayed", timeout=40)
+    (far,) = w.arrived()
+    assert w.far_state(far) == "que" and got["status"].endswith(far.name)
+
+
+def test_commit_answer_lost_gives_one_copy(w: World) -> None:
+    # Given a far end that commits but whose answer never comes back
+    w.faults(drop_commit=1)
+    msg_id = w.send(f"{w.peer_url}q/work", {"f": b"123"})
+    got = w.wait_state(msg_id, "relayed")
+    # Then the retry found it committed (relay_id) and did not send a second copy
+    (far,) = w.arrived()
+    assert got["msg"]["count"] == 2
+    assert got["status"].endswith(far.name) and w.far_state(far) == "que"
+
+
+def test_far_end_forgot_prepared_message_prepares_again(w: World) -> None:
+    # Given a prepared message whose upload was refused once...
+    w.faults(attach_503=1)
+    msg_id = w.send(f"{w.peer_url}q/work", {"f": b"data"})
+    wait_for(lambda: int(w.state(msg_id)["msg"].get("count", 0)) >= 1 and w.arrived(), 20,
+             "the first prep")
+    # ...and that the far end then forgets
+    first = w.arrived()[0].name
+    shutil.rmtree(w.arrived()[0])
+    got = w.wait_state(msg_id, "relayed")
+    (far,) = w.arrived()
+    assert far.name != first and w.far_state(far) == "que"
+    assert (far / "attach" / "f").read_bytes() == b"data"
+    assert got["status"].endswith(far.name)
+
+
+def test_loop_back_to_origin_is_err(w: World) -> None:
+    # A message that this host's relay already sent once has come round again
+    msg_id = w.send(f"{w.peer_url}q/work", relay_via=["http://10.213.1.9:3333/", w.a.url])
+    got = w.wait_state(msg_id, "err")
+    assert "relay loop" in got["status"] and w.a.url in got["status"]
+    assert w.arrived() == []
+
+
+def test_relay_to_this_host_is_err(w: World) -> None:
+    msg_id = w.send(f"{w.a.url}q/relay")
+    got = w.wait_state(msg_id, "err")
+    assert "relay loop" in got["status"] and "is this host" in got["status"]
+
+
+@pytest.mark.parametrize("dest, why", [
+    ("http://10.213.1.3:8080/nowhere", "not a queue URL"),
+    ("http://10.213.1.3:8080/q/missing", "not found"),
+])
+def test_bad_destinations_are_err(w: World, dest: str, why: str) -> None:
+    msg_id = w.send(dest.replace("10.213.1.3:8080/", w.peer_url[7:]))
+    got = w.wait_state(msg_id, "err")
+    assert why in got["status"]
