@@ -20,7 +20,7 @@ POST_METHODS = ("delete", "destroy", "commit")
 def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
     """RQ's message JSON: the message's fields plus state, status and _attachments."""
     got = web.call(queue, "get", msg_id=msg_id)
-    return dict(got["msg"], msg_id=msg_id, url=got["url"], state=got["state"],
+    return dict(got["msg"], msg_id=msg_id, url=web.msg_url(queue, msg_id), state=got["state"],
                 status=got["status"], _attachments=got["attachments"])
 
 
@@ -44,8 +44,8 @@ class MessageResource:
         method = params.get("_method")
         if method not in POST_METHODS:
             raise BadRequest(f"_method must be one of {', '.join(POST_METHODS)}")
-        got = self.web.call(queue, method, msg_id=msg_id)
-        value = got.get("url") or f"{method}: done"
+        self.web.call(queue, method, msg_id=msg_id)
+        value = self.web.msg_url(queue, msg_id) if method == "commit" else f"{method}: done"
         ok(req, resp, value, params, page=self.web.queue_path(queue))
 
 
@@ -68,7 +68,8 @@ class Clone:
         queue, msg_id = queue_and_id(name, mid)
         params = body.read_params(req)
         got = self.web.call(queue, "clone", msg_id=msg_id)
-        ok(req, resp, got["url"], params, page=self.web.msg_path(queue, got["msg_id"]))
+        ok(req, resp, self.web.msg_url(queue, got["msg_id"]), params,
+           page=self.web.msg_path(queue, got["msg_id"]))
 
 
 class RunNow:

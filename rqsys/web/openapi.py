@@ -33,8 +33,8 @@ SUMMARY = {"type": "object", "required": ["name", "admin_state", "status", "coun
                           "status": {"type": "string"}, "num_workers": {"type": "integer"},
                           "counts": {"type": "object",
                                      "additionalProperties": {"type": "integer"}}}}
-FORM_POST: dict[str, Any] = {"type": "object", "properties": {"back": {"type": "string", "pattern": "^/[a-z]"},
-                                              "x_format": {"enum": ["json", "html"]}}}
+FORM_POST: dict[str, Any] = {"type": "object", "properties": {
+    "back": {"type": "string", "pattern": "^/[a-z]"}, "x_format": {"enum": ["json", "html"]}}}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from rqsys.web.answers import Forbidden, ok
 from rqsys.web.context import Web, split_suffix
 
 ADMIN_OPERS = ("up", "down", "pause", "resume")
-CREATE_METHODS: dict[str, dict[str, Any]] = {"commit": {}, "prep": {"state": "prep"}, "single_que": {"single": True}}
+CREATE_METHODS: dict[str, dict[str, Any]] = {
+    "commit": {}, "prep": {"state": "prep"}, "single_que": {"single": True}}
 MAX_DONE_LIMIT = 1000
 
 
@@ -113,7 +114,8 @@ class NewMessage:
             raise BadRequest(f"_method must be commit, prep or single_que, not {method!r:.40}")
         msg = body.message_from(params)
         got = self.web.call(name, "create", msg=msg, **CREATE_METHODS[method])
-        ok(req, resp, got["url"], params, page=self.web.msg_path(name, got["msg_id"]))
+        ok(req, resp, self.web.msg_url(name, got["msg_id"]), params,
+           page=self.web.msg_path(name, got["msg_id"]))
 
 
 class AdminOper:

@@ -38,7 +38,7 @@ def receive(req: falcon.Request, qdir: Path, fallback_dir: Path) -> Upload:
         if part.name != FIELD:
             part.stream.read()  # skip other fields: RQ sends only the file
             continue
-        name = check_attach_name(os.path.basename(part.filename or ""))
+        name = check_attach_name(part.filename or "")
         fd = _temp_fd(qdir / TMP_DIR, fallback_dir)
         try:
             md5, size = _copy(part.stream, fd)
