@@ -76,10 +76,13 @@ class Scanner:
                 self._begin_removal(name.name)  # a removal interrupted by our restart
         self._full_rescan()
         self._sync_dirty()
+        self._finish_removals()
         self.timers.forget_missing()
         names = self._scandir_queues()
         self.enabler.enable(names)
-        self.notifier.ready(f"{len(names)} queues, {len(self.timers.timers)} timers")
+        status = f"{len(names)} queues, {len(self.timers.timers)} timers"
+        self.log.event("daemon", f"rq-scan ready: {status}; watching {self.scandir}")
+        self.notifier.ready(status)
 
     def _install_signals(self) -> None:
         self._wake_r, self._wake_w = socket.socketpair()
