@@ -1,0 +1,163 @@
+"""A real systemd, booted with systemd-nspawn on a throw-away overlay of ``/``.
+
+The container sees the host's file system (so the project's venv is there)
+through an overlay whose upper layer is a tmpfs: nothing it writes reaches
+the host.  ``Container.run`` runs a command inside with ``nsenter``.
+Teardown powers the container off, kills only its own leader if it will not
+go, and unmounts the overlay and the tmpfs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+BOOT_TIMEOUT = 60.0
+POWEROFF_TIMEOUT = 30.0
+CONTAINER_PYTHON = "/opt/rq-python"
+
+
+def can_boot() -> str:
+    """Why a container cannot be booted here ('' when it can)."""
+    if os.geteuid() != 0:
+        return "booting systemd in a container needs root"
+    for tool in ("systemd-nspawn", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (Debian: systemd-container, util-linux)"
+    return ""
+
+
+class Container:
+    """One booted container; ``run`` executes commands inside it."""
+
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="rq-nspawn-"))
+        self.root = self.base / "merged"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.leader = 0
+        self._mounted: list[Path] = []
+
+    # ------------------------------------------------------------ start/stop
+    def boot(self) -> None:
+        self._mount_overlay()
+        self.console = open(self.base.with_suffix(".console"), "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            ["systemd-nspawn", "-q", "-D", str(self.root), "--private-network",
+             "--register=no", "--keep-unit", "--link-journal=no", "-b"],
+            stdin=subprocess.DEVNULL, stdout=self.console, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self.leader = self._wait_leader()
+        self._wait_running()
+
+    def _mount_overlay(self) -> None:
+        _mount("-t", "tmpfs", "tmpfs", str(self.base))
+        self._mounted.append(self.base)
+        for sub in ("upper", "work", "merged"):
+            (self.base / sub).mkdir()
+        _mount("-t", "overlay", "overlay", "-o",
+               f"lowerdir=/,upperdir={self.base}/upper,workdir={self.base}/work", str(self.root))
+        self._mounted.append(self.root)
+
+    def _wait_leader(self) -> int:
+        """The container's PID 1 as seen from here (nspawn's child)."""
+        assert self.proc is not None
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"systemd-nspawn exited {self.proc.returncode}: "
+                                   f"{self.console_text()}")
+            pids = children.read_text().split() if children.exists() else []
+            if pids:
+                return int(pids[0])
+            time.sleep(0.05)
+        raise RuntimeError("systemd-nspawn started no container")
+
+    def _wait_running(self) -> None:
+        """Until systemd has booted ("offline" or no bus: PID 1 is not systemd yet)."""
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while True:
+            result = self.run("systemctl", "is-system-running", "--wait", check=False,
+                              timeout=BOOT_TIMEOUT)
+            if result.stdout.strip() in ("running", "degraded"):
+                return
+            booting = "connect to bus" in result.stderr or result.stdout.strip() == "offline"
+            if time.monotonic() > deadline or not booting:
+                raise RuntimeError(f"container did not boot: {result.stdout} {result.stderr}")
+            time.sleep(0.1)
+
+    def shutdown(self) -> None:
+        """Power off, kill the leader if needed, unmount; safe after a failed boot."""
+        try:
+            self._stop()
+        finally:
+            for path in reversed(self._mounted):
+                subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)
+            self._mounted.clear()
+            shutil.rmtree(self.base, ignore_errors=True)
+            if hasattr(self, "console"):
+                self.console.close()
+                self.base.with_suffix(".console").unlink(missing_ok=True)
+
+    def _stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # nspawn asks the container to power off
+        try:
+            self.proc.wait(POWEROFF_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            if self.leader:
+                os.kill(self.leader, signal.SIGKILL)  # ends its whole pid namespace
+            self.proc.wait(POWEROFF_TIMEOUT)
+
+    def expose_python(self, venv: Path, base_prefix: str) -> None:
+        """Let service users run ``venv``'s Python: bind its base under /opt inside.
+
+        Here the interpreter may live under /root (pyenv), which no service
+        user can enter (and ProtectHome= hides); a real host has it in /usr.
+        Only the container's view changes: a bind mount and the venv's links.
+        """
+        if _world_reachable(Path(base_prefix)):
+            return
+        self.run("mkdir", "-p", CONTAINER_PYTHON)
+        self.run("mount", "--bind", "-o", "ro", base_prefix, CONTAINER_PYTHON)
+        for link in (venv / "bin").iterdir():
+            if link.is_symlink() and os.readlink(link).startswith(base_prefix):
+                target = CONTAINER_PYTHON + os.readlink(link)[len(base_prefix):]
+                self.run("ln", "-sfn", target, str(link))
+        self.run("sed", "-i", f"s|{base_prefix}|{CONTAINER_PYTHON}|g", str(venv / "pyvenv.cfg"))
+
+    def console_text(self) -> str:
+        return self.base.with_suffix(".console").read_text(errors="replace")[-2000:]
+
+    # ------------------------------------------------------------ inside
+    def run(self, *argv: str, check: bool = True, timeout: float = 60.0,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside the container (all its namespaces)."""
+        result = subprocess.run(["nsenter", "-t", str(self.leader), "-a", *argv],
+                                capture_output=True, text=True, timeout=timeout, input=input)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} exited {result.returncode}:\n"
+                                 f"{result.stdout}{result.stderr}")
+        return result
+
+    def path(self, inside: str) -> Path:
+        """A path inside the container, as seen from the host."""
+        return self.root / inside.lstrip("/")
+
+    def show(self, unit: str, prop: str) -> str:
+        return self.run("systemctl", "show", "-p", prop, "--value", unit).stdout.strip()
+
+
+def _world_reachable(path: Path) -> bool:
+    """True when every directory down to ``path`` may be entered by anyone."""
+    return all(p.stat().st_mode & 0o001 for p in [*reversed(path.parents), path])
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, timeout=30)
