@@ -65,8 +65,11 @@ def install(prefix: Path, executable: str) -> list[Path]:
     written = []
     for name, target in pairs:
         path = prefix / target
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render((src / name).read_text(), executable))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render((src / name).read_text(), executable))
+        except OSError as exc:
+            raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
         written.append(path)
     return written
 
