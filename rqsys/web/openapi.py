@@ -9,10 +9,10 @@ QUEUE = {"name": "name", "in": "path", "required": True,
 MSG_ID = {"name": "mid", "in": "path", "required": True,
           "schema": {"type": "string", "pattern": r"^\d{8}\.\d{4}\.\d{2}\.\d{3}(\.\d{1,9})?$"}}
 NAME = {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,199}$"}
-FAIL = {"type": "array", "prefixItems": [{"const": "fail"}, {"type": "string"}],
-        "minItems": 2, "maxItems": 2}
-OK_STRING = {"type": "array", "prefixItems": [{"const": "ok"}, {"type": "string"}],
-             "minItems": 2, "maxItems": 2}
+FAIL = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2,
+        "description": '["fail", why]'}
+OK_STRING = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2,
+             "description": '["ok", value]'}
 MESSAGE = {"type": "object", "additionalProperties": False, "properties": {
     "dest": {"type": "string"}, "src": {"type": "string"},
     **{f"param{i}": {"type": "string"} for i in range(1, 5)},
@@ -74,7 +74,10 @@ TEXT = {"type": "string"}
 
 def _paths() -> dict[str, Any]:
     qm = [QUEUE, MSG_ID]
-    mesg_form = _with({"mesg": {"type": "string"},
+    mesg_form = _with({"mesg": {"type": "string", "description": "the message as JSON text"},
+                       **{f"mesg_{f}": {"type": "string"} for f in (
+                           "src", "param1", "param2", "param3", "param4")},
+                       "mesg_max_count": {"type": "string", "pattern": "^[0-9]{1,5}$"},
                        "_method": {"enum": ["commit", "prep", "single_que"]}})
     return {
         "/": _get([], HTML, "Dashboard (HTML)", "text/html"),
