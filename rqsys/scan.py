@@ -43,6 +43,12 @@ def install_queue(layout: Layout, name: str, entry: Path) -> dict[str, Any]:
     layout.create_queue_dir(name, cfg)
     form = entry / "form.json"
     layout.link_form(name, form.resolve() if form.exists() else None)
+    return cfg
+
+
+def install_from_scandir(layout: Layout, name: str, entry: Path) -> dict[str, Any]:
+    """install_queue, marking the queue as rq-scan's: removing the entry trashes it."""
+    cfg = install_queue(layout, name, entry)
     layout.mark_queue(name, SCANDIR_MARK, f"{entry}\n")
     return cfg
 
@@ -68,7 +74,7 @@ def reconcile(layout: Layout, scandir: Path, log: Any = None) -> list[str]:
     names = []
     for entry in sorted(scandir.iterdir()) if scandir.is_dir() else []:
         try:
-            install_queue(layout, entry.name, entry)
+            install_from_scandir(layout, entry.name, entry)
         except (RQError, BadRequest, OSError) as exc:
             if log is not None:
                 log.event("daemon", f"scandir entry {entry.name!r} skipped: {exc}")

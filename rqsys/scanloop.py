@@ -233,7 +233,7 @@ class Scanner:
     def _install(self, name: str, entry: Path, changed: bool) -> bool:
         before = scan.installed_state(self.layout, name)
         is_new = before[0] is None
-        scan.install_queue(self.layout, name, entry)
+        scan.install_from_scandir(self.layout, name, entry)
         if is_new:
             self.log.event("daemon", f"queue {name} created from {entry}")
             return True
