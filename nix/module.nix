@@ -171,7 +171,11 @@ let
     environment.RQ_ROOT = cfg.stateDir;
     after = [ "rq-config.service" ];
     wants = [ "rq-config.service" ];
-    serviceConfig.ReadWritePaths = [ cfg.stateDir ];
+    # "" drops upstream's ReadWritePaths=/var/lib/rq, which must exist to be mounted.
+    serviceConfig.ReadWritePaths = [
+      ""
+      cfg.stateDir
+    ];
   };
   unprivileged = {
     serviceConfig = {

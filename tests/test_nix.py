@@ -116,7 +116,7 @@ def test_services_are_drop_ins_with_state_dir_and_user(full: dict[str, Any]) -> 
     assert set(services) == {"rq@", "rq-scan", "rq-web", "rq-config"}
     for name in ("rq@", "rq-scan", "rq-web"):
         assert services[name]["environment"] == {"RQ_ROOT": STATE}
-        assert services[name]["serviceConfig"]["ReadWritePaths"] == [STATE]
+        assert services[name]["serviceConfig"]["ReadWritePaths"] == ["", STATE]
         assert "rq-config.service" in services[name]["after"]
         assert "ExecStart" not in services[name]["serviceConfig"]  # upstream's stays
     for name in ("rq@", "rq-web"):
