@@ -104,7 +104,8 @@ def test_units_are_installed(installed: Path) -> None:
 
 def test_installed_commands_run_the_installed_package(installed: Path) -> None:
     where = subprocess.run([str(installed / "bin" / "python"), "-c",
-                            "import rqsys, rqsys._native._rqspawn as s; print(rqsys.__file__)"],
+                            "import rqsys, rqsys._native._rqspawn; from rqsys import config; "
+                            "config.schema('queue'); print(rqsys.__file__)"],
                            capture_output=True, text=True, timeout=30, cwd=installed)
     assert where.returncode == 0, where.stderr
     assert where.stdout.startswith(str(installed)), where.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import need
+from conftest import need, wait_for
 
 from rqsys import cli, config, protocol
 from rqsys.queued import QueueDaemon
@@ -227,3 +227,51 @@ def test_field_entry_finds_definitions() -> None:
     text = source("rqsys.json.5")
     assert "Default: *3333*" in field_entry(text, "port")
     assert field_entry(text, "no_such_field") == ""
+
+
+# ------------------------------------------------------------------ the examples work
+def example_scripts() -> dict[str, str]:
+    """The complete scripts in rq-queue-script(7)'s EXAMPLES, by interpreter."""
+    examples = source("rq-queue-script.7").split("# EXAMPLES", 1)[1].split("\n# ", 1)[0]
+    blocks = re.findall(r"```\n(.*?)```", examples, re.S)
+    return {block.split("\n", 1)[0]: block for block in blocks if block.startswith("#!")}
+
+
+def finished(proc: Any, msg_id: str) -> dict[str, Any] | None:
+    """The message once its script has ended (get's answer), else None."""
+    got = proc.call("get", msg_id=msg_id)
+    return got if got["state"] != "run" and got["status"] else None
+
+
+def test_the_page_has_a_shell_and_a_python_example() -> None:
+    assert set(example_scripts()) == {"#!/bin/bash", "#!/usr/bin/env python3"}
+
+
+@pytest.mark.parametrize("interpreter", ["#!/bin/bash", "#!/usr/bin/env python3"])
+def test_example_script_runs_to_done(interpreter: str, layout, make_queue, daemon,
+                                     tmp_path: Path) -> None:
+    need(shutil.which("curl") is not None or "python" in interpreter, "curl")
+    # Given the page's example as a queue script, and a page to fetch
+    shebang, body = example_scripts()[interpreter].split("\n", 1)
+    make_queue("fetch", body, shebang=shebang)
+    page = tmp_path / "page.html"
+    page.write_text("<p>hello</p>\n")
+    proc = daemon("fetch")
+    # When a message names the page
+    msg_id = proc.call("create", msg={"param1": page.as_uri()})["msg_id"]
+    # Then the script fetched it and said done with its size
+    got = wait_for(lambda: finished(proc, msg_id), 20, "the example to finish")
+    assert (got["state"], got["status"]) == ("done", f"{page.stat().st_size} bytes")
+
+
+def test_example_script_resends_on_a_failed_fetch(layout, make_queue, daemon,
+                                                  tmp_path: Path) -> None:
+    # Given the page's Python example as a queue script
+    shebang, body = example_scripts()["#!/usr/bin/env python3"].split("\n", 1)
+    make_queue("fetch", body, shebang=shebang)
+    proc = daemon("fetch")
+    # When the page it should fetch does not exist
+    msg_id = proc.call("create", msg={"param1": (tmp_path / "missing").as_uri()})["msg_id"]
+    # Then it is back in que with the reason, for a later run
+    got = wait_for(lambda: finished(proc, msg_id), 20, "the example to finish")
+    assert got["state"] == "que" and "No such file" in got["status"], got
