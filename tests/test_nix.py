@@ -262,3 +262,69 @@ def test_bad_option_values_are_refused(settings: dict[str, Any], message: str) -
 def test_inconsistent_settings_fail_an_assertion(settings: dict[str, Any], message: str) -> None:
     failed = evaluate({"enable": True, **settings})["failedAssertions"]
     assert len(failed) == 1 and message in failed[0], failed
+
+
+# ------------------------------------------------------------------ package
+PACKAGE = REPO / "nix" / "tests" / "eval-package.nix"
+SUBSTITUTE_SHIM = """
+substituteInPlace() {  # stdenv's, reduced to the one flag package.nix uses
+    local file=$1; shift
+    while [ $# -gt 0 ]; do
+        [ "$1" = --replace-quiet ] || { echo "unknown flag $1" >&2; return 1; }
+        sed -i "s|$2|$3|g" "$file"; shift 3
+    done
+}
+"""
+
+
+def package(python_version: str) -> dict[str, Any]:
+    done = nix_instantiate("--eval", "--strict", "--json", str(PACKAGE),
+                           "--argstr", "pythonVersion", python_version)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+@pytest.mark.parametrize(("version", "asyncore"), [("3.11", False), ("3.12", True),
+                                                   ("3.13", True)])
+def test_package_depends_on_pyasyncore_from_python_3_12(version: str, asyncore: bool) -> None:
+    deps = package(version)["dependencies"]
+    assert ("pyasyncore" in deps) is asyncore
+    assert {"cffi", "falcon", "waitress", "jsonschema", "pyinotify", "systemd"} <= set(deps)
+
+
+def test_package_dependencies_match_pyproject() -> None:
+    text = (REPO / "pyproject.toml").read_text()
+    block = text.split("\ndependencies = [", 1)[1].split("]", 1)[0]
+    wanted = {re.split(r"[<>=;\s]", line.strip().strip('",'), maxsplit=1)[0]
+              for line in block.splitlines() if line.strip()}
+    nix_names = {"systemd-python": "systemd"}
+    assert {nix_names.get(n, n) for n in wanted} == set(package("3.12")["dependencies"])
+
+
+def test_package_builds_man_pages_and_imports_the_cffi_helper() -> None:
+    pkg = package("3.12")
+    assert pkg["nativeBuildInputs"] == ["scdoc"] and pkg["RQSYS_REQUIRE_MAN"] == "1"
+    assert "rqsys._native._rqspawn" in pkg["pythonImportsCheck"]
+    assert "cffi" in pkg["build-system"] and pkg["pyproject"] is True
+
+
+def test_package_post_install_puts_units_with_store_paths(tmp_path: Path) -> None:
+    # Given $out as setup.py installs it (units under share/rqsys/units)
+    out = tmp_path / "out"
+    shutil.copytree(REPO / "units", out / "share" / "rqsys" / "units")
+    # When package.nix's postInstall runs on it
+    script = SUBSTITUTE_SHIM + package("3.12")["postInstall"]
+    done = subprocess.run(["bash", "-euc", script], env={"out": str(out), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    # Then systemd.packages finds every unit, pointing into the store, not /usr
+    unit_dir = out / "lib" / "systemd" / "system"
+    shipped = sorted(p.name for p in (REPO / "units").iterdir() if p.is_file())
+    assert sorted(p.name for p in unit_dir.iterdir()) == shipped
+    service = (unit_dir / "rq@.service").read_text()
+    assert f"ExecStart={out}/bin/rqsys queue %i" in service
+    assert "ExecReload=/nix/store/00000000000000000000000000000000-coreutils/bin/kill" in service
+    for unit in unit_dir.iterdir():
+        assert "/usr/bin/" not in unit.read_text() and "=/bin/" not in unit.read_text(), unit
+    assert (out / "lib" / "tmpfiles.d" / "rqsys.conf").is_file()
+    assert (out / "lib" / "sysusers.d" / "rqsys.conf").is_file()

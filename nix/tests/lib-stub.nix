@@ -1,6 +1,7 @@
-# A stand-in for the few nixpkgs `lib` functions nix/module.nix uses, so the
-# module can be evaluated without nixpkgs (tests/test_nix.py).  Option types
-# carry a `check`; submodule, nullOr, listOf and attrsOf say what they wrap.
+# A stand-in for the few nixpkgs `lib` functions nix/module.nix and
+# nix/package.nix use, so they can be evaluated without nixpkgs
+# (tests/test_nix.py).  Option types carry a `check`; submodule, nullOr,
+# listOf and attrsOf say what they wrap.
 let
   type = name: check: { inherit name check; };
   isPathLike =
@@ -40,6 +41,20 @@ rec {
   optional = cond: x: if cond then [ x ] else [ ];
   optionalAttrs = cond: set: if cond then set else { };
   hasPrefix = pre: s: builtins.substring 0 (builtins.stringLength pre) s == pre;
+
+  # For nix/package.nix.
+  hasSuffix =
+    suf: s:
+    let
+      n = builtins.stringLength s;
+      m = builtins.stringLength suf;
+    in
+    n >= m && builtins.substring (n - m) m s == suf;
+  optionals = cond: xs: if cond then xs else [ ];
+  versionAtLeast = v: least: builtins.compareVersions v least >= 0;
+  cleanSourceWith = { src, filter }: toString src; # a string: never copied into a store
+  licenses.mit = "mit";
+  platforms.linux = [ "x86_64-linux" "aarch64-linux" ];
 
   types = {
     bool = type "bool" builtins.isBool;

@@ -1,0 +1,31 @@
+# Evaluates nix/package.nix without nixpkgs: buildPythonApplication returns
+# its arguments, packages are their names.  tests/test_nix.py checks the
+# dependencies for a Python version and runs postInstall on real unit files.
+{
+  pythonVersion ? "3.12",
+}:
+let
+  names = [
+    "setuptools"
+    "wheel"
+    "cffi"
+    "falcon"
+    "waitress"
+    "jsonschema"
+    "pyinotify"
+    "systemd"
+    "pyasyncore"
+  ];
+  pythonPackages = builtins.listToAttrs (map (name: { inherit name; value = name; }) names) // {
+    buildPythonApplication = args: args;
+  };
+in
+import ../package.nix {
+  lib = import ./lib-stub.nix;
+  python3 = {
+    inherit pythonVersion;
+    pkgs = pythonPackages;
+  };
+  scdoc = "scdoc";
+  coreutils = "/nix/store/00000000000000000000000000000000-coreutils";
+}
