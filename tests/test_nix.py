@@ -328,3 +328,39 @@ def test_package_post_install_puts_units_with_store_paths(tmp_path: Path) -> Non
         assert "/usr/bin/" not in unit.read_text() and "=/bin/" not in unit.read_text(), unit
     assert (out / "lib" / "tmpfiles.d" / "rqsys.conf").is_file()
     assert (out / "lib" / "sysusers.d" / "rqsys.conf").is_file()
+
+
+# ------------------------------------------------------------------ flake
+@pytest.fixture(scope="module")
+def flake() -> dict[str, Any]:
+    done = nix_instantiate("--eval", "--strict", "--json",
+                           str(REPO / "nix" / "tests" / "eval-flake.nix"))
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_flake_exposes_package_module_shell_and_checks(flake: dict[str, Any]) -> None:
+    assert flake["systems"] == ["aarch64-linux", "x86_64-linux"]
+    assert flake["packages"] == {"default": str(REPO / "nix" / "package.nix"),
+                                 "rqsys": str(REPO / "nix" / "package.nix")}
+    assert flake["moduleImports"] == [str(REPO / "nix" / "module.nix")]
+    assert flake["modulePackage"].endswith("-rqsys")  # the module defaults to the flake's
+    assert flake["devShellInputs"] == [flake["modulePackage"]]
+    assert {"scdoc", "mandoc", "pytest"} <= set(flake["devShellPackages"])
+    assert flake["checks"] == ["package", "vm"]
+
+
+def test_vm_test_configures_a_valid_queue(flake: dict[str, Any]) -> None:
+    vm = flake["vmConfig"]
+    assert vm["failedAssertions"] == []
+    assert vm["systemd"]["sockets"]["rq@hello"]["wantedBy"] == ["sockets.target"]
+    run = entry_files(vm["services"]["rq"]["generated"]["scandir"]["hello"])["run"]
+    assert run["text"] == flake["vmScript"]
+
+
+def test_vm_test_script_compiles_and_waits_for_done(flake: dict[str, Any]) -> None:
+    script = flake["vmTestScript"]
+    compile(script, "vm-test-script", "exec")
+    assert "curl" in script and "/q/hello/new_message" in script
+    said = re.search(r'echo "done (said hello to) \$RQ_PARAM1" >&3', flake["vmScript"])
+    assert said and f"^ok done - {said.group(1)} vm" in script

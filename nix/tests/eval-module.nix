@@ -6,8 +6,10 @@
 # failedAssertions.  Usage:
 #   nix-instantiate --eval --strict --json nix/tests/eval-module.nix \
 #     --argstr settingsJson '{"enable": true, "queues": {...}}'
+# (or, from Nix, with `settings` as an attribute set).
 {
   settingsJson ? "{}",
+  settings ? builtins.fromJSON settingsJson,
 }:
 let
   lib = import ./lib-stub.nix;
@@ -93,7 +95,7 @@ let
       throw "conflicting definitions of ${n}";
 
   declared = (call (throw "options must not depend on config")).options.services.rq;
-  cfg = evalOptions "services.rq" declared (builtins.fromJSON settingsJson);
+  cfg = evalOptions "services.rq" declared settings;
   out = resolve (call { services.rq = builtins.deepSeq cfg cfg; }).config;
   result = if isDropped out then { } else out;
 in
