@@ -30,7 +30,7 @@ from rqsys.events import EventLog
 from rqsys.store import DISABLED_MARK, QUEUE_NAME_RE, Layout
 from rqsys.systemd import Notifier
 
-SETTLE, SETTLE_MAX = 0.05, 0.5  # seconds of quiet before syncing; longest wait
+SETTLE, SETTLE_MAX = 0.02, 0.5  # seconds of quiet before syncing; longest wait
 DIR_MASK = (pyinotify.IN_CREATE | pyinotify.IN_DELETE | pyinotify.IN_MOVED_FROM
             | pyinotify.IN_MOVED_TO | pyinotify.IN_ATTRIB | pyinotify.IN_CLOSE_WRITE
             | pyinotify.IN_DELETE_SELF)
