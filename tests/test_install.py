@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import pytest
 from conftest import need, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCES = ("setup.py", "pyproject.toml", "README.md", "rqsys", "man", "units")
+SOURCES = ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "rqsys", "man", "units")
 PAGES = {"man1": "rq.1", "man8": "rqsys.8", "man7": "rq-queue-script.7", "man5": "rqsys.json.5"}
 DEV_SITE = sysconfig.get_paths()["purelib"]
 PIP_TIMEOUT = 120
@@ -123,6 +124,19 @@ def test_install_units_renders_the_installed_paths(installed: Path, tmp_path: Pa
     service = (tmp_path / "etc/systemd/system/rq@.service").read_text()
     assert f"ExecStart={rqsys} queue %i" in service
     assert (tmp_path / "etc/tmpfiles.d/rqsys.conf").is_file()
+
+
+def test_source_distribution_carries_man_sources_and_units(tmp_path: Path) -> None:
+    src = copy_source(_mkdir(tmp_path / "src"))
+    done = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)],
+                          cwd=src, capture_output=True, text=True, timeout=PIP_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    (sdist,) = tmp_path.glob("rqsys-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    wanted = {f"man/{p.name}" for p in (REPO / "man").glob("*.scd")}
+    wanted |= {str(p.relative_to(REPO)) for p in (REPO / "units").rglob("*") if p.is_file()}
+    assert wanted <= names, sorted(wanted - names)
 
 
 def _path_without(tool: str, tmp_path: Path) -> str:
