@@ -275,3 +275,17 @@ def test_example_script_resends_on_a_failed_fetch(layout, make_queue, daemon,
     # Then it is back in que with the reason, for a later run
     got = wait_for(lambda: finished(proc, msg_id), 20, "the example to finish")
     assert got["state"] == "que" and "No such file" in got["status"], got
+
+
+# ------------------------------------------------------------------ nothing stale
+def test_rq1_documents_no_verb_that_does_not_exist() -> None:
+    section = source("rq.1").split("# VERBS", 1)[1].split("\n# ", 1)[0]
+    documented = set(re.findall(r"^\*(\w+)\*$", section, re.M))
+    assert documented == set(subparsers(cli.rq_parser()))
+
+
+def test_script_page_documents_no_variable_the_daemon_does_not_set() -> None:
+    section = source("rq-queue-script.7").split("# ENVIRONMENT", 1)[1].split("\n# ", 1)[0]
+    documented = set(re.findall(r"\*(RQ_[A-Z0-9_]+)\*", section))
+    assert documented and documented <= script_env_names() | {"RQ_"}, \
+        sorted(documented - script_env_names())
