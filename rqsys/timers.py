@@ -90,11 +90,11 @@ class TimerTable:
 
     def remove(self, name: str) -> None:
         """Stop a timer and forget its last firing (a new one fires at once)."""
-        if self.timers.pop(name, None) is not None:
-            self.log.event("daemon", f"timer {name} removed")
         self.retry_at.pop(name, None)
         if self.last.pop(name, None) is not None:
             self._save_state()
+        if self.timers.pop(name, None) is not None:
+            self.log.event("daemon", f"timer {name} removed")
 
     def forget_missing(self) -> None:
         """Drop saved firings of timers whose file went away while we were down."""
