@@ -9,6 +9,7 @@ are sent with the ``rq`` CLI inside the container, through /run/rq/t.sock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -76,6 +77,7 @@ def _install(box: Container) -> None:
     (entry / "run").chmod(0o755)
     (entry / "config.json").write_text(json.dumps({"num_workers": 4}))
     _make_queue(box, "t")
+    box.run("ln", "-s", "/opt/rqtest/t", "/var/lib/rq/scandir/t")  # so rq-scan keeps it
     box.run("mkdir", "-p", "/var/lib/rq/release")
     drop_in = box.path(f"/etc/systemd/system/{UNIT}.d/test.conf")
     drop_in.parent.mkdir(parents=True)
@@ -122,6 +124,23 @@ def wait_blocked(box: Container, msg_id: str) -> None:
 
 def release(box: Container, token: str) -> None:
     box.run("touch", f"/var/lib/rq/release/{token}")
+
+
+@contextlib.contextmanager
+def blocking(box: Container, token: str) -> Iterator[str]:
+    """A message whose script runs until ``token`` is released (always, at the end)."""
+    msg_id = send(box, "--param1", "block", "--param2", token)
+    try:
+        wait_blocked(box, msg_id)
+        yield msg_id
+    finally:
+        release(box, token)
+
+
+def runs(box: Container, msg_id: str) -> int:
+    """How many times the script has started for ``msg_id`` (its stdio.log lines)."""
+    log = store(box).msg_dir(state_of(box, msg_id), msg_id) / "job" / "stdio.log"
+    return log.read_text().count(f"hello from {msg_id} ") if log.is_file() else 0
 
 
 def count_of(box: Container, msg_id: str) -> int:
@@ -191,52 +210,44 @@ def test_message_runs_by_socket_activation_and_reaches_journal(box: Container) -
 
 def test_status_shows_live_counts(box: Container) -> None:
     # Given a running message
-    msg_id = send(box, "--param1", "block", "--param2", "status")
-    wait_blocked(box, msg_id)
-    # Then systemctl tells the operator what is going on
-    wait_for(lambda: re.fullmatch(r"que 0, run 1/4, done \d+, err 0",
-                                  box.show(UNIT, "StatusText")), 10, "STATUS with run 1/4")
-    status = box.run("systemctl", "status", "--no-pager", UNIT, check=False).stdout
-    assert re.search(r'Status: "que 0, run 1/4, done \d+, err 0"', status), status
-    release(box, "status")
+    with blocking(box, "status") as msg_id:
+        # Then systemctl tells the operator what is going on
+        wait_for(lambda: re.fullmatch(r"que 0, run 1/4, done \d+, err 0",
+                                      box.show(UNIT, "StatusText")), 10, "STATUS with run 1/4")
+        status = box.run("systemctl", "status", "--no-pager", UNIT, check=False).stdout
+        assert re.search(r'Status: "que 0, run 1/4, done \d+, err 0"', status), status
     wait_state(box, msg_id, "done")
 
 
 def test_sigkill_mid_run_restarts_and_runs_again(box: Container) -> None:
     # Given a message whose script is running
-    msg_id = send(box, "--param1", "block", "--param2", "sigkill")
-    wait_blocked(box, msg_id)
-    before, pid = restarts(box), main_pid(box)
-    # When the daemon is SIGKILLed
-    box.run("systemctl", "kill", "--kill-who=main", "-s", "KILL", UNIT)
-    # Then systemd restarts it, it recovers the message and runs it again
-    wait_for(lambda: restarts(box) > before and main_pid(box) not in (0, pid), 20,
-             "the restarted daemon")
-    wait_for(lambda: state_of(box, msg_id) == "run" and count_of(box, msg_id) == 2, 20,
-             "the second run")
-    release(box, "sigkill")
+    with blocking(box, "sigkill") as msg_id:
+        before, pid = restarts(box), main_pid(box)
+        # When the daemon is SIGKILLed
+        box.run("systemctl", "kill", "--kill-who=main", "-s", "KILL", UNIT)
+        # Then systemd restarts it, it recovers the message and runs it again
+        wait_for(lambda: restarts(box) > before and main_pid(box) not in (0, pid), 20,
+                 "the restarted daemon")
+        wait_for(lambda: runs(box, msg_id) == 2, 20, "the second run")
     wait_state(box, msg_id, "done")
-    assert count_of(box, msg_id) == 2
+    assert runs(box, msg_id) == 2
     recovered = journal(box, f"RQ_MSG_ID={msg_id}", f"MESSAGE_ID={MESSAGE_IDS['recovered']}")
     assert recovered, "no 'recovered' event in the journal"
 
 
 def test_hung_event_loop_is_restarted_by_watchdog(box: Container) -> None:
     # Given a running daemon (a running script keeps it from idling out)
-    msg_id = send(box, "--param1", "block", "--param2", "watchdog")
-    wait_blocked(box, msg_id)
-    before, pid = restarts(box), main_pid(box)
-    # When its event loop hangs
-    box.run("kill", "-STOP", str(pid))
-    # Then the watchdog fires and systemd restarts it
-    wait_for(lambda: restarts(box) > before and main_pid(box) not in (0, pid),
-             WATCHDOG_SEC + 30, "restart by the watchdog")
-    assert box.show(UNIT, "Result") in ("success", "watchdog")
-    log = box.run("journalctl", "--no-pager", "-u", UNIT, "-g", "Watchdog timeout").stdout
-    assert "Watchdog timeout" in log
-    # And the message is run again and finishes
-    wait_for(lambda: count_of(box, msg_id) == 2, 20, "the second run")
-    release(box, "watchdog")
+    with blocking(box, "watchdog") as msg_id:
+        before, pid = restarts(box), main_pid(box)
+        # When its event loop hangs
+        box.run("kill", "-STOP", str(pid))
+        # Then the watchdog fires and systemd restarts it
+        wait_for(lambda: restarts(box) > before and main_pid(box) not in (0, pid),
+                 WATCHDOG_SEC + 30, "restart by the watchdog")
+        log = box.run("journalctl", "--no-pager", "-u", UNIT, "-g", "Watchdog timeout").stdout
+        assert "Watchdog timeout" in log
+        # And the message is run again
+        wait_for(lambda: runs(box, msg_id) == 2, 20, "the second run")
     wait_state(box, msg_id, "done")
 
 
@@ -256,34 +267,30 @@ def test_idle_exit_and_reactivation(box: Container) -> None:
 
 def test_stop_requeues_running_scripts_then_done_after_start(box: Container) -> None:
     # Given a running script
-    msg_id = send(box, "--param1", "block", "--param2", "stop")
-    wait_blocked(box, msg_id)
-    # When the service is stopped
-    box.run("systemctl", "stop", UNIT, timeout=60)
-    # Then the message is back in que, and the socket directory survives
-    assert state_of(box, msg_id) == "que"
-    assert active(box, SOCKET) == "active"
-    assert box.run("test", "-S", "/run/rq/t.sock", check=False).returncode == 0
+    with blocking(box, "stop") as msg_id:
+        # When the service is stopped
+        box.run("systemctl", "stop", UNIT, timeout=60)
+        # Then the message is back in que, and the socket directory survives
+        assert state_of(box, msg_id) == "que"
+        assert active(box, SOCKET) == "active"
+        assert box.run("test", "-S", "/run/rq/t.sock", check=False).returncode == 0
     # And after a start it runs again and reaches done
-    release(box, "stop")
     box.run("systemctl", "start", UNIT)
     wait_state(box, msg_id, "done")
-    assert count_of(box, msg_id) == 2
+    assert runs(box, msg_id) == 2
 
 
 def test_reload_keeps_running_scripts(box: Container) -> None:
     # Given a running script
-    msg_id = send(box, "--param1", "block", "--param2", "reload")
-    wait_blocked(box, msg_id)
-    pid = main_pid(box)
-    # When the service is reloaded
-    box.run("systemctl", "reload", UNIT)
-    # Then the daemon and its script carry on: same pid, same run, finished once
-    assert main_pid(box) == pid and active(box) == "active"
-    assert state_of(box, msg_id) == "run"
-    release(box, "reload")
+    with blocking(box, "reload") as msg_id:
+        pid = main_pid(box)
+        # When the service is reloaded
+        box.run("systemctl", "reload", UNIT)
+        # Then the daemon and its script carry on: same pid, same run, finished once
+        assert main_pid(box) == pid and active(box) == "active"
+        assert state_of(box, msg_id) == "run"
     wait_state(box, msg_id, "done")
-    assert count_of(box, msg_id) == 1
+    assert runs(box, msg_id) == 1 and count_of(box, msg_id) == 1
     reloaded = box.run("journalctl", "--no-pager", "-u", UNIT, "-g", "configuration reloaded")
     assert "configuration reloaded" in reloaded.stdout
 
@@ -339,3 +346,20 @@ def test_web_socket_activation_and_curl(box: Container) -> None:
     msg_id = answer[1].rsplit("/", 1)[1]
     wait_state(box, msg_id, "done")
     assert active(box, "rq-web.service") == "active"
+
+
+def test_scandir_link_makes_a_queue_live(box: Container) -> None:
+    # Given rq-scan running under systemd
+    box.run("systemctl", "enable", "--now", "rq-scan.service")
+    wait_for(lambda: active(box, "rq-scan.service") == "active", 20, "rq-scan active")
+    # When a script directory is linked into the scandir
+    box.run("ln", "-s", "/opt/rqtest/t", "/var/lib/rq/scandir/s")
+    # Then rq@s.socket is enabled and live, and a message to s runs as user rq
+    wait_for(lambda: active(box, "rq@s.socket") == "active", 20, "rq@s.socket active")
+    assert box.run("systemctl", "is-enabled", "rq@s.socket").stdout.strip() == "enabled"
+    out = box.run(RQ, "sendmesg", "--dest", "s", "--param1", "scan").stdout.strip()
+    assert out.startswith("ok http://"), out
+    msg_id = out.rsplit("/", 1)[1]
+    queue = QueueStore(box.path("/var/lib/rq/queue/s"))
+    wait_for(lambda: queue.find(msg_id) == "done", 20, f"{msg_id} done in s")
+    assert box.show("rq@s.service", "User") == "rq"
