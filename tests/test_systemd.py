@@ -181,6 +181,18 @@ def test_units_verify_inside_systemd(box: Container) -> None:
     assert box.run("id", "-u", "rq").stdout.strip() != "0"
 
 
+def test_enabling_a_queue_service_enables_its_socket(box: Container) -> None:
+    # When an operator enables the service of queue u (not the socket)
+    box.run("systemctl", "enable", "rq@u.service")
+    # Then its socket is enabled with it (Also=), so the queue is live after a boot
+    try:
+        assert box.run("systemctl", "is-enabled", "rq@u.socket").stdout.strip() == "enabled"
+    finally:
+        box.run("systemctl", "disable", "rq@u.service")
+    assert box.run("systemctl", "is-enabled", "rq@u.socket", check=False).stdout.strip() == \
+        "disabled"
+
+
 def test_message_runs_by_socket_activation_and_reaches_journal(box: Container) -> None:
     # Given the socket enabled and the service not running
     wait_for(lambda: active(box) == "inactive", IDLE_SEC + 20, f"{UNIT} idle-stopped")
