@@ -10,6 +10,7 @@ import argparse
 import inspect
 import json
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -289,3 +290,31 @@ def test_script_page_documents_no_variable_the_daemon_does_not_set() -> None:
     documented = set(re.findall(r"\*(RQ_[A-Z0-9_]+)\*", section))
     assert documented and documented <= script_env_names() | {"RQ_"}, \
         sorted(documented - script_env_names())
+
+
+def example_command_lines() -> list[tuple[str, list[str]]]:
+    """Every ``rq ...`` / ``rqsys ...`` line in the pages' code blocks, as argv."""
+    lines = []
+    for page in PAGES:
+        for block in re.findall(r"```\n(.*?)```", source(page), re.S):
+            for line in block.splitlines():
+                line = line.removeprefix("$ ").split(" &", 1)[0].split(" #", 1)[0]
+                if re.match(r"(if ! url=\$\()?rq(sys)? ", line):
+                    line = re.sub(r"^if ! url=\$\((.*)\); then$", r"\1", line)
+                    lines.append((page, shlex.split(line)))
+    return lines
+
+
+def test_pages_have_command_line_examples() -> None:
+    commands = {argv[0] for _page, argv in example_command_lines()}
+    assert commands == {"rq", "rqsys"}
+
+
+@pytest.mark.parametrize(("page", "argv"), example_command_lines(),
+                         ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_example_command_line_parses(page: str, argv: list[str]) -> None:
+    parser = cli.rq_parser() if argv[0] == "rq" else cli.rqsys_parser()
+    try:
+        parser.parse_args(argv[1:])
+    except SystemExit as exc:
+        pytest.fail(f"{page}: {' '.join(argv)} is refused by the CLI (exit {exc.code})")
