@@ -681,7 +681,9 @@ class QueueDaemon:
         return env
 
     def _on_status(self, key: Any, _mask: int) -> None:
-        worker = self._fd_worker[key.fd]
+        worker = self._fd_worker.get(key.fd)
+        if worker is None:
+            return  # its exit was handled earlier in this same select() batch
         lines, eof = worker.read_lines()
         for item in lines:
             self._apply(worker, item)
