@@ -1,0 +1,112 @@
+"""rq-scan under a real booted systemd (tests/nspawn.py): enable, reload, remove.
+
+The units are installed in the container with ``rqsys install-units`` and
+rq-scan.service is started; the tests change /var/lib/rq/scandir inside and
+watch the units with systemctl and the queue directories from outside.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import need, wait_for
+from nspawn import Container, can_boot
+
+from rqsys.store import QueueStore
+
+VENV_BIN = Path(sys.executable).parent
+RQ = str(VENV_BIN / "rq")
+SCRIPT = """\
+#!/bin/sh
+case "$RQ_PARAM1" in
+slow) echo "run sleeping" >&3; sleep 60 ;;
+esac
+echo "done $RQ_PARAM1" >&3
+"""
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Container]:
+    """A booted container with the units installed and rq-scan running."""
+    reason = can_boot()
+    need(not reason, reason)
+    box = Container()
+    try:
+        box.boot()
+        box.expose_python(VENV_BIN.parent, sys.base_prefix)
+        box.run(str(VENV_BIN / "rqsys"), "install-units")
+        box.run("systemctl", "enable", "--now", "rq-scan.service")
+        wait_for(lambda: active(box, "rq-scan.service") == "active", 20, "rq-scan active")
+        yield box
+    finally:
+        box.shutdown()
+
+
+def active(box: Container, unit: str) -> str:
+    return box.show(unit, "ActiveState")
+
+
+def entry(box: Container, name: str, **cfg: int) -> str:
+    """A script directory inside the container; its path there."""
+    inside = f"/opt/scantest/{name}"
+    path = box.path(inside)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "run").write_text(SCRIPT)
+    (path / "run").chmod(0o755)
+    if cfg:
+        (path / "config.json").write_text(json.dumps(cfg))
+    return inside
+
+
+def send(box: Container, queue: str, param1: str) -> str:
+    out = box.run(RQ, "sendmesg", "--dest", queue, "--param1", param1).stdout.strip()
+    assert out.startswith("ok http://"), out
+    return out.rsplit("/", 1)[1]
+
+
+def queue_store(box: Container, name: str) -> QueueStore:
+    return QueueStore(box.path(f"/var/lib/rq/queue/{name}"))
+
+
+def test_link_enables_the_socket_and_an_edit_reloads_the_service(box: Container) -> None:
+    # Given a script directory linked into the scandir
+    box.run("ln", "-s", entry(box, "sd1"), "/var/lib/rq/scandir/sd1")
+    # Then rq@sd1.socket is enabled and a message runs
+    wait_for(lambda: active(box, "rq@sd1.socket") == "active", 20, "rq@sd1.socket active")
+    assert box.run("systemctl", "is-enabled", "rq@sd1.socket").stdout.strip() == "enabled"
+    msg_id = send(box, "sd1", "first")
+    wait_for(lambda: queue_store(box, "sd1").find(msg_id) == "done", 20, "first message done")
+    # When its config.json is edited, the running service reloads
+    (box.path("/opt/scantest/sd1") / "config.json").write_text('{"num_workers": 3}')
+    def reloaded() -> bool:
+        log = box.run("journalctl", "-u", "rq@sd1.service", "--no-pager").stdout
+        return "configuration reloaded" in log
+
+    wait_for(reloaded, 20, "rq@sd1.service to reload")
+    cfg = json.loads(box.path("/var/lib/rq/queue/sd1/config.json").read_text())
+    assert cfg["num_workers"] == 3
+
+
+def test_removed_link_disables_units_requeues_and_trashes(box: Container) -> None:
+    # Given a queue whose script is running a message
+    box.run("ln", "-s", entry(box, "sd2"), "/var/lib/rq/scandir/sd2")
+    wait_for(lambda: active(box, "rq@sd2.socket") == "active", 20, "rq@sd2.socket active")
+    msg_id = send(box, "sd2", "slow")
+    wait_for(lambda: queue_store(box, "sd2").find(msg_id) == "run", 20, "the script running")
+    # When the link is removed
+    box.run("rm", "/var/lib/rq/scandir/sd2")
+    # Then the units are disabled and stopped, and the queue is in trash/ with its message
+    trash = box.path("/var/lib/rq/trash")
+    wait_for(lambda: list(trash.glob("sd2.*")), 60, "sd2 in trash/")
+    [trashed] = trash.glob("sd2.*")
+    assert QueueStore(trashed).find(msg_id) == "que"
+    assert not box.path("/var/lib/rq/queue/sd2").exists()
+    journal = box.run("journalctl", "-u", "rq@sd2.service", "--no-pager").stdout
+    assert active(box, "rq@sd2.service") == "inactive", journal
+    assert active(box, "rq@sd2.socket") == "inactive"
+    enabled = box.run("systemctl", "is-enabled", "rq@sd2.socket", check=False).stdout.strip()
+    assert enabled == "disabled"
