@@ -73,6 +73,8 @@ def reconcile(layout: Layout, scandir: Path, log: Any = None) -> list[str]:
     """Install every valid entry of ``scandir``; returns the queue names."""
     names = []
     for entry in sorted(scandir.iterdir()) if scandir.is_dir() else []:
+        if entry.name.startswith("."):
+            continue  # hidden: editors' files, and .timers/ (timers shipped with scripts)
         try:
             install_from_scandir(layout, entry.name, entry)
         except (RQError, BadRequest, OSError) as exc:
