@@ -21,7 +21,7 @@ from typing import Any
 
 from rqsys import config, scan
 from rqsys.events import EventLog
-from rqsys.scripts import install_special_queues
+from rqsys.scripts.install import install_special_queues
 from rqsys.store import Layout
 
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0

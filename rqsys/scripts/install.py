@@ -1,4 +1,4 @@
-"""The special queues shipped with rqsys (relay, webhook, cleaner) and their set-up.
+"""Creating the special queues (relay, webhook, cleaner) where they are missing.
 
 Each script here is an ordinary queue script speaking the pipe protocol on
 fds 3/4.  :func:`install_special_queues` creates the three queues when they

@@ -29,13 +29,12 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from rqsys.client import split_message_url, split_queue_url
 from rqsys.errors import BadRequest, RQError
-from rqsys.message import is_remote
 from rqsys.scripts.jobkit import Job
 from rqsys.scripts.rqhttp import Peer, PeerError, PeerRefused, PeerUnknown
-from rqsys.store import QueueStore
+from rqsys.store import QueueStore, check_msg_id, check_queue_name
 
 MAX_HOPS = 16
 KEPT_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count", "post_run_webhook")
@@ -113,7 +112,7 @@ class Relay:
         url = self.peer.post_form(f"{self.target}/new_message",
                                   {"mesg": json.dumps(self.outgoing()), "_method": "prep"})
         try:
-            split_message_url(str(url))
+            url_parts(str(url), 3)
         except BadRequest as exc:
             raise PeerError(f"prep answered {url!r}, not a message URL") from exc
         self.job.write_note("relay_id", str(url))
@@ -146,12 +145,24 @@ class Relay:
 
 def target_queue_url(dest: str, host: str) -> str:
     """The far queue's URL: ``dest`` itself, or this host's URL for a forced local name."""
-    url = dest.rstrip("/") if is_remote(dest) else f"{host.rstrip('/')}/q/{dest}"
+    remote = dest.startswith(("http://", "https://"))
+    url = dest.rstrip("/") if remote else f"{host.rstrip('/')}/q/{dest}"
     try:
-        split_queue_url(url)
+        url_parts(url, 2)
     except BadRequest as exc:
         raise PeerRefused(f"dest {dest!r} is not a queue URL (http://host:port/q/name)") from exc
     return url
+
+
+def url_parts(url: str, n: int) -> list[str]:
+    """The last ``n`` path parts of a queue (2) or message (3) URL: ``q, name[, id]``."""
+    parts = [p for p in urlsplit(url).path.split("/") if p][-n:]
+    if len(parts) != n or parts[0] != "q" or not url.startswith(("http://", "https://")):
+        raise BadRequest(f"not a {'queue' if n == 2 else 'message'} URL: {url!r}")
+    check_queue_name(parts[1])
+    if n == 3:
+        check_msg_id(parts[2])
+    return parts
 
 
 def local_md5(path: Path) -> str:
