@@ -119,6 +119,9 @@ class NullEnabler:
         _reload_over_socket(self.layout, name, self.log)
 
     def disable(self, name: str) -> int | None:
+        if self.layout.socket_path(name).exists():
+            self.log.event("err", f"queue {name}: a daemon started by hand may still be "
+                           "running; stop it by hand")
         return None
 
     def stopped(self, name: str) -> bool:

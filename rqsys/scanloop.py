@@ -68,6 +68,9 @@ class Scanner:
         self.layout.socket_dir.mkdir(parents=True, exist_ok=True)
         self._install_signals()
         self.selector.register(self.wm.get_fd(), selectors.EVENT_READ, self._read_inotify)
+        if not self.scandir.is_dir():
+            self.log.event("err", f"scandir {self.scandir} is not a directory; create it "
+                           "and send SIGHUP")
         self._watch(self.scandir, self._on_scandir)
         self._watch_timer_dirs()
         self._watch(self.layout.socket_dir, self._on_socket_dir)
@@ -119,14 +122,13 @@ class Scanner:
 
     def _use(self, key: Key, target: str | None) -> None:
         """Watch ``target`` (a link's real directory) on behalf of ``key``."""
-        if self.uses.get(key) == target:
-            return
-        self._unuse(key)
+        if self.uses.get(key) != target:
+            self._unuse(key)
         if target is None:
             return
         self.uses[key] = target
         self.users.setdefault(target, set()).add(key)
-        self._watch(target, self._on_target)
+        self._watch(target, self._on_target)  # again if the directory was re-created
 
     def _unuse(self, key: Key) -> None:
         target = self.uses.pop(key, None)
@@ -337,6 +339,7 @@ class Scanner:
             self.log.event("daemon", "SIGHUP: rescanning the scandir and timers")
             self.sysconfig = config.load_system_config(self.layout)
             self.rescan = True
+            self._watch(self.scandir, self._on_scandir)
             self._watch_timer_dirs()
 
 
