@@ -9,6 +9,7 @@ go, and unmounts the overlay and the tmpfs.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 BOOT_TIMEOUT = 60.0
 POWEROFF_TIMEOUT = 30.0
 CONTAINER_PYTHON = "/opt/rq-python"
+PR_SET_PDEATHSIG = 1
 
 
 def can_boot() -> str:
@@ -50,7 +52,7 @@ class Container:
             ["systemd-nspawn", "-q", "-D", str(self.root), "--private-network",
              "--register=no", "--keep-unit", "--link-journal=no", "-b"],
             stdin=subprocess.DEVNULL, stdout=self.console, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=_term_with_parent)
         self.leader = self._wait_leader()
         self._wait_running()
 
@@ -152,6 +154,12 @@ class Container:
 
     def show(self, unit: str, prop: str) -> str:
         return self.run("systemctl", "show", "-p", prop, "--value", unit).stdout.strip()
+
+
+def _term_with_parent() -> None:
+    """In nspawn's child: SIGTERM (a clean power-off) if the test process dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _world_reachable(path: Path) -> bool:
