@@ -148,7 +148,7 @@ class QueueDaemon:
                 self.log.event("daemon", "idle: exiting until the next request")
                 break
         self.output.close_all()
-        self.store.flush()
+        self.store.flush(force=True)
         self.notifier.stopping()
         return 0
 
@@ -161,6 +161,9 @@ class QueueDaemon:
             due = self.schedule.next_due()
             if due is not None:
                 waits.append(due - now)
+        flush = self.store.flush_due()
+        if flush is not None:
+            waits.append(flush)
         wd = self.notifier.watchdog_due(time.monotonic())
         if wd is not None:
             waits.append(wd)
@@ -401,16 +404,16 @@ class QueueDaemon:
                     self._reply(conn, wire.error_reply(RQError(f"not stored: {exc}")))
                 continue
             for conn, staged, _s in group:
-                self._created(staged.msg_id, state)
+                self._created(staged, state)
                 self._reply(conn, {"ok": True, "msg_id": staged.msg_id,
                                    "url": self._url(staged.msg_id)})
 
-    def _created(self, msg_id: str, state: str) -> None:
+    def _created(self, staged: Staged, state: str) -> None:
         if state == "prep":
             self.counts["prep"] += 1
         else:
-            self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
-        self.log.event("created", f"in {state}", msg_id)
+            self.schedule.add(staged.msg_id, staged.msg)
+        self.log.event("created", f"in {state}", staged.msg_id)
 
     # ------------------------------------------------------------ message ops
     def _msg_id(self, req: dict[str, Any]) -> str:
@@ -607,15 +610,14 @@ class QueueDaemon:
             self.schedule.add(msg_id, msg)
             self._set_script_error(str(exc))
             return
-        msg = dict(msg, count=int(msg.get("count", 0)) + 1)
-        self.store.move(msg_id, "que", "run")
-        self.store.write_msg("run", msg_id, msg)
+        queued, msg = msg, dict(msg, count=int(msg.get("count", 0)) + 1)
+        self.store.move(msg_id, "que", "run")  # the new count is written when it ends
         job = self.store.job_dir(msg_id)
         out = self.output.open(job / "stdio.log", msg_id, msg["count"])
         try:
             child = spawn(argv, path, self._script_env(msg_id, msg, path, job), job, out)
         except SpawnError as exc:
-            self._back_to_que(msg_id, msg, f"SCRIPTERROR: {exc}")
+            self._back_to_que(msg_id, queued, f"SCRIPTERROR: {exc}")
             self._set_script_error(str(exc))
             return
         finally:
@@ -729,7 +731,7 @@ class QueueDaemon:
             staged = self.store.stage(msg)
             self.store.link_attachments("run", worker.msg_id, staged)
             self.store.publish([staged], "que")
-            self._created(staged.msg_id, "que")
+            self._created(staged, "que")
             return self._url(staged.msg_id)
         return self._dup_elsewhere(worker, msg, target)
 
@@ -763,18 +765,20 @@ class QueueDaemon:
 
     def _finish(self, worker: Worker, outcome: Outcome) -> None:
         self.schedule.release(param_key(worker.msg, self.schedule.blocking))
-        self._settle(worker.msg_id, worker.msg, outcome)
+        self._settle(worker.msg_id, worker.msg, outcome, worker.status)
         for dup_id, dup in worker.dups:
             text = f"coalesced with {worker.msg_id}: {outcome.text}"
             self._settle(dup_id, dup, Outcome(outcome.state, text, outcome.delay)
                          if outcome.state != "deleted" else Outcome("que", "requeued"))
 
-    def _settle(self, msg_id: str, msg: dict[str, Any], outcome: Outcome) -> None:
+    def _settle(self, msg_id: str, msg: dict[str, Any], outcome: Outcome,
+                written: str | None = None) -> None:
         if outcome.state == "deleted":
             self.store.delete(msg_id, "run")
             self.log.event("deleted", "destroyed while running", msg_id)
             return
-        self.store.write_status("run", msg_id, outcome.text)
+        if outcome.text != written:
+            self.store.write_status("run", msg_id, outcome.text)
         if outcome.state == "que":
             msg = dict(msg, due=time.time() + outcome.delay if outcome.delay else 0)
             self.store.write_msg("run", msg_id, msg)
@@ -782,6 +786,7 @@ class QueueDaemon:
             self.schedule.add(msg_id, msg)
             self.log.event("resend", outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
             return
+        self.store.write_count("run", msg_id, int(msg.get("count", 0)))
         self.store.move(msg_id, "run", outcome.state)
         self.counts[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
@@ -799,6 +804,11 @@ class QueueDaemon:
                 client.call("create", msg=note)
         except RQError as exc:
             self.log.event("err", f"webhook not queued: {exc}", msg_id)
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _close_fds(fds: list[int]) -> None:

@@ -7,19 +7,29 @@ one ``rename(2)`` of that directory.  ``done/`` and ``relayed/`` grow without
 bound, so they are sharded by the hour in the id (``done/YYYYmmdd.HH/<id>``)
 and counted from directory link counts, never by walking them per request.
 
-Durability: what is fsynced before anything is acknowledged, and what is
-batched.
+Durability: what is on disk before anything is acknowledged, and what is
+batched.  A crash may at worst re-run a message; it never loses one.
 
-* **Synchronous** (file, its directory, the rename and both parents are on
-  disk before the caller hears ``ok``): create in ``prep`` or ``que``,
-  commit (prep -> que), attach, clone, delete, the admin state, the ``msg``
-  file rewritten on resend.  A client that was told ``ok`` can rely on it.
-* **Batched** (renamed at once, parent directories fsynced once per event-loop
-  turn by :meth:`QueueStore.flush`): que -> run, run -> done / err / relayed /
-  que, the ``status`` text.  A crash before the flush leaves the message in its
-  earlier directory: ``run/`` is moved back to ``que/`` at start and a lost
-  ``done`` rename means one more run.  At worst a message is run again; it is
-  never lost, which is RQ's at-least-once promise.
+=============================  ==================================  ===========================
+transition                     on disk when                        after a crash before that
+=============================  ==================================  ===========================
+create in que/prep, local dup  before ``ok``: msg fsynced, dir      no ``ok`` was sent; the
+(one message)                  renamed into place, state dir        temp dir is removed at
+                               fsynced                              start
+create (several in one loop    before ``ok``: syncfs, renames,      as above
+turn: group commit)            syncfs
+commit, attach, clone, delete  before ``ok`` (fsync file + dirs)    as above
+admin state, msg rewritten on  before ``ok`` / before the move      old admin state / old due
+resend or run_now
+que -> run, run -> done / err  renamed at once; parents fsynced     found in its earlier dir:
+/ relayed / que, status text,  at most every FLUSH_INTERVAL and     run/ goes back to que/ at
+msg count rewritten at the     at exit (:meth:`QueueStore.flush`)   start; a lost ``done`` means
+end of a run                                                        one more run
+=============================  ==================================  ===========================
+
+The single-message create relies on a journalling file system (ext4, xfs,
+btrfs): fsync of the new ``msg`` file commits the transaction that created
+its directory, so the directory itself is not fsynced separately.
 
 Recovery at start (:meth:`QueueStore.recover`): stray temp directories are
 removed, ``run/`` goes back to ``que/``, ``prep/`` is kept.
@@ -50,6 +60,7 @@ ATTACH_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,199}$")
 DEFAULT_ROOT = "/var/lib/rq"
 SYSTEMD_SOCKET_DIR = "/run/rq"
 TMP_DIR = ".tmp"
+FLUSH_INTERVAL = 0.5  # seconds between fsyncs of batched transitions
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
 SCANDIR_MARK = ".scandir"  # the scandir entry a queue was installed from
 
@@ -113,6 +124,17 @@ def _write_new(path: Path, data: bytes, sync: bool) -> None:
             view = view[os.write(fd, view):]
         if sync:
             os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _overwrite(path: Path, data: bytes) -> None:
+    """Rewrite a small advisory file in place, never truncating it to zero
+    first (ext4 would then flush it on close, costing a disk write per call)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
 
@@ -241,6 +263,7 @@ class Staged:
 
     msg_id: str
     tmp: Path
+    msg: dict[str, Any]
 
 
 class QueueStore:
@@ -251,6 +274,7 @@ class QueueStore:
         self.name = qdir.name
         self.id_maker = ids or IdMaker()
         self._dirty: set[Path] = set()
+        self._flushed_at = 0.0
 
     # -- paths -----------------------------------------------------------
     def state_dir(self, state: str) -> Path:
@@ -277,14 +301,15 @@ class QueueStore:
         tmp.mkdir(parents=True)
         msg = dict(msg, msg_id=msg_id)
         _write_new(tmp / "msg", json.dumps(msg).encode(), sync=False)
-        return Staged(msg_id, tmp)
+        return Staged(msg_id, tmp, msg)
 
     def publish(self, batch: list[Staged], state: str) -> None:
         """Make staged messages durable and move them into ``state``.
 
-        One message: fsync msg, its directory, rename, fsync the state dir.
-        Several (group commit): one syncfs for all data, renames, one more
-        syncfs for all renames.
+        One message: fsync msg (on a journalling file system this commits
+        the transaction that also made its directory entry), rename, fsync
+        the state dir.  Several (group commit): one syncfs for all data,
+        renames, one more syncfs for all renames.
         """
         if not batch:
             return
@@ -293,7 +318,6 @@ class QueueStore:
             only = batch[0]
             fsync_path(only.tmp / "msg")
             _fsync_attachments(only.tmp / "attach")
-            fsync_path(only.tmp)
             os.rename(only.tmp, target / only.msg_id)
             fsync_path(target)
             return
@@ -330,14 +354,27 @@ class QueueStore:
         else:
             self._dirty.update(parents)
 
-    def flush(self) -> None:
-        """fsync the directories touched by batched transitions."""
+    def flush(self, force: bool = False) -> None:
+        """fsync the directories touched by batched transitions.
+
+        At most once per FLUSH_INTERVAL unless forced (at exit), so that a
+        busy queue pays one journal commit per interval, not per message.
+        """
+        if not self._dirty or (not force and self.flush_due() != 0.0):
+            return
+        self._flushed_at = time.monotonic()
         dirty, self._dirty = self._dirty, set()
         for path in dirty:
             try:
                 fsync_path(path)
             except FileNotFoundError:
                 pass  # an empty shard removed by the cleaner
+
+    def flush_due(self) -> float | None:
+        """Seconds until the batched fsyncs are due (None: nothing to flush)."""
+        if not self._dirty:
+            return None
+        return max(0.0, self._flushed_at + FLUSH_INTERVAL - time.monotonic())
 
     def delete(self, msg_id: str, state: str) -> None:
         """Remove a message: rename it out of its state (durable), then rmtree."""
@@ -352,6 +389,7 @@ class QueueStore:
 
     # -- message files -------------------------------------------------------
     def read_msg(self, state: str, msg_id: str) -> dict[str, Any]:
+        """The message JSON; an ended message's ``count`` file has its run count."""
         path = self.msg_dir(state, msg_id) / "msg"
         try:
             data = json.loads(path.read_bytes())
@@ -361,7 +399,24 @@ class QueueStore:
             raise StoreError(f"{path}: unreadable message: {exc}") from exc
         if not isinstance(data, dict):
             raise StoreError(f"{path}: message is not a JSON object")
+        if state not in ("que", "prep"):
+            data.update(self._read_count(path.with_name("count")))
         return data
+
+    @staticmethod
+    def _read_count(path: Path) -> dict[str, int]:
+        try:
+            return {"count": int(path.read_bytes())}
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def write_count(self, state: str, msg_id: str, count: int) -> None:
+        """Record how often an ending message ran (not synced, like status).
+
+        A separate small file, so the ``msg`` is not replaced at the end of
+        every run (a rename over a file makes ext4 write it back at once).
+        """
+        _overwrite(self.msg_dir(state, msg_id) / "count", str(count).encode())
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
         """Replace a message's ``msg`` file atomically and durably."""
@@ -371,7 +426,7 @@ class QueueStore:
         """Record the script's last status line (not synced: advisory)."""
         path = self.msg_dir(state, msg_id) / "status"
         try:
-            _write_new(path, text.encode("utf-8", "replace"), sync=False)
+            _overwrite(path, text.encode("utf-8", "replace"))
         except FileNotFoundError:
             pass  # the message moved on meanwhile
 
@@ -585,6 +640,15 @@ class QueueStore:
             self.move(msg_id, "run", "que")
         self.flush()
         return recovered
+
+
+def file_md5(path: Path) -> str:
+    """The hex MD5 of a file's content (attachments are checked against it)."""
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def file_md5(path: Path) -> str:

@@ -78,7 +78,8 @@ class Notifier:
             return
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             try:
-                sock.sendto("\n".join(assignments).encode(), self.address)
+                # never block the event loop on a reader that fell behind
+                sock.sendto("\n".join(assignments).encode(), socket.MSG_DONTWAIT, self.address)
             except OSError:
                 pass  # systemd gone or not listening: nothing to tell
 
