@@ -811,11 +811,6 @@ def _close_fds(fds: list[int]) -> None:
         os.close(fd)
 
 
-def _close_fds(fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)
-
-
 def _check_md5(md5: Any) -> str:
     if not isinstance(md5, str) or len(md5) != 32 or not all(c in "0123456789abcdef" for c in md5):
         raise BadRequest("an attachment needs its md5 (32 lowercase hex digits)")

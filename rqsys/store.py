@@ -651,15 +651,6 @@ def file_md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def file_md5(path: Path) -> str:
-    """The hex MD5 of a file's content (attachments are checked against it)."""
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _fsync_attachments(adir: Path) -> None:
     if adir.is_dir():
         for path in adir.iterdir():
