@@ -39,10 +39,11 @@ def badge(text: object) -> str:
     return f'<span class="badge {e(text)}">{e(text)}</span>'
 
 
-def table(headers: Iterable[str], rows: Iterable[Iterable[str]], num_from: int = 99) -> str:
-    """A table of ready HTML cells; columns from ``num_from`` on are right-aligned."""
-    head = "".join(_cell("th", h, i >= num_from) for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(_cell("td", c, i >= num_from) for i, c in enumerate(row))
+def table(headers: Iterable[str], rows: Iterable[Iterable[str]],
+          numeric: range = range(0)) -> str:
+    """A table of ready HTML cells; the ``numeric`` columns are right-aligned."""
+    head = "".join(_cell("th", h, i in numeric) for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(_cell("td", c, i in numeric) for i, c in enumerate(row))
                    + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

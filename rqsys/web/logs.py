@@ -102,7 +102,7 @@ def _limited(stream: Any, remaining: int) -> Any:
 class Tail:
     """``GET /q/<q>/<id>/tail.json?offset=N``: new output of ``job/stdio.log``.
 
-    Answers ``{"data", "offset", "state", "ended"}``; the page polls it until
+    Answers ``{"data", "offset", "state", "status", "ended"}``; the page polls it until
     ``ended`` is true (the message left ``run``/``que`` and all was read).
     """
 
@@ -116,19 +116,34 @@ class Tail:
             fd, state = open_job_file(self.web, queue, msg_id, "stdio.log")
         except NotFound:
             state = self.web.store(queue).find(msg_id)
-            resp.media = {"data": "", "offset": offset, "state": state,
-                          "ended": state in ENDED_STATES}
-            return
-        resp.media = _read_tail(fd, offset, state)
+            answer = {"data": "", "offset": offset, "state": state,
+                      "ended": state in ENDED_STATES}
+        else:
+            answer = _read_tail(fd, offset, state)
+        resp.media = dict(answer, status=self.web.store(queue).read_status(state, msg_id))
 
 
 def _read_tail(fd: int, offset: int, state: str) -> dict[str, Any]:
     with os.fdopen(fd, "rb") as stream:
         stream.seek(offset)
         data = stream.read(TAIL_CHUNK)
-        at_end = len(data) < TAIL_CHUNK
+    at_end = len(data) < TAIL_CHUNK
+    if not at_end:
+        data = _whole_utf8(data)
     return {"data": data.decode("utf-8", "replace"), "offset": offset + len(data),
             "state": state, "ended": at_end and state in ENDED_STATES}
+
+
+def _whole_utf8(data: bytes) -> bytes:
+    """Cut an incomplete UTF-8 sequence off the end (it is sent with the next chunk)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:  # a lead byte: keep it only if its sequence is complete
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= need else data[:-back]
+    return data
 
 
 def attachment_path(web: Web, queue: str, msg_id: str, name: str) -> Path:

@@ -105,7 +105,8 @@ def _paths() -> dict[str, Any]:
             "summary": "New output of job/stdio.log from offset", "parameters": [*qm, {
                 "name": "offset", "in": "query", "required": False,
                 "schema": {"type": "integer", "minimum": 0}}],
-            "responses": _answers({"type": "object", "required": ["data", "offset", "ended"]})}},
+            "responses": _answers({"type": "object", "required": [
+                "data", "offset", "state", "status", "ended"]})}},
         "/q/{name}/{mid}/log/{file}": _get([*qm, {"name": "file", "in": "path",
                                                    "required": True, "schema": NAME}],
                                            TEXT, "A job log file (Range honoured)",

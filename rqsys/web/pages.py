@@ -31,7 +31,7 @@ def _render(web: Web, resp: falcon.Response, title: str, crumbs: list[tuple[str,
 def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
     rows = [_dashboard_row(web, name) for name in web.layout.queue_names()]
     headers = ["Queue", "Admin", *STATES, "Status", "Actions"]
-    body = "<h1>Queues</h1>" + (table(headers, rows, num_from=2) if rows else
+    body = "<h1>Queues</h1>" + (table(headers, rows, numeric=range(2, 2 + len(STATES))) if rows else
                                 '<p class="muted">No queues yet.</p>')
     _render(web, resp, "Queues", [], body)
 
@@ -138,7 +138,7 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
               if k not in ("_attachments", "status", "state")]
     body = (f'<h1>Message <span class="mono">{e(msg_id)}</span> '
             f'<span id="msg-state" class="badge {e(state)}">{e(state)}</span></h1>'
-            f'<p>Status: <span class="mono">{e(msg.get("status", ""))}</span></p>'
+            f'<p>Status: <span class="mono" id="msg-status">{e(msg.get("status", ""))}</span></p>'
             + _message_actions(web, queue, msg_id, state)
             + "<h2>Fields</h2>" + table(["Field", "Value"], fields)
             + _attachments(web, queue, msg_id, msg["_attachments"])

@@ -64,6 +64,8 @@ function startTail(pre) {
     pre.dataset.offset = String(offset);
     pre.dataset.state = answer.state;
     if (stateEl) stateEl.textContent = answer.ended ? "ended: " + answer.state : "live: " + answer.state;
+    const status = document.getElementById("msg-status");
+    if (status && answer.status !== undefined) status.textContent = answer.status;
     const badge = document.getElementById("msg-state");
     if (badge) { badge.textContent = answer.state; badge.className = "badge " + answer.state; }
     if (answer.ended) { pre.dataset.ended = "true"; return; }
