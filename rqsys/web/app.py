@@ -25,7 +25,7 @@ from rqsys.web.context import Web
 from rqsys.web.logs import LogFile, Tail
 from rqsys.web.pool import ClientPool
 
-THREADS = 24  # most threads wait on a queue daemon's group commit, not on the CPU
+THREADS = 16  # most threads wait on a queue daemon's group commit, not on the CPU
 MAX_UPLOAD = 1 << 40  # waitress spools bodies to disk; our own limits are per route
 
 

@@ -4,6 +4,7 @@ attachments (upload and download)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import falcon
@@ -94,7 +95,7 @@ class AttachNew:
         queue, msg_id = queue_and_id(name, mid)
         if self.web.store(queue).find(msg_id) != "prep":
             raise BadRequest(f"message {msg_id} is not in prep: attach before commit")
-        fallback = self.web.layout.root / "tmp"
+        fallback = Path(self.web.sysconfig["tmpdir"])
         got = upload.receive(req, self.web.layout.queue_dir(queue), fallback)
         try:
             self.web.call(queue, "attach", fds=[got.fd], msg_id=msg_id, name=got.name,
