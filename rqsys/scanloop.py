@@ -13,6 +13,7 @@ stopped (running scripts are requeued by the daemon), then it moves to trash/.
 
 from __future__ import annotations
 
+import logging
 import os
 import selectors
 import signal
@@ -33,8 +34,8 @@ from rqsys.systemd import Notifier
 SETTLE, SETTLE_MAX = 0.02, 0.5  # seconds of quiet before syncing; longest wait
 DIR_MASK = (pyinotify.IN_CREATE | pyinotify.IN_DELETE | pyinotify.IN_MOVED_FROM
             | pyinotify.IN_MOVED_TO | pyinotify.IN_ATTRIB | pyinotify.IN_CLOSE_WRITE
-            | pyinotify.IN_DELETE_SELF)
-QUEUE_FILES = ("run", "config.json", "form.json", "")  # "" = the directory itself
+            | pyinotify.IN_DELETE_SELF | pyinotify.IN_MOVE_SELF)
+QUEUE_FILES = frozenset({"run", "config.json", "form.json"})
 TIMERS_SUBDIR = ".timers"  # <scandir>/.timers holds timers shipped with the scripts
 
 Key = tuple[str, str]  # ("q", entry name) or ("t", timer file name)
@@ -49,12 +50,16 @@ class Scanner:
         self.timer_dirs = [layout.timers, scandir / TIMERS_SUBDIR]
         self.sysconfig = config.load_system_config(layout)
         self.timers = timers.TimerTable(layout.timer_state, self._send, log, clock)
+        # pyinotify logs an ERROR when a watched directory moves out of sight; we
+        # track watches by descriptor, not path, so that is expected here.
+        pyinotify.log.setLevel(logging.CRITICAL)
         self.wm = pyinotify.WatchManager()
         self.inotify = pyinotify.Notifier(self.wm, default_proc_fun=self._on_unwatched)
         self.selector = selectors.DefaultSelector()
         self.notifier = Notifier()
         self.users: dict[str, set[Key]] = {}  # watched target dir -> keys depending on it
-        self.uses: dict[Key, str] = {}
+        self.uses: dict[Key, tuple[str, frozenset[str]]] = {}  # key -> (dir, names in it)
+        self.wd_target: dict[int, str] = {}  # watch descriptor -> target dir it was added for
         self.dirty: dict[Key, bool] = {}  # key -> changed by an event (reload even if same)
         self.settle: tuple[float, float] | None = None  # (first event, last event)
         self.removing: dict[str, int | None] = {}  # queue -> pidfd to wait on
@@ -78,7 +83,7 @@ class Scanner:
             if (name / DISABLED_MARK).exists() and QUEUE_NAME_RE.match(name.name):
                 self._begin_removal(name.name)  # a removal interrupted by our restart
         self._full_rescan()
-        self._sync_dirty()
+        self._sync_dirty(enable=False)  # all of them are enabled below
         self._finish_removals()
         self.timers.forget_missing()
         names = self._scandir_queues()
@@ -107,31 +112,47 @@ class Scanner:
             pass
 
     # ---------------------------------------------------------------- watches
-    def _watch(self, path: Path | str, handler: Callable[[Any], None]) -> None:
-        if self.wm.get_wd(str(path)) is None and os.path.isdir(path):
-            self.wm.add_watch(str(path), DIR_MASK, proc_fun=handler, quiet=True)
+    def _watch(self, path: Path | str, handler: Callable[[Any], None]) -> int | None:
+        """Watch directory ``path`` (once); its watch descriptor, None if it is no dir."""
+        wd = self.wm.get_wd(str(path))
+        if wd is None and os.path.isdir(path):
+            wd = self.wm.add_watch(str(path), DIR_MASK, proc_fun=handler,
+                                   quiet=True).get(str(path))
+        return wd if wd is not None and wd >= 0 else None
 
-    def _unwatch(self, path: str) -> None:
-        wd = self.wm.get_wd(path)
-        if wd is not None:
+    def _unwatch(self, target: str) -> None:
+        for wd in [wd for wd, path in self.wd_target.items() if path == target]:
+            del self.wd_target[wd]
             self.wm.rm_watch(wd, quiet=True)
 
     def _watch_timer_dirs(self) -> None:
         for tdir in self.timer_dirs:
             self._watch(tdir, self._on_timer_dir)
 
-    def _use(self, key: Key, target: str | None) -> None:
-        """Watch ``target`` (a link's real directory) on behalf of ``key``."""
-        if self.uses.get(key) != target:
+    def _use(self, key: Key, target: str | None, names: frozenset[str] = frozenset()) -> None:
+        """Watch directory ``target`` for changes of ``names`` in it on behalf of ``key``."""
+        if self.uses.get(key, ("", names))[0] != target:
             self._unuse(key)
         if target is None:
             return
-        self.uses[key] = target
+        self.uses[key] = (target, names)
         self.users.setdefault(target, set()).add(key)
-        self._watch(target, self._on_target)  # again if the directory was re-created
+        wd = self._watch(target, self._on_target)  # again if the directory was re-created
+        if wd is not None:
+            self.wd_target[wd] = target  # a moved directory keeps its wd, not its path
+
+    def _use_link_target(self, key: Key, link: Path) -> None:
+        """Watch what ``link`` points at: the directory, or where it would appear."""
+        real = os.path.realpath(link)
+        if key[0] == "q" and os.path.isdir(real):
+            self._use(key, real, QUEUE_FILES)
+        elif link.is_symlink():
+            self._use(key, os.path.dirname(real), frozenset({os.path.basename(real)}))
+        else:
+            self._use(key, None)
 
     def _unuse(self, key: Key) -> None:
-        target = self.uses.pop(key, None)
+        target, _names = self.uses.pop(key, (None, frozenset()))
         if target is None:
             return
         self.users[target].discard(key)
@@ -162,9 +183,11 @@ class Scanner:
             self._mark(("t", event.name))
 
     def _on_target(self, event: Any) -> None:
-        for kind, name in self.users.get(event.path, set()).copy():
-            if kind == "t" or event.name in QUEUE_FILES:
-                self._mark((kind, name))
+        target = self.wd_target.get(event.wd, event.path)
+        for key in self.users.get(target, set()).copy():
+            names = self.uses[key][1]
+            if not event.name or event.name in names:
+                self._mark(key)
 
     def _on_socket_dir(self, event: Any) -> None:
         if event.mask & pyinotify.IN_DELETE:
@@ -200,7 +223,7 @@ class Scanner:
         now = time.monotonic()
         return now - last >= SETTLE or now - first >= SETTLE_MAX
 
-    def _sync_dirty(self) -> None:
+    def _sync_dirty(self, enable: bool = True) -> None:
         dirty, self.dirty, self.settle = self.dirty, {}, None
         new = []
         for (kind, name), changed in sorted(dirty.items()):
@@ -208,7 +231,7 @@ class Scanner:
                 self._sync_timer(name)
             elif self._sync_entry(name, changed):
                 new.append(name)
-        if new:
+        if new and enable:
             self.enabler.enable(new)
 
     def _sync_entry(self, name: str, changed: bool) -> bool:
@@ -223,7 +246,7 @@ class Scanner:
                 self._begin_removal(name)
             return False
         valid_name = bool(QUEUE_NAME_RE.match(name))
-        self._use(("q", name), os.path.realpath(entry) if valid_name and entry.is_dir() else None)
+        self._use_link_target(("q", name), entry) if valid_name else self._use(("q", name), None)
         try:
             return self._install(name, entry, changed)
         except (RQError, OSError) as exc:
@@ -286,8 +309,7 @@ class Scanner:
             if name is not None:
                 self.timers.remove(name)
             return
-        self._use(("t", fname), os.path.dirname(os.path.realpath(path))
-                  if path.is_symlink() else None)
+        self._use_link_target(("t", fname), path)
         try:
             timer = timers.load_timer(path)
         except ConfigError as exc:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -210,3 +212,63 @@ def test_restart_picks_up_changes_made_while_down(layout, scandir, scripts, scan
     assert layout.queue_names() == ["b", "c", "d"]
     assert len(list(layout.trash.glob("a.*"))) == 1
     assert effective(layout, "c")["num_workers"] == 5
+
+
+def test_a_target_that_goes_away_keeps_the_queue_and_says_so(layout, scandir, scripts, scan):
+    # Given an installed queue
+    entry = make_entry(scripts, "kept", 'echo "done" >&3')
+    (scandir / "kept").symlink_to(entry)
+    proc = scan()
+    assert layout.queue_names() == ["kept"]
+    # When its target directory is moved away (the link is now broken)
+    entry.rename(scripts / "moved")
+    # Then the queue and its messages stay, and the log says why nothing changed
+    proc.wait_log("'kept': no queue:")
+    assert "broken link (the installed queue is kept as it was)" in proc.log()
+    assert layout.queue_names() == ["kept"]
+    # When the target comes back, the queue is re-installed from it
+    (scripts / "moved").rename(entry)
+    proc.wait_log("queue kept updated from")
+
+
+def test_a_link_added_back_during_removal_makes_a_fresh_queue(layout, scandir, scripts, serve):
+    # Given a queue with a running script
+    entry = make_entry(scripts, "back", f'touch {scripts}/started; sleep 60; echo "done" >&3')
+    (scandir / "back").symlink_to(entry)
+    proc = serve()
+    msg_id = call(layout, "back", "create", msg={})["msg_id"]
+    wait_for(lambda: (scripts / "started").exists(), 15, "the script to start")
+    # When the link is removed, and added back while the queue is being taken down
+    (scandir / "back").unlink()
+    proc.wait_log("queue back: scandir entry gone")
+    (scandir / "back").symlink_to(entry)
+    # Then the old queue (with its message) ends in trash/ and a fresh one is served
+    proc.wait_log("queue back moved to", timeout=30)
+    proc.wait_log("queue back created from")  # the first one came from serve's own start-up
+    [trashed] = layout.trash.glob("back.*")
+    assert QueueStore(trashed).find(msg_id) == "que"
+    wait_for(lambda: layout.socket_path("back").exists(), 10, "back's socket again")
+    assert call(layout, "back", "counts")["counts"]["que"] == 0
+
+
+def test_sighup_rescans_a_scandir_created_after_start(layout, tmp_path, scripts):
+    # Given rq-scan started on a scandir that does not exist yet
+    from scan_util import LoggedProcess, clean_env
+
+    scandir = tmp_path / "later"
+    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "scan",
+            "--scandir", str(scandir)]
+    proc = LoggedProcess(argv, tmp_path / "later.log", clean_env())
+    try:
+        proc.wait_log("rq-scan ready")
+        assert f"scandir {scandir} is not a directory" in proc.log()
+        # When it is created with a link in it, and rq-scan gets SIGHUP
+        scandir.mkdir()
+        (scandir / "late").symlink_to(make_entry(scripts, "late", 'echo "done" >&3'))
+        proc.proc.send_signal(signal.SIGHUP)
+        # Then the queue is installed, and later links are seen by inotify
+        proc.wait_log("queue late created from")
+        (scandir / "later2").symlink_to(scripts / "late")
+        proc.wait_log("queue later2 created from")
+    finally:
+        assert proc.stop() == 0
