@@ -79,18 +79,23 @@ class Scanner:
         self._watch(self.scandir, self._on_scandir)
         self._watch_timer_dirs()
         self._watch(self.layout.socket_dir, self._on_socket_dir)
-        for name in self.layout.queues.iterdir() if self.layout.queues.is_dir() else []:
-            if (name / DISABLED_MARK).exists() and QUEUE_NAME_RE.match(name.name):
-                self._begin_removal(name.name)  # a removal interrupted by our restart
+        self._resume_removals()
         self._full_rescan()
         self._sync_dirty(enable=False)  # all of them are enabled below
         self._finish_removals()
+        self._sync_dirty(enable=False)  # entries re-added while their removal was pending
         self.timers.forget_missing()
         names = self._scandir_queues()
         self.enabler.enable(names)
         status = f"{len(names)} queues, {len(self.timers.timers)} timers"
         self.log.event("daemon", f"rq-scan ready: {status}; watching {self.scandir}")
         self.notifier.ready(status)
+
+    def _resume_removals(self) -> None:
+        """Removals interrupted by a restart: their queues still carry DISABLED_MARK."""
+        for qdir in self.layout.queues.iterdir() if self.layout.queues.is_dir() else []:
+            if QUEUE_NAME_RE.match(qdir.name) and (qdir / DISABLED_MARK).exists():
+                self._begin_removal(qdir.name)
 
     def _install_signals(self) -> None:
         self._wake_r, self._wake_w = socket.socketpair()

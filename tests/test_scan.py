@@ -18,7 +18,7 @@ import pytest
 from conftest import wait_for
 from scan_util import call, make_entry, start_scan, start_serve, wait_gone
 
-from rqsys.store import QueueStore
+from rqsys.store import DISABLED_MARK, QueueStore
 
 
 @pytest.fixture
@@ -207,10 +207,13 @@ def test_restart_picks_up_changes_made_while_down(layout, scandir, scripts, scan
     (scandir / "a").unlink()
     (scandir / "d").symlink_to(make_entry(scripts, "d", 'echo "done" >&3'))
     (scripts / "c" / "config.json").write_text('{"num_workers": 5}')
+    # and b's removal had begun (marked disabled) when rq-scan was killed, b re-linked since
+    layout.mark_queue("b", DISABLED_MARK, "removal begun\n")
     scan()
-    # Then the restart reconciles all three
+    # Then the restart reconciles all of them: b's removal is finished, then b made afresh
     assert layout.queue_names() == ["b", "c", "d"]
     assert len(list(layout.trash.glob("a.*"))) == 1
+    assert len(list(layout.trash.glob("b.*"))) == 1
     assert effective(layout, "c")["num_workers"] == 5
 
 
