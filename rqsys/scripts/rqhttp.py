@@ -138,7 +138,12 @@ def rq_answer(reply: Reply, url: str) -> Any:
         raise PeerUnknown(f"{url}: not found")
     if reply.status >= 500 or reply.status == 429:
         raise PeerError(f"{url}: HTTP {reply.status}: {reply.body[:200]!r}")
-    answer = reply.json()
+    try:
+        answer = reply.json()
+    except PeerError:
+        if reply.status >= 400:  # e.g. 401/403 from a proxy or bad credentials
+            raise PeerRefused(f"{url}: HTTP {reply.status}: {reply.body[:200]!r}") from None
+        raise
     if isinstance(answer, list) and len(answer) == 2 and answer[0] == "ok":
         return answer[1]
     if isinstance(answer, list) and answer and answer[0] == "fail":
