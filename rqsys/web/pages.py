@@ -180,7 +180,8 @@ def _logs(web: Web, queue: str, msg_id: str, state: str) -> str:
     tail_url = web.path("q", queue, msg_id, "tail.json")
     return (f"<h2>Output</h2><p>{listing or '<span class=muted>no log files yet</span>'}</p>"
             f'<p class="tailstate" id="tail-state">loading…</p>'
-            f'<pre class="tail" id="tail" data-url="{e(tail_url)}"></pre>')
+            f'<pre class="tail" id="tail" data-url="{e(tail_url)}" '
+            f'data-initial="{e(state)}"></pre>')
 
 
 # ---------------------------------------------------------------- new message form

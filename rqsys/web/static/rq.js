@@ -39,6 +39,13 @@ function renderAnsi(target, text, style) {
   if (last < text.length) target.appendChild(spanFor(text.slice(last), style));
 }
 
+function offerReload(stateEl) {
+  const link = document.createElement("a");
+  link.href = window.location.href;
+  link.textContent = "reload for its actions";
+  stateEl.append(" · ", link);
+}
+
 function startTail(pre) {
   const url = pre.dataset.url;
   const stateEl = document.getElementById("tail-state");
@@ -68,7 +75,11 @@ function startTail(pre) {
     if (status && answer.status !== undefined) status.textContent = answer.status;
     const badge = document.getElementById("msg-state");
     if (badge) { badge.textContent = answer.state; badge.className = "badge " + answer.state; }
-    if (answer.ended) { pre.dataset.ended = "true"; return; }
+    if (answer.ended) {
+      pre.dataset.ended = "true";
+      if (stateEl && pre.dataset.initial !== answer.state) offerReload(stateEl);
+      return;
+    }
     setTimeout(poll, answer.data ? 200 : 700);
   }
   poll();
