@@ -209,10 +209,11 @@ def test_bad_inputs_get_4xx_with_reason_and_store_unchanged(make_queue, daemon, 
     assert tree_snapshot(layout.queues) == before
 
 
-def test_basic_auth_guards_every_route(make_queue, daemon, web_server):
+def test_basic_auth_guards_every_route(make_queue, daemon, web_server, layout):
     server = web_server(basic_auth={"realm": "Test RQ", "users": {"foo user": "bar pass"}})
     make_queue("echo", COLOUR_SCRIPT)
     daemon("echo")
+    before = tree_snapshot(layout.queues)
     import base64
 
     good = {"Authorization": "Basic " + base64.b64encode(b"foo user:bar pass").decode()}
@@ -225,6 +226,7 @@ def test_basic_auth_guards_every_route(make_queue, daemon, web_server):
             assert status == 401, (method, path, headers)
             assert got["WWW-Authenticate"] == 'Basic realm="Test RQ"'
             assert json.loads(data)[0] == "fail"
+    assert tree_snapshot(layout.queues) == before
     assert server.get_json("/q.json")[0] == 401
     status, _h, data = server.request("GET", "/q.json", headers=good)
     assert status == 200 and json.loads(data) == ["echo"]
