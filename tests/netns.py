@@ -115,7 +115,7 @@ class Rqsys:
         self.layout.config_file.write_text(json.dumps({"host": self.addr, "port": port}))
         self.scandir = base / "scandir"
         self.scandir.mkdir(parents=True, exist_ok=True)
-        self.log = open(base / "serve.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.log_path = base / "serve.log"
         self.proc: subprocess.Popen[Any] | None = None
 
     @property
@@ -126,10 +126,11 @@ class Rqsys:
         env = dict(os.environ)
         for key in ("NOTIFY_SOCKET", "JOURNAL_STREAM", "LISTEN_FDS", "LISTEN_PID"):
             env.pop(key, None)
-        self.proc = self.lab.popen(self.host, [
-            sys.executable, "-m", "rqsys.cli", "--root", str(self.layout.root), "serve",
-            "--scandir", str(self.scandir), "--port", str(self.port)],
-            env=env, stdout=self.log, stderr=self.log)
+        with open(self.log_path, "ab") as log:
+            self.proc = self.lab.popen(self.host, [
+                sys.executable, "-m", "rqsys.cli", "--root", str(self.layout.root), "serve",
+                "--scandir", str(self.scandir), "--port", str(self.port)],
+                env=env, stdout=log, stderr=log)
         for name in wait_queues:
             wait_until(lambda n=name: self._pingable(n), 30, f"queue {name} on {self.host}")
         return self
@@ -145,15 +146,15 @@ class Rqsys:
         with QueueClient(self.layout, queue, timeout=30) as client:
             return client.call(op, **args)
 
-    def http_ok(self) -> bool:
+    def http_ok(self, auth: str = "") -> bool:
+        creds = ["-u", auth] if auth else []
         got = self.lab.run(self.host, ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                                       "--max-time", "3", f"{self.url}q.json"])
+                                       *creds, "--max-time", "3", f"{self.url}q.json"])
         return got.stdout.strip() == "200"
 
     def stop(self) -> None:
         if self.proc is not None:
             stop(self.proc)
-        self.log.close()
 
 
 def wait_until(pred: Any, timeout: float, what: str) -> Any:

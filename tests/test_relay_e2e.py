@@ -54,6 +54,8 @@ def set_relay_env(host: Rqsys, **extra: str) -> None:
 
 
 class World:
+    c: Rqsys  # a host whose web wants basic auth
+
     def __init__(self, lab: NetLab, a: Rqsys, b: Rqsys) -> None:
         self.lab, self.a, self.b = lab, a, b
         self.work = f"{b.url}q/work"
@@ -102,20 +104,27 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     lab = NetLab()
     hosts: list[Rqsys] = []
     try:
-        for name in ("a", "b"):
+        for name in ("a", "b", "c"):
             lab.host(name)
             host = Rqsys(lab, name, base / name)
             set_relay_env(host)
             hosts.append(host)
-        a, b = hosts
+        a, b, c = hosts
+        c.layout.config_file.write_text(json.dumps({
+            "host": c.addr, "port": c.port,
+            "basic_auth": {"realm": "rq", "users": {"relay": "s3cret"}}}))
+        add_queue(c, "work", WORK)
         add_queue(a, "fan", DUP)
         add_queue(a, "ping", DUP)
         add_queue(b, "work", WORK)
         add_queue(b, "pong", PONG)
         for host in hosts:
             host.start(wait_queues=("relay",))
-            wait_for(host.http_ok, 30, f"the web of {host.host}")
-        yield World(lab, a, b)
+            auth = "relay:s3cret" if host is c else ""
+            wait_for(lambda h=host, au=auth: h.http_ok(au), 30, f"the web of {host.host}")
+        world = World(lab, a, b)
+        world.c = c
+        yield world
     finally:
         for host in hosts:
             host.stop()
@@ -178,7 +187,6 @@ def test_far_end_down_then_back_arrives_once(world: World) -> None:
                  "two failed attempts")
         assert "relayed" not in world.relay_get(url)["state"]
     finally:
-        world.b.log = open(world.b.layout.root.parent / "serve.log", "ab")  # noqa: SIM115
         world.b.start(wait_queues=("work",))
     got = world.wait_relay(url, "relayed")
     assert world.far_done(got["status"])["status"] == "got patient"
@@ -294,3 +302,17 @@ def test_relay_via_is_sent(world: World) -> None:
     far = world.far_done(got["status"])
     assert far["msg"]["relay_via"] == [world.a.url]
     assert json.loads(json.dumps(far["msg"]))["dest"] == "work"
+
+
+def test_relay_with_basic_auth_credentials_in_the_url(world: World) -> None:
+    c = world.c
+    # With the right credentials in the dest URL, the message arrives
+    url = world.rq("sendmesg", "--dest", f"http://relay:s3cret@{c.addr}:{c.port}/q/work")
+    got = world.wait_relay(url, "relayed")
+    far_id = got["status"].rsplit("/", 1)[1]
+    wait_for(lambda: c.call("work", "state", msg_id=far_id)["state"] == "done", 30, "done on c")
+    # With a wrong password, the relay ends in err with the far end's reason
+    url = world.rq("sendmesg", "--dest", f"http://relay:wrong@{c.addr}:{c.port}/q/work")
+    got = world.wait_relay(url, "err")
+    assert "HTTP 401" in got["status"] or "wrong user name or password" in got["status"]
+    assert got["msg"]["count"] == 1  # refused, not retried
