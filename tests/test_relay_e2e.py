@@ -316,3 +316,33 @@ def test_relay_with_basic_auth_credentials_in_the_url(world: World) -> None:
     got = world.wait_relay(url, "err")
     assert "HTTP 401" in got["status"] or "wrong user name or password" in got["status"]
     assert got["msg"]["count"] == 1  # refused, not retried
+
+
+@pytest.mark.parametrize("step, far_states", [("uploaded", {"prep"}),
+                                               ("committed", {"que", "run", "done"})])
+def test_relay_script_killed_alone_leaves_at_most_one_copy(world: World, step: str,
+                                                           far_states: set[str]) -> None:
+    # Given a relay script stopped after the given step...
+    set_relay_env(world.a, RELAY_HOLD_AT=step)
+    world.a.call("relay", "reload")
+    before = world.far_ids()
+    try:
+        url = world.rq("sendmesg", "--dest", world.work)
+        msg_id = url.rsplit("/", 1)[1]
+        note = world.a.layout.queue_dir("relay") / "run" / msg_id / "job" / f"held-{step}"
+        wait_for(lambda: note.exists() and note.read_text().strip(), 30, f"{step}")
+        # ...when only the script is SIGKILLed
+        os.kill(int(note.read_text()), signal.SIGKILL)
+        got = world.wait_relay(url, "err")
+    finally:
+        set_relay_env(world.a)
+        world.a.call("relay", "reload")
+    # Then RQ's exit rule makes it err, keeping relay_id (the far URL) for the operator,
+    # and the far end holds one copy: never committed, or committed once
+    assert "signal" in got["status"] or "SIGKILL" in got["status"]
+    (state, ids), = world.new_far(before).items()
+    assert state in far_states and len(ids) == 1
+    job = world.a.layout.queue_dir("relay") / "err" / msg_id / "job"
+    assert (job / "relay_id").read_text().strip().endswith(ids[0])
+    if state == "prep":
+        world.b.call("work", "delete", msg_id=ids[0])  # tidy b for the other tests
