@@ -92,10 +92,11 @@ class QueueDaemon:
         self.notifier.ready(self.status_line())
 
     def _load_que(self) -> None:
-        for msg_id in self.store.ids("que"):
-            try:
-                self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
-            except RQError as exc:
+        for msg_id, msg in self.store.read_all("que"):
+            if not isinstance(msg, RQError):
+                self.schedule.add(msg_id, msg)
+            else:
+                exc = msg
                 self.log.event("err", f"unreadable queued message moved to err: {exc}", msg_id)
                 self.store.write_status("que", msg_id, f"unreadable message: {exc}")
                 self.store.move(msg_id, "que", "err")

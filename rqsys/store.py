@@ -538,6 +538,20 @@ class QueueStore:
                 os.link(md5, adir / md5.name)
 
     # -- listing and counting ------------------------------------------------
+    def read_all(self, state: str) -> Iterator[tuple[str, dict[str, Any] | StoreError]]:
+        """(id, msg or the error reading it) for every message of a flat state.
+
+        For loading que/ at start-up: openat() relative to the state
+        directory and one read each, as 100,000 messages must load in seconds.
+        """
+        dfd = os.open(self.state_dir(state), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for msg_id in os.listdir(dfd):
+                if MSG_ID_RE.match(msg_id):
+                    yield msg_id, _read_json_at(dfd, f"{msg_id}/msg")
+        finally:
+            os.close(dfd)
+
     def ids(self, state: str) -> Iterator[str]:
         """Ids in a state (walks the directory: for que/run/prep/err)."""
         base = self.state_dir(state)
@@ -649,6 +663,25 @@ def file_md5(path: Path) -> str:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _read_json_at(dfd: int, relpath: str) -> dict[str, Any] | StoreError:
+    """A JSON object read from ``relpath`` under directory fd ``dfd``."""
+    try:
+        fd = os.open(relpath, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        return StoreError(f"{relpath}: {exc.strerror}")
+    try:
+        chunks = [os.read(fd, 1 << 16)]
+        while len(chunks[-1]) == 1 << 16:
+            chunks.append(os.read(fd, 1 << 16))
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(b"".join(chunks))
+    except ValueError as exc:
+        return StoreError(f"{relpath}: unreadable message: {exc}")
+    return data if isinstance(data, dict) else StoreError(f"{relpath}: not a JSON object")
 
 
 def _fsync_attachments(adir: Path) -> None:
