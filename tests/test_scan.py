@@ -18,6 +18,7 @@ import pytest
 from conftest import wait_for
 from scan_util import call, make_entry, start_scan, start_serve, wait_gone
 
+from rqsys import scan as scan_mod
 from rqsys.store import DISABLED_MARK, QueueStore
 
 
@@ -57,6 +58,11 @@ def scan(layout, scandir, tmp_path):
     yield start
     for proc in procs:
         assert proc.stop() == 0, proc.log()
+
+
+def scandir_queues(layout) -> list[str]:
+    """The queues in service that came from the scandir (not the built-in ones)."""
+    return [n for n in layout.queue_names() if scan_mod.installed_from_scandir(layout, n)]
 
 
 def effective(layout, name: str) -> dict:
@@ -151,10 +157,10 @@ def test_bad_entries_make_no_queue_and_the_log_says_why(layout, scandir, scripts
                 "'sp ace': no queue: invalid queue name", "noexec/run: missing or not executable",
                 "norun/run: missing or not executable", "num_workers"):
         assert why in log
-    assert layout.queue_names() == []
+    assert scandir_queues(layout) == []
     # When a bad one is fixed (run made executable), the queue appears
     (noexec / "run").chmod(0o755)
-    wait_for(lambda: layout.queue_names() == ["noexec"], 10, "noexec installed")
+    wait_for(lambda: scandir_queues(layout) == ["noexec"], 10, "noexec installed")
 
 
 def test_two_hundred_links_at_once_all_come_up(layout, scandir, scripts, serve):
@@ -201,7 +207,7 @@ def test_restart_picks_up_changes_made_while_down(layout, scandir, scripts, scan
     for name in "abc":
         (scandir / name).symlink_to(make_entry(scripts, name, 'echo "done" >&3'))
     first = scan()
-    wait_for(lambda: layout.queue_names() == ["a", "b", "c"], 10, "a b c")
+    wait_for(lambda: scandir_queues(layout) == ["a", "b", "c"], 10, "a b c")
     assert first.stop() == 0
     # When, while it is down, a is removed, d added and c's config edited
     (scandir / "a").unlink()
@@ -211,7 +217,7 @@ def test_restart_picks_up_changes_made_while_down(layout, scandir, scripts, scan
     layout.mark_queue("b", DISABLED_MARK, "removal begun\n")
     scan()
     # Then the restart reconciles all of them: b's removal is finished, then b made afresh
-    assert layout.queue_names() == ["b", "c", "d"]
+    assert scandir_queues(layout) == ["b", "c", "d"]
     assert len(list(layout.trash.glob("a.*"))) == 1
     assert len(list(layout.trash.glob("b.*"))) == 1
     assert effective(layout, "c")["num_workers"] == 5
@@ -222,13 +228,13 @@ def test_a_target_that_goes_away_keeps_the_queue_and_says_so(layout, scandir, sc
     entry = make_entry(scripts, "kept", 'echo "done" >&3')
     (scandir / "kept").symlink_to(entry)
     proc = scan()
-    assert layout.queue_names() == ["kept"]
+    assert scandir_queues(layout) == ["kept"]
     # When its target directory is moved away (the link is now broken)
     entry.rename(scripts / "moved")
     # Then the queue and its messages stay, and the log says why nothing changed
     proc.wait_log("'kept': no queue:")
     assert "broken link (the installed queue is kept as it was)" in proc.log()
-    assert layout.queue_names() == ["kept"]
+    assert scandir_queues(layout) == ["kept"]
     # When the target comes back, the queue is re-installed from it
     (scripts / "moved").rename(entry)
     proc.wait_log("queue kept updated from")
