@@ -123,6 +123,9 @@ class Scanner:
         if wd is None and os.path.isdir(path):
             wd = self.wm.add_watch(str(path), DIR_MASK, proc_fun=handler,
                                    quiet=True).get(str(path))
+            if wd is None or wd < 0:
+                self.log.event("err", f"cannot watch {path}: changes there go unseen until "
+                               "SIGHUP (raise fs.inotify.max_user_watches?)")
         return wd if wd is not None and wd >= 0 else None
 
     def _unwatch(self, target: str) -> None:
