@@ -108,7 +108,8 @@ class DaemonProcess:
             except TimeoutError:
                 if self.proc.poll() is not None:
                     raise AssertionError(f"daemon exited {self.proc.returncode}: "
-                                         f"{self.proc.stderr.read() if self.proc.stderr else ''}")
+                                         f"{self.proc.stderr.read() if self.proc.stderr else ''}"
+                                         ) from None
         raise AssertionError(f"no {word} from {self.name} within {timeout}s")
 
     def client(self) -> QueueClient:

@@ -1,8 +1,8 @@
 """The queue works end to end: a real daemon runs a real script to done."""
 
-from rqsys.store import QueueStore
-
 from conftest import wait_for
+
+from rqsys.store import QueueStore
 
 
 def test_message_reaches_done(layout, make_queue, daemon):
