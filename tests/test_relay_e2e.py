@@ -179,18 +179,25 @@ def test_dup_to_remote_queue_answers_ok(world: World) -> None:
 
 
 def test_far_end_down_then_back_arrives_once(world: World) -> None:
-    before = world.far_count()
+    # Given b stopped
+    before = world.far_ids()
     world.b.stop()
     try:
-        url = world.rq("sendmesg", "--dest", world.work, "--param1", "patient")
-        wait_for(lambda: int(world.relay_get(url)["msg"].get("count", 0)) >= 2, 30,
-                 "two failed attempts")
-        assert "relayed" not in world.relay_get(url)["state"]
+        urls = [world.rq("sendmesg", "--dest", world.work, "--param1", f"patient{n}")
+                for n in range(3)]
+        # Then each message waits and resends
+        for url in urls:
+            wait_for(lambda u=url: int(world.relay_get(u)["msg"].get("count", 0)) >= 2, 30,
+                     "two failed attempts")
+            assert world.relay_get(url)["state"] != "relayed"
     finally:
         world.b.start(wait_queues=("work",))
-    got = world.wait_relay(url, "relayed")
-    assert world.far_done(got["status"])["status"] == "got patient"
-    assert world.far_count() == before + 1
+    # When b is back, each arrives exactly once
+    for n, url in enumerate(urls):
+        got = world.wait_relay(url, "relayed")
+        assert world.far_done(got["status"])["status"] == f"got patient{n}"
+    assert len(world.new_far(before).get("done", [])) == 3 == sum(
+        len(ids) for ids in world.new_far(before).values())
 
 
 @pytest.mark.parametrize("step, far_states", [("uploaded", {"prep"}),
