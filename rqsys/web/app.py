@@ -92,6 +92,9 @@ def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str
     options: dict[str, Any] = {"threads": THREADS, "max_request_body_size": MAX_UPLOAD,
                                "ident": "rqsys", "channel_timeout": 300}
     if sock is not None:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # waitress sets this only on sockets it binds; accepted ones inherit it
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return waitress.create_server(app, sockets=[sock], **options)
     return waitress.create_server(app, host=sysconfig["addr"], port=int(sysconfig["port"]),
                                   **options)
