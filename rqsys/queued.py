@@ -76,6 +76,7 @@ class QueueDaemon:
         self._script_check_at = 0.0
         self._conn_of: dict[int, Connection] = {}
         self._fd_worker: dict[int, Worker] = {}
+        self._env_cache: dict[str, str] | None = None
 
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:
@@ -241,6 +242,7 @@ class QueueDaemon:
             self.schedule.blocking = list(cfg["blocking_params"])
             self.schedule.coalesce = list(cfg["coalesce_params"])
             self._script_check_at = 0.0  # re-check a SCRIPTERROR script now
+            self._env_cache = None
             self.log.event("daemon", "configuration reloaded")
         self.notifier.send("READY=1")
 
@@ -665,19 +667,26 @@ class QueueDaemon:
             self.store.write_status("run", dup_id, f"coalesced with {msg_id}")
         return dups
 
+    def _queue_env(self) -> dict[str, str]:
+        """The part of a script's environment that is the same for every run."""
+        if self._env_cache is None:
+            base = config.base_url(self.sysconfig)
+            self._env_cache = {**child_environ(), **self.config["env_vars"],
+                               "RQ_SCRIPT": self.config["script"], "RQ_HOST": base,
+                               "RQ_DEST": f"{base}q/{self.name}/", "RQ_DEST_QUEUE": self.name,
+                               "RQ_WRITE": "3", "RQ_READ": "4",
+                               "RQ_PORT": str(self.sysconfig["port"]),
+                               "RQ_ENV": str(self.sysconfig["env"]), "RQ_VER": _version()}
+        return self._env_cache
+
     def _script_env(self, msg_id: str, msg: dict[str, Any], path: str, job: Path) -> dict[str, str]:
-        env = child_environ()
-        env.update(self.config["env_vars"])
-        base = config.base_url(self.sysconfig)
+        env = dict(self._queue_env())
         env.update({
-            "RQ_SCRIPT": self.config["script"], "RQ_REALSCRIPT": os.path.realpath(
-                self.config["script"]),
-            "RQ_HOST": base, "RQ_DEST": f"{base}q/{self.name}/", "RQ_DEST_QUEUE": self.name,
+            "RQ_REALSCRIPT": os.path.realpath(self.config["script"]),
             "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self._url(msg_id), "RQ_MSG_DIR": str(job),
-            "RQ_WRITE": "3", "RQ_READ": "4", "RQ_COUNT": str(msg["count"]),
+            "RQ_COUNT": str(msg["count"]),
             "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",
-            "RQ_PORT": str(self.sysconfig["port"]), "RQ_ENV": str(self.sysconfig["env"]),
-            "RQ_VER": _version(), "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),
+            "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),
         })
         for n in range(1, 5):
             env[f"RQ_PARAM{n}"] = str(msg.get(f"param{n}", ""))
