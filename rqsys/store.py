@@ -684,34 +684,6 @@ def _read_json_at(dfd: int, relpath: str) -> dict[str, Any] | StoreError:
     return data if isinstance(data, dict) else StoreError(f"{relpath}: not a JSON object")
 
 
-def file_md5(path: Path) -> str:
-    """The hex MD5 of a file's content (attachments are checked against it)."""
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _read_json_at(dfd: int, relpath: str) -> dict[str, Any] | StoreError:
-    """A JSON object read from ``relpath`` under directory fd ``dfd``."""
-    try:
-        fd = os.open(relpath, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError as exc:
-        return StoreError(f"{relpath}: {exc.strerror}")
-    try:
-        chunks = [os.read(fd, 1 << 16)]
-        while len(chunks[-1]) == 1 << 16:
-            chunks.append(os.read(fd, 1 << 16))
-    finally:
-        os.close(fd)
-    try:
-        data = json.loads(b"".join(chunks))
-    except ValueError as exc:
-        return StoreError(f"{relpath}: unreadable message: {exc}")
-    return data if isinstance(data, dict) else StoreError(f"{relpath}: not a JSON object")
-
-
 def _fsync_attachments(adir: Path) -> None:
     if adir.is_dir():
         for path in adir.iterdir():
