@@ -6,7 +6,8 @@ keeps each message under ``DIR/q/<queue>/<id>/`` (``msg.json``, ``state``,
 request: ``DIR/faults.json`` may hold ``{"fail_503": N}`` (answer 503 N
 times), ``{"corrupt": true}`` (damage each upload), ``{"drop_commit": N}``
 (commit, then close without answering, N times), ``{"attach_503": N}``
-(refuse N uploads).
+(refuse N uploads), ``{"no_state": true}`` (message JSON without ``state``:
+ask ``<msg>/state.json``, which answers ``["ok", state]``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ class Peer(BaseHTTPRequestHandler):
         if len(parts) == 3 and parts[0] == "q" and parts[2].endswith(".json"):
             self.get_json(parts[1], parts[2][:-5])
             return
+        if len(parts) == 4 and parts[0] == "q" and parts[3] == "state.json":
+            state = self.msg_dir(parts[1], parts[2]) / "state"
+            if state.exists():
+                self.answer(200, ["ok", state.read_text()])
+                return
         self.answer(404, ["fail", "no such route"])
 
     def get_json(self, queue: str, msg_id: str) -> None:
@@ -74,8 +80,10 @@ class Peer(BaseHTTPRequestHandler):
         attach = {p.name: {"md5": hashlib.md5(p.read_bytes()).hexdigest(),
                            "size": p.stat().st_size}
                   for p in sorted((mdir / "attach").glob("*"))}
-        self.answer(200, dict(json.loads((mdir / "msg.json").read_text()),
-                              state=(mdir / "state").read_text(), _attachments=attach))
+        doc = dict(json.loads((mdir / "msg.json").read_text()), _attachments=attach)
+        if not self.fault("no_state"):
+            doc["state"] = (mdir / "state").read_text()
+        self.answer(200, doc)
 
     def do_POST(self) -> None:  # noqa: N802
         if self.fault("fail_503"):

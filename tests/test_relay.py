@@ -167,6 +167,14 @@ def test_commit_answer_lost_gives_one_copy(w: World) -> None:
     assert got["status"].endswith(far.name) and w.far_state(far) == "que"
 
 
+def test_resume_asks_state_json_when_the_message_json_has_no_state(w: World) -> None:
+    w.faults(drop_commit=1, no_state=True)
+    msg_id = w.send(f"{w.peer_url}q/work")
+    got = w.wait_state(msg_id, "relayed")
+    (far,) = w.arrived()
+    assert got["msg"]["count"] == 2 and got["status"].endswith(far.name)
+
+
 def test_far_end_forgot_prepared_message_prepares_again(w: World) -> None:
     # Given a prepared message whose upload was refused once...
     w.faults(attach_503=1)

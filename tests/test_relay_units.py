@@ -12,7 +12,7 @@ from rqsys.errors import BadRequest
 from rqsys.scripts.cleaner import parse_days
 from rqsys.scripts.install import SPECIAL_QUEUES, install_special_queues
 from rqsys.scripts.jobkit import Job
-from rqsys.scripts.relay import Relay, RelayLoop, target_queue_url, url_parts
+from rqsys.scripts.relay import Relay, RelayLoop, state_of, target_queue_url, url_parts
 from rqsys.scripts.rqhttp import Peer, PeerError, PeerRefused, PeerUnknown, Reply, rq_answer
 from rqsys.scripts.webhook import webhook_message
 from rqsys.store import Layout
@@ -154,3 +154,11 @@ def test_install_creates_missing_special_queues_only(layout: Layout, make_queue:
         assert Path(cfg["script"]).stat().st_mode & 0o111
         assert cfg["num_workers"] == SPECIAL_QUEUES[name]["num_workers"]
     assert install_special_queues(layout) == []
+
+
+@pytest.mark.parametrize("answer, state", [
+    ({"state": "prep"}, "prep"), (["ok", "done"], "done"), ("que", "que"),
+    (["fail", "x"], None), ({"status": "x"}, None), (3, None), (["ok", 3], None),
+])
+def test_state_of_answers(answer: Any, state: str | None) -> None:
+    assert state_of(answer) == state

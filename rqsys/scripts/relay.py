@@ -101,6 +101,8 @@ class Relay:
             self.job.say("run", f"far end no longer knows {url}; preparing again")
             return "", False
         state = info.get("state") if isinstance(info, dict) else None
+        if state is None:  # a peer whose message JSON has no state: ask state.json
+            state = state_of(self.peer.get_json(f"{url}/state.json"))
         if state in COMMITTED_STATES:
             return url, True
         if state != "prep":
@@ -152,6 +154,15 @@ def target_queue_url(dest: str, host: str) -> str:
     except BadRequest as exc:
         raise PeerRefused(f"dest {dest!r} is not a queue URL (http://host:port/q/name)") from exc
     return url
+
+
+def state_of(answer: Any) -> str | None:
+    """The state in a ``state.json`` answer: ``{"state": s}``, ``["ok", s]`` or ``s``."""
+    if isinstance(answer, dict):
+        answer = answer.get("state")
+    elif isinstance(answer, list) and len(answer) == 2 and answer[0] == "ok":
+        answer = answer[1]
+    return answer if isinstance(answer, str) else None
 
 
 def url_parts(url: str, n: int) -> list[str]:
