@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 
 import falcon
 import falcon.testing
@@ -136,3 +137,21 @@ def test_pool_reuses_then_closes_idle_connections(layout, make_queue, daemon):
     with pytest.raises(NotFound):
         pool.call("pooled", "get", msg_id="20200101.0000.00.000.0")
     assert len(pool._free["pooled"]) == 1  # a refusal keeps the connection
+
+
+def test_pool_retries_reads_but_not_creates_after_a_daemon_restart(layout, make_queue, daemon):
+    make_queue("restarts", 'echo "done ok" >&3\n')
+    first = daemon("restarts")
+    pool = ClientPool(layout)
+    pool.call("restarts", "ping")
+    first.stop()
+    daemon("restarts")
+    # a read on the stale pooled connection is retried on a fresh one
+    assert pool.call("restarts", "counts")["admin"] == "UP"
+    pool.call("restarts", "ping")  # leaves a pooled connection
+    pool._free["restarts"][0][0]._sock.shutdown(socket.SHUT_RDWR)
+    # a create on a dead connection is not repeated: the client hears 503, nothing doubles
+    with pytest.raises(Unavailable):
+        pool.call("restarts", "create", msg={"param1": "once"})
+    counts = pool.call("restarts", "counts")["counts"]
+    assert counts["que"] + counts["run"] + counts["done"] == 0
