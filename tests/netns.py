@@ -132,10 +132,10 @@ class Rqsys:
                 "--scandir", str(self.scandir), "--port", str(self.port)],
                 env=env, stdout=log, stderr=log)
         for name in wait_queues:
-            wait_until(lambda n=name: self._pingable(n), 30, f"queue {name} on {self.host}")
+            wait_until(lambda n=name: self.pingable(n), 30, f"queue {name} on {self.host}")
         return self
 
-    def _pingable(self, queue: str) -> bool:
+    def pingable(self, queue: str) -> bool:
         try:
             self.call(queue, "ping")
             return True

@@ -246,7 +246,7 @@ def _state_after_restart(world: World, url: str, old_pid: int) -> dict[str, Any]
 
 
 def _reload_when_up(world: World) -> None:
-    wait_for(lambda: world.a._pingable("relay"), 30, "relay queue up")
+    wait_for(lambda: world.a.pingable("relay"), 30, "relay queue up")
     world.a.call("relay", "reload")
 
 
