@@ -155,13 +155,43 @@ def test_three_attachments_one_of_500_mb(world: World, tmp_path: Path) -> None:
     blob.write_bytes(os.urandom(2 << 20))
     url = world.rq("sendmesg", "--dest", world.work, "--attach", str(big), "--attach",
                    str(small), "--attach", str(blob))
-    got = world.wait_relay(url, "relayed", timeout=120)
+    # When it is relayed (watching the relay script's peak memory meanwhile)
+    msg_id, peak_kb = url.rsplit("/", 1)[1], 0
+    while (got := world.relay_get(url))["state"] != "relayed":
+        assert got["state"] in ("que", "run"), got["status"]
+        peak_kb = max(peak_kb, script_peak_rss_kb(msg_id))
+        time.sleep(0.05)
     far = world.far_done(got["status"])
     # Then all three arrived whole (MD5 and size), as one message
     for path in (big, small, blob):
-        md5 = hashlib.md5(path.read_bytes()).hexdigest()
-        assert far["attachments"][path.name]["md5"] == md5
+        assert far["attachments"][path.name]["md5"] == file_md5(path)
         assert far["attachments"][path.name]["size"] == path.stat().st_size
+    # And the 500 MB were streamed, not read into the script's memory
+    assert 0 < peak_kb < 100_000
+
+
+def script_peak_rss_kb(msg_id: str) -> int:
+    """Peak RSS (VmHWM) of the running queue script of ``msg_id``, 0 if none runs."""
+    peak = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"RQ_MSG_ID={msg_id}".encode() not in env:
+                continue
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        except OSError:
+            continue
+    return peak
+
+
+def file_md5(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as src:
+        while chunk := src.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def test_dup_to_remote_queue_answers_ok(world: World) -> None:
