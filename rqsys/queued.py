@@ -39,6 +39,7 @@ MAX_LIST = 1000
 DUP_TIMEOUT = 10.0
 WEBHOOK_TIMEOUT = 2.0  # the daemon waits this long at most to queue a webhook call
 SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script
+SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot
 
 
 class Connection:
@@ -93,6 +94,11 @@ class QueueDaemon:
         self.notifier.ready(self.status_line())
 
     def _load_que(self) -> None:
+        snapshot = self.store.take_que_snapshot()
+        if snapshot is not None:
+            for msg_id, saved in snapshot.items():
+                self.schedule.add(msg_id, saved)
+            return
         for msg_id, msg in self.store.read_all("que"):
             if not isinstance(msg, RQError):
                 self.schedule.add(msg_id, msg)
@@ -151,6 +157,8 @@ class QueueDaemon:
                 break
         self.output.close_all()
         self.store.flush(force=True)
+        if len(self.schedule) >= SNAPSHOT_MIN:
+            self.store.save_que_snapshot(self.schedule.msgs)
         self.notifier.stopping()
         return 0
 
