@@ -139,7 +139,8 @@ def _overwrite(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         os.pwrite(fd, data, 0)
-        os.ftruncate(fd, len(data))
+        if os.fstat(fd).st_size > len(data):  # a no-op truncate still costs a journal handle
+            os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
 
@@ -405,23 +406,27 @@ class QueueStore:
         if not isinstance(data, dict):
             raise StoreError(f"{path}: message is not a JSON object")
         if state not in ("que", "prep"):
-            data.update(self._read_count(path.with_name("count")))
+            data["count"] = self._read_count(path.with_name("count"))
         return data
 
     @staticmethod
-    def _read_count(path: Path) -> dict[str, int]:
+    def _read_count(path: Path) -> int:
+        """An ended message's run count: the ``count`` file, 1 without one."""
         try:
-            return {"count": int(path.read_bytes())}
+            return int(path.read_bytes())
         except (FileNotFoundError, ValueError):
-            return {}
+            return 1
 
     def write_count(self, state: str, msg_id: str, count: int) -> None:
         """Record how often an ending message ran (not synced, like status).
 
         A separate small file, so the ``msg`` is not replaced at the end of
-        every run (a rename over a file makes ext4 write it back at once).
+        every run (a rename over a file makes ext4 write it back at once);
+        not written for the common single run, which is what its absence means.
         """
-        _overwrite(self.msg_dir(state, msg_id) / "count", str(count).encode())
+        path = self.msg_dir(state, msg_id) / "count"
+        if count != 1 or path.exists():
+            _overwrite(path, str(count).encode())
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
         """Replace a message's ``msg`` file atomically and durably."""
