@@ -5,7 +5,9 @@ the selector (listening socket, client connections, each script's status pipe
 and pidfd, the signal wake-up socket) until the next due message or timer;
 dispatch what is ready; publish the turn's new messages in one group commit
 and answer their clients; act on signal flags; start due messages; flush the
-batched directory fsyncs; tell systemd.  Signal handlers only set flags.
+batched directory fsyncs (at most every ``store.FLUSH_INTERVAL``); tell
+systemd.  Signal handlers only set flags.  A clean stop with many queued
+messages leaves ``que.snapshot`` for a fast next start (see ``rqsys.store``).
 
 Socket operations are the ``op_*`` methods (see ``rqsys.wire`` for framing).
 """
