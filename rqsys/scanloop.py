@@ -28,6 +28,7 @@ import pyinotify  # type: ignore[import-untyped]
 from rqsys import config, enabler, scan, timers
 from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
+from rqsys.scripts.install import SPECIAL_QUEUES, install_special_queues
 from rqsys.store import DISABLED_MARK, QUEUE_NAME_RE, Layout
 from rqsys.systemd import Notifier
 
@@ -86,7 +87,7 @@ class Scanner:
         self._sync_dirty(enable=False)  # entries re-added while their removal was pending
         self.timers.forget_missing()
         names = self._scandir_queues()
-        self.enabler.enable(names)
+        self.enabler.enable(names + self._special_queues())
         status = f"{len(names)} queues, {len(self.timers.timers)} timers"
         self.log.event("daemon", f"rq-scan ready: {status}; watching {self.scandir}")
         self.notifier.ready(status)
@@ -220,6 +221,15 @@ class Scanner:
         for fname in files:
             if not fname.startswith("."):
                 self._mark(("t", fname), changed=False)
+
+    def _special_queues(self) -> list[str]:
+        """Under systemd, relay, webhook and cleaner are created here when missing
+        (embedded mode: the supervisor does it; with neither, nothing is served)."""
+        if not isinstance(self.enabler, enabler.SystemdEnabler):
+            return []
+        for name in install_special_queues(self.layout):
+            self.log.event("daemon", f"created the built-in {name} queue")
+        return [n for n in SPECIAL_QUEUES if n in self.layout.queue_names()]
 
     def _scandir_queues(self) -> list[str]:
         return [n for n in self.layout.queue_names() if scan.installed_from_scandir(self.layout, n)]
