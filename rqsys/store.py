@@ -13,30 +13,32 @@ batched.  A crash may at worst re-run a message; it never loses one.
 =============================  ==================================  ===========================
 transition                     on disk when                        after a crash before that
 =============================  ==================================  ===========================
-create in que/prep, local dup  before ``ok``: msg fsynced, dir      no ``ok`` was sent; the
-(one message)                  renamed into place, state dir        temp dir is removed at
-                               fsynced                              start
-create (several in one loop    before ``ok``: syncfs, renames,      as above
-turn: group commit)            syncfs
+create in que/prep, local dup  before ``ok``: renamed to            no ``ok`` was sent: removed
+(one message)                  ``.tmp/<id>.<state>``, msg and       at start; after it, the
+                               ``.tmp/`` fsynced; then moved into   start moves it into place
+                               its state dir (batched)
+create (several in one loop    before ``ok``: the same with one     as above
+turn: group commit)            syncfs for all
 commit, attach, clone, delete  before ``ok`` (fsync file + dirs)    as above
 admin state, msg rewritten on  before ``ok`` / before the move      old admin state / old due
 resend or run_now
 que -> run, run -> done / err  renamed at once; parents fsynced     found in its earlier dir:
-/ relayed / que, status text,  at most every FLUSH_INTERVAL and     run/ goes back to que/ at
-msg count rewritten at the     at exit (:meth:`QueueStore.flush`)   start; a lost ``done`` means
-end of a run                                                        one more run
+/ relayed / que, ``status``    at most every FLUSH_INTERVAL and     run/ goes back to que/ at
+and ``count`` files            at exit (:meth:`QueueStore.flush`)   start; a lost ``done`` means
+                                                                    one more run
 =============================  ==================================  ===========================
 
 A clean stop with many queued messages writes them all to ``que.snapshot``
 (durably); the next start uses it only if its ids are exactly those in
 ``que/``, and removes it durably before anything else happens.
 
-The single-message create relies on a journalling file system (ext4, xfs,
-btrfs): fsync of the new ``msg`` file commits the transaction that created
-its directory, so the directory itself is not fsynced separately.
+Creation relies on a journalling file system (ext4, xfs): fsync of the new
+``msg`` file commits the transaction that created its directory, so that
+directory is not fsynced separately.
 
-Recovery at start (:meth:`QueueStore.recover`): stray temp directories are
-removed, ``run/`` goes back to ``que/``, ``prep/`` is kept.
+Recovery at start (:meth:`QueueStore.recover`): ``.tmp/<id>.<state>`` with a
+readable msg is moved into place, everything else in ``.tmp/`` is removed,
+``run/`` goes back to ``que/``, ``prep/`` is kept.
 """
 
 from __future__ import annotations
@@ -310,27 +312,30 @@ class QueueStore:
         return Staged(msg_id, tmp, msg)
 
     def publish(self, batch: list[Staged], state: str) -> None:
-        """Make staged messages durable and move them into ``state``.
+        """Make staged messages durable, then move them into ``state``.
 
-        One message: fsync msg (on a journalling file system this commits
-        the transaction that also made its directory entry), rename, fsync
-        the state dir.  Several (group commit): one syncfs for all data,
-        renames, one more syncfs for all renames.
+        Each is renamed to ``.tmp/<id>.<state>``, a name :meth:`recover`
+        completes; then its files and that rename are made durable (one
+        message: fsync msg and ``.tmp/``, usually one journal commit;
+        several: one syncfs).  The move into ``state`` is then batched like
+        any other transition: a crash before its flush is undone by recover.
         """
         if not batch:
             return
-        target = self.state_dir(state)
-        if len(batch) == 1:
-            only = batch[0]
-            fsync_path(only.tmp / "msg")
-            _fsync_attachments(only.tmp / "attach")
-            os.rename(only.tmp, target / only.msg_id)
-            fsync_path(target)
-            return
-        syncfs(self.qdir)
+        tmp_dir = self.qdir / TMP_DIR
         for staged in batch:
-            os.rename(staged.tmp, target / staged.msg_id)
-        syncfs(self.qdir)
+            ready = tmp_dir / f"{staged.msg_id}.{state}"
+            os.rename(staged.tmp, ready)
+            staged.tmp = ready
+        if len(batch) == 1:
+            fsync_path(batch[0].tmp / "msg")
+            _fsync_attachments(batch[0].tmp / "attach")
+            fsync_path(tmp_dir)
+        else:
+            syncfs(self.qdir)
+        for staged in batch:
+            os.rename(staged.tmp, self.state_dir(state) / staged.msg_id)
+        self._dirty.update({tmp_dir, self.state_dir(state)})
 
     def create(self, msg: dict[str, Any], state: str = "que") -> str:
         """Create one message durably in ``prep`` or ``que``; returns its id."""
@@ -681,15 +686,35 @@ class QueueStore:
         """Clean temp files, move ``run/`` back to ``que/``; returns recovered ids."""
         for state in STATES:
             self.state_dir(state).mkdir(parents=True, exist_ok=True)
-        tmp = self.qdir / TMP_DIR
-        if tmp.is_dir():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+        self._recover_tmp()
         recovered = list(self.ids("run"))
         for msg_id in recovered:
             self.move(msg_id, "run", "que")
-        self.flush()
+        self.flush(force=True)
         return recovered
+
+    def _recover_tmp(self) -> None:
+        """Finish publishes a crash cut short (``.tmp/<id>.<state>`` holding a
+        readable msg); remove everything else under ``.tmp/``."""
+        tmp = self.qdir / TMP_DIR
+        tmp.mkdir(exist_ok=True)
+        for entry in os.listdir(tmp):
+            msg_id, _, state = entry.rpartition(".")
+            path = tmp / entry
+            if state in ("que", "prep") and MSG_ID_RE.match(msg_id) and _readable_msg(path):
+                os.rename(path, self.state_dir(state) / msg_id)
+                self._dirty.update({tmp, self.state_dir(state)})
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def _readable_msg(msg_dir: Path) -> bool:
+    try:
+        return isinstance(json.loads((msg_dir / "msg").read_bytes()), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def file_md5(path: Path) -> str:

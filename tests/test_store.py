@@ -163,3 +163,19 @@ def test_run_count_of_an_ended_message(store):
     assert store.read_msg("done", once)["count"] == 1
     assert store.read_msg("done", thrice)["count"] == 3
     assert "count" not in store.read_msg("que", store.create({"dest": "q"}))
+
+
+def test_recover_completes_publishes_cut_short(store):
+    # A crash after the durable rename to .tmp/<id>.que but before the move into que/
+    tmp = store.qdir / ".tmp"
+    good, broken, unfinished = (store.stage({"dest": "q"}) for _ in range(3))
+    os.rename(good.tmp, tmp / f"{good.msg_id}.que")
+    os.rename(broken.tmp, tmp / f"{broken.msg_id}.prep")
+    (tmp / f"{broken.msg_id}.prep" / "msg").write_text('{"dest": "q", "par')
+    store.recover()
+    assert store.find(good.msg_id) == "que"
+    assert store.read_msg("que", good.msg_id)["msg_id"] == good.msg_id
+    for gone in (broken, unfinished):
+        with pytest.raises(NotFound):
+            store.find(gone.msg_id)
+    assert list(tmp.iterdir()) == []
