@@ -299,9 +299,17 @@ def bench_startup(layout: Layout) -> None:
     daemon = Daemon(layout, "big")
     try:
         que = daemon.call("counts")["counts"]["que"]
-        report(f"start-up with {que} messages in que/", f"{daemon.ready_after:8.2f} s "
-               "(target < 3 s)", "PASS" if daemon.ready_after < 3 else "MISS")
+        report(f"start-up with {que} messages in que/ (one by one)",
+               f"{daemon.ready_after:8.2f} s (target < 3 s)",
+               "PASS" if daemon.ready_after < 3 else "MISS")
         report("queue daemon RSS with 100,000 queued", f"{daemon.rss_kb() / 1024:.1f} MiB")
+    finally:
+        daemon.stop()
+    daemon = Daemon(layout, "big")  # after a clean stop: from que.snapshot
+    try:
+        report("start-up again after a clean stop (que.snapshot)",
+               f"{daemon.ready_after:8.2f} s (target < 3 s)",
+               "PASS" if daemon.ready_after < 3 else "MISS")
     finally:
         daemon.stop()
 

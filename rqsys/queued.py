@@ -382,7 +382,7 @@ class QueueDaemon:
             if existing:
                 self._reply(conn, {"ok": True, "msg_id": existing, "url": self._url(existing)})
                 return None
-        staged = self.store.stage(msg)
+        staged = self.store.stage(msg, state)
         try:
             self._attach_staged(staged, req.get("attachments") or [], fds)
         except Exception:

@@ -13,10 +13,10 @@ batched.  A crash may at worst re-run a message; it never loses one.
 =============================  ==================================  ===========================
 transition                     on disk when                        after a crash before that
 =============================  ==================================  ===========================
-create in que/prep, local dup  before ``ok``: renamed to            no ``ok`` was sent: removed
-(one message)                  ``.tmp/<id>.<state>``, msg and       at start; after it, the
-                               ``.tmp/`` fsynced; then moved into   start moves it into place
-                               its state dir (batched)
+create in que/prep, local dup  before ``ok``: msg written in        no ``ok`` was sent: removed
+(one message)                  ``.tmp/<id>.<state>/`` and fsynced;  at start (unless its msg is
+                               then moved into its state dir        complete: then, as after
+                               (batched)                            ``ok``, moved into place)
 create (several in one loop    before ``ok``: the same with one     as above
 turn: group commit)            syncfs for all
 commit, attach, clone, delete  before ``ok`` (fsync file + dirs)    as above
@@ -302,44 +302,38 @@ class QueueStore:
         raise NotFound(f"no message {msg_id} in queue {self.name}")
 
     # -- creation (synchronous) -------------------------------------------
-    def stage(self, msg: dict[str, Any]) -> Staged:
-        """Write a new message under ``.tmp/`` without syncing it yet."""
+    def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
+        """Start a new message: its directory ``.tmp/<id>.<state>/``, no msg yet
+        (attachments may be added before :meth:`publish` writes it)."""
         msg_id = self.id_maker.next_id()
-        tmp = self.qdir / TMP_DIR / f"{msg_id}.{os.getpid()}"
+        tmp = self.qdir / TMP_DIR / f"{msg_id}.{state}"
         tmp.mkdir(parents=True)
-        msg = dict(msg, msg_id=msg_id)
-        _write_new(tmp / "msg", json.dumps(msg).encode(), sync=False)
-        return Staged(msg_id, tmp, msg)
+        return Staged(msg_id, tmp, dict(msg, msg_id=msg_id))
 
     def publish(self, batch: list[Staged], state: str) -> None:
-        """Make staged messages durable, then move them into ``state``.
+        """Write staged messages' msg files, make them durable, move them in.
 
-        Each is renamed to ``.tmp/<id>.<state>``, a name :meth:`recover`
-        completes; then its files and that rename are made durable (one
-        message: fsync msg and ``.tmp/``, usually one journal commit;
-        several: one syncfs).  The move into ``state`` is then batched like
-        any other transition: a crash before its flush is undone by recover.
+        Once durable a message is safe: :meth:`recover` completes the move of
+        any ``.tmp/<id>.<state>`` holding a readable msg.  One message: fsync
+        its msg (on ext4/xfs this also commits its directory); several: one
+        syncfs.  The move into ``state`` is then batched like any transition.
         """
         if not batch:
             return
-        tmp_dir = self.qdir / TMP_DIR
         for staged in batch:
-            ready = tmp_dir / f"{staged.msg_id}.{state}"
-            os.rename(staged.tmp, ready)
-            staged.tmp = ready
+            _write_new(staged.tmp / "msg", json.dumps(staged.msg).encode(), sync=False)
         if len(batch) == 1:
             fsync_path(batch[0].tmp / "msg")
             _fsync_attachments(batch[0].tmp / "attach")
-            fsync_path(tmp_dir)
         else:
             syncfs(self.qdir)
         for staged in batch:
             os.rename(staged.tmp, self.state_dir(state) / staged.msg_id)
-        self._dirty.update({tmp_dir, self.state_dir(state)})
+        self._dirty.update({self.qdir / TMP_DIR, self.state_dir(state)})
 
     def create(self, msg: dict[str, Any], state: str = "que") -> str:
         """Create one message durably in ``prep`` or ``que``; returns its id."""
-        staged = self.stage(msg)
+        staged = self.stage(msg, state)
         self.publish([staged], state)
         return staged.msg_id
 

@@ -166,12 +166,13 @@ def test_run_count_of_an_ended_message(store):
 
 
 def test_recover_completes_publishes_cut_short(store):
-    # A crash after the durable rename to .tmp/<id>.que but before the move into que/
+    # A crash after the msg was written and synced, before the move into que/
     tmp = store.qdir / ".tmp"
-    good, broken, unfinished = (store.stage({"dest": "q"}) for _ in range(3))
-    os.rename(good.tmp, tmp / f"{good.msg_id}.que")
-    os.rename(broken.tmp, tmp / f"{broken.msg_id}.prep")
-    (tmp / f"{broken.msg_id}.prep" / "msg").write_text('{"dest": "q", "par')
+    good, broken, unfinished = (store.stage({"dest": "q"}, state) for state in
+                                ("que", "prep", "que"))
+    (good.tmp / "msg").write_text(json.dumps(good.msg))
+    (broken.tmp / "msg").write_text('{"dest": "q", "par')
+    assert good.tmp == tmp / f"{good.msg_id}.que"
     store.recover()
     assert store.find(good.msg_id) == "que"
     assert store.read_msg("que", good.msg_id)["msg_id"] == good.msg_id
