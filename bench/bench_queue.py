@@ -59,6 +59,7 @@ class Daemon:
         self.layout, self.name = layout, name
         path = layout.root / f".notify-{name}"
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        path.unlink(missing_ok=True)
         self.notify.bind(str(path))
         self.notify.settimeout(60)
         env = dict(os.environ, NOTIFY_SOCKET=str(path))

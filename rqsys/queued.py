@@ -628,7 +628,7 @@ class QueueDaemon:
         job = self.store.job_dir(msg_id)
         out = self.output.open(job / "stdio.log", msg_id, msg["count"])
         try:
-            child = spawn(argv, path, self._script_env(msg_id, msg, path, job), job, out)
+            child = spawn(argv, path, self._script_env(msg_id, msg, argv[-1], job), job, out)
         except SpawnError as exc:
             self._back_to_que(msg_id, queued, f"SCRIPTERROR: {exc}")
             self._set_script_error(str(exc))
@@ -689,10 +689,11 @@ class QueueDaemon:
                                "RQ_ENV": str(self.sysconfig["env"]), "RQ_VER": _version()}
         return self._env_cache
 
-    def _script_env(self, msg_id: str, msg: dict[str, Any], path: str, job: Path) -> dict[str, str]:
+    def _script_env(self, msg_id: str, msg: dict[str, Any], real: str, job: Path) -> dict[str, str]:
+        """The environment of one run; ``real`` is the resolved script path."""
         env = dict(self._queue_env())
         env.update({
-            "RQ_REALSCRIPT": os.path.realpath(self.config["script"]),
+            "RQ_REALSCRIPT": real,
             "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self._url(msg_id), "RQ_MSG_DIR": str(job),
             "RQ_COUNT": str(msg["count"]),
             "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",

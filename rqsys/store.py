@@ -344,10 +344,8 @@ class QueueStore:
     def move(self, msg_id: str, src: str, dest: str, durable: bool = False) -> None:
         """Rename a message directory from one state to another."""
         old, new = self.msg_dir(src, msg_id), self.msg_dir(dest, msg_id)
-        if dest in SHARDED_STATES:
-            new.parent.mkdir(exist_ok=True)
         try:
-            os.rename(old, new)
+            _rename_into_shard(old, new) if dest in SHARDED_STATES else os.rename(old, new)
         except FileNotFoundError as exc:
             raise NotFound(f"no message {msg_id} in {self.name}/{src}") from exc
         except OSError as exc:
@@ -702,6 +700,17 @@ class QueueStore:
                 shutil.rmtree(path)
             else:
                 path.unlink()
+
+
+def _rename_into_shard(old: Path, new: Path) -> None:
+    """Rename, creating the hour's shard directory only when it is missing."""
+    try:
+        os.rename(old, new)
+    except FileNotFoundError:
+        if not old.exists():
+            raise
+        new.parent.mkdir(exist_ok=True)
+        os.rename(old, new)
 
 
 def _readable_msg(msg_dir: Path) -> bool:
