@@ -59,6 +59,7 @@ from rqsys.errors import BadRequest, NotFound, StoreError
 
 STATES = ("prep", "que", "run", "done", "err", "relayed")
 SHARDED_STATES = ("done", "relayed")
+ENDED_STATES = ("done", "err", "relayed")
 ADMIN_STATES = ("UP", "PAUSE", "DOWN")
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MSG_ID_RE = re.compile(r"^\d{8}\.\d{4}\.\d{2}\.\d{3}(\.\d{1,9})?$")
@@ -402,7 +403,7 @@ class QueueStore:
             raise StoreError(f"{path}: unreadable message: {exc}") from exc
         if not isinstance(data, dict):
             raise StoreError(f"{path}: message is not a JSON object")
-        if state not in ("que", "prep"):
+        if state in ENDED_STATES:
             data["count"] = self._read_count(path.with_name("count"))
         return data
 
