@@ -130,7 +130,7 @@ def _send_with_attachment(proc, tmp_path, **msg):
     data.write_bytes(os.urandom(4096))
     msg_id = proc.call("create", msg=msg, state="prep")["msg_id"]
     with open(data, "rb") as f:
-        proc.call("attach", fds=[f.fileno()], msg_id=msg_id, name="payload.bin",
+        _call_fds(proc, "attach", [f.fileno()], msg_id=msg_id, name="payload.bin",
                   md5=hashlib.md5(data.read_bytes()).hexdigest())
     proc.call("commit", msg_id=msg_id)
     return msg_id
@@ -145,7 +145,6 @@ def test_dup_to_other_queue_links_attachments(layout, make_queue, daemon, tmp_pa
     make_queue("q", DUPPER)
     make_queue("other", 'echo "done got $(ls ../attach)" >&3')
     proc, other = daemon("q"), daemon("other")
-    proc.call = _wrap_fds(proc)
     msg_id = _send_with_attachment(proc, tmp_path, param1="other")
     status = settle(proc, msg_id)["status"]
     assert status.startswith("ok http://") and "/q/other/" in status
@@ -157,15 +156,6 @@ def test_dup_to_other_queue_links_attachments(layout, make_queue, daemon, tmp_pa
     got = other.call("get", msg_id=copy_id)
     assert got["msg"]["orig_msg_id"].endswith(f"/q/q/{msg_id}")
     assert got["attachments"]["payload.bin"]["md5"] == hashlib.md5(dst.read_bytes()).hexdigest()
-
-
-def _wrap_fds(proc):
-    plain = proc.call
-
-    def call(op, fds=(), **args):
-        return _call_fds(proc, op, fds, **args) if fds else plain(op, **args)
-
-    return call
 
 
 def test_dup_to_same_queue(layout, make_queue, daemon):
@@ -248,7 +238,6 @@ def test_delete_running_is_refused(layout, make_queue, daemon, tmp_path):
 def test_clone_links_attachments(layout, make_queue, daemon, tmp_path):
     make_queue("q", 'echo "done $RQ_PARAM1 $(cat ../attach/payload.bin | wc -c)" >&3')
     proc = daemon("q")
-    proc.call = _wrap_fds(proc)
     msg_id = _send_with_attachment(proc, tmp_path, param1="p")
     settle(proc, msg_id)
     reply = proc.call("clone", msg_id=msg_id)
