@@ -67,7 +67,7 @@ def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path, out_fd: in
     script_r, reply_w = os.pipe2(os.O_CLOEXEC)
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     keep = [ffi.new("char[]", os.fsencode(s)) for s in argv]
-    envs = [ffi.new("char[]", os.fsencode(f"{k}={v}")) for k, v in env.items()]
+    envs = [_c_string(ffi, f"{k}={v}") for k, v in env.items()]
     try:
         pid = lib.rq_spawn(os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
                            ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),
@@ -81,6 +81,19 @@ def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path, out_fd: in
         raise SpawnError(f"cannot execute {path}: {os.strerror(-pid)}")
     os.set_blocking(status_r, False)
     return Child(pid, os.pidfd_open(pid), status_r, reply_w)
+
+
+_C_STRINGS: dict[str, object] = {}  # "K=V" -> C string: most of the env repeats every run
+_C_STRINGS_MAX = 4096
+
+
+def _c_string(ffi: object, text: str) -> object:
+    cached = _C_STRINGS.get(text)
+    if cached is None:
+        if len(_C_STRINGS) >= _C_STRINGS_MAX:
+            _C_STRINGS.clear()  # the per-message values; callers hold their own refs
+        cached = _C_STRINGS[text] = ffi.new("char[]", os.fsencode(text))  # type: ignore[attr-defined]
+    return cached
 
 
 def describe_exit(wait_status: int) -> str:
