@@ -41,6 +41,7 @@ MAX_LIST = 1000
 DUP_TIMEOUT = 10.0
 WEBHOOK_TIMEOUT = 2.0  # the daemon waits this long at most to queue a webhook call
 SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script
+STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
 SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot
 
 
@@ -80,6 +81,7 @@ class QueueDaemon:
         self._conn_of: dict[int, Connection] = {}
         self._fd_worker: dict[int, Worker] = {}
         self._env_cache: dict[str, str] | None = None
+        self._status_sent, self._status_stale, self._status_at = "", False, 0.0
 
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:
@@ -176,6 +178,8 @@ class QueueDaemon:
         flush = self.store.flush_due()
         if flush is not None:
             waits.append(flush)
+        if self._status_stale:
+            waits.append(self._status_at - time.monotonic())
         wd = self.notifier.watchdog_due(time.monotonic())
         if wd is not None:
             waits.append(wd)
@@ -187,8 +191,14 @@ class QueueDaemon:
         return max(0.0, min(waits))
 
     def _report(self) -> None:
+        """STATUS= to systemd when it changed, at most every STATUS_INTERVAL."""
         now = time.monotonic()
-        self.notifier.status(self.status_line())
+        line = self.status_line()
+        self._status_stale = line != self._status_sent
+        if self._status_stale and now >= self._status_at:
+            self.notifier.status(line)
+            self._status_sent, self._status_stale = line, False
+            self._status_at = now + STATUS_INTERVAL
         self.notifier.kick_watchdog(now)
 
     def status_line(self) -> str:
