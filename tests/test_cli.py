@@ -131,3 +131,11 @@ def test_usage_errors_exit_2(layout, args):
                           text=True, timeout=30)
     assert proc.returncode == 2
     assert "usage: rq" in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden"])
+def test_rqsys_queue_refuses_bad_names(layout, name):
+    proc = subprocess.run([sys.executable, "-m", "rqsys.cli", "--root", str(layout.root),
+                           "queue", name], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "invalid queue name" in proc.stderr and "Traceback" not in proc.stderr

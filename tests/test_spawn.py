@@ -1,0 +1,62 @@
+"""The cffi spawn helper, directly: exec failures, argv with exec_prefix, exit texts."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from rqsys.errors import SpawnError
+from rqsys.spawn import describe_exit, script_argv, spawn
+
+
+def test_exec_failure_is_reported_not_forked_away(tmp_path):
+    script = tmp_path / "bad"
+    script.write_text("#!/nonexistent/interpreter\n")
+    script.chmod(0o755)
+    out = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(SpawnError, match="No such file or directory"):
+            spawn([str(script)], str(script), {}, tmp_path, out)
+        with pytest.raises(SpawnError, match="cannot execute"):
+            spawn(["x"], str(tmp_path / "missing"), {}, tmp_path, out)
+    finally:
+        os.close(out)
+
+
+def test_child_gets_env_cwd_and_new_session(tmp_path):
+    out = os.open(tmp_path / "log", os.O_WRONLY | os.O_CREAT)
+    try:
+        child = spawn(["/bin/sh", "-c", 'echo "$A $(pwd)"; echo "done" >&3'], "/bin/sh",
+                      {"A": "from-env"}, tmp_path, out)
+    finally:
+        os.close(out)
+    _pid, status = os.waitpid(child.pid, 0)
+    os.set_blocking(child.status_r, True)
+    assert os.read(child.status_r, 100) == b"done\n"
+    child.close()
+    assert status == 0
+    assert (tmp_path / "log").read_text() == f"from-env {tmp_path}\n"
+
+
+def test_script_argv(tmp_path):
+    script = tmp_path / "run"
+    script.write_text("#!/bin/sh\n")
+    link = tmp_path / "link"
+    link.symlink_to(script)
+    with pytest.raises(SpawnError, match="missing or not executable"):
+        script_argv(str(link), "")
+    script.chmod(0o755)
+    assert script_argv(str(link), "") == (str(script), [str(script)])
+    program, argv = script_argv(str(link), "env X=1")
+    assert program.endswith("/env") and argv == ["env", "X=1", str(script)]
+    with pytest.raises(SpawnError, match="not found"):
+        script_argv(str(link), "no-such-program-here -x")
+
+
+def test_describe_exit():
+    assert describe_exit(0) == "exit status 0"
+    assert describe_exit(3 << 8) == "exit status 3"
+    assert describe_exit(signal.SIGTERM) == "terminated by SIGTERM"
+    assert describe_exit(signal.SIGSEGV | 0x80) == "terminated by SIGSEGV (core dumped)"
