@@ -324,3 +324,15 @@ def test_list_and_counts(layout, make_queue, daemon):
         proc.call("list", state="nosuch")
     with pytest.raises(BadRequest):
         proc.call("list", state="done", offset=-1)
+
+
+def test_scripterror_clears_by_itself_once_fixed(layout, make_queue, daemon):
+    entry = make_queue("q", 'echo "done fixed" >&3')
+    (entry / "run").chmod(0o644)
+    proc = daemon("q")
+    msg_id = send(proc)
+    wait_for(lambda: proc.call("counts")["status"].startswith("SCRIPTERROR"),
+             what="SCRIPTERROR status")
+    (entry / "run").chmod(0o755)
+    # no reload: the daemon re-checks the script every few seconds
+    assert settle(proc, msg_id, timeout=15)["status"] == "fixed"
