@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from rqsys import wire
 from rqsys.errors import BadRequest, NotFound, Unavailable
 from rqsys.message import is_remote
-from rqsys.store import Layout, check_msg_id, check_queue_name
+from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
 
 RELAY_QUEUE = "relay"
 
@@ -109,17 +109,27 @@ def route(dest: str, sysconfig: dict[str, Any], force_remote: bool = False) -> s
 
 
 def find_message(layout: Layout, msg_ref: str, queue: str | None = None) -> tuple[str, str]:
-    """(queue, id) from a full message URL, or a short id searched in the queues."""
+    """(queue, id) from a full message URL, or a short id searched in the queues.
+
+    Short ids are unique within a queue only; one found in two queues is
+    refused (the full URL names the queue).
+    """
     if is_remote(msg_ref):
         return split_message_url(msg_ref)
     msg_id = check_msg_id(msg_ref)
-    candidates = [queue] if queue else layout.queue_names()
-    from rqsys.store import QueueStore
+    found = [name for name in ([queue] if queue else layout.queue_names())
+             if _holds(layout, name, msg_id)]
+    if not found:
+        raise NotFound(f"no message {msg_id} in any queue")
+    if len(found) > 1:
+        raise BadRequest(f"message id {msg_id} is in queues {', '.join(found)}: "
+                         "give the full message URL")
+    return found[0], msg_id
 
-    for name in candidates:
-        try:
-            QueueStore(layout.queue_dir(name)).find(msg_id)
-        except NotFound:
-            continue
-        return name, msg_id
-    raise NotFound(f"no message {msg_id} in any queue")
+
+def _holds(layout: Layout, queue: str, msg_id: str) -> bool:
+    try:
+        QueueStore(layout.queue_dir(queue)).find(msg_id)
+    except NotFound:
+        return False
+    return True

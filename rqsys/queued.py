@@ -634,7 +634,8 @@ class QueueDaemon:
             self._set_script_error(str(exc))
             return
         queued, msg = msg, dict(msg, count=int(msg.get("count", 0)) + 1)
-        self.store.move(msg_id, "que", "run")  # the new count is written when it ends
+        self.store.move(msg_id, "que", "run")
+        self.store.write_count("run", msg_id, msg["count"])
         job = self.store.job_dir(msg_id)
         out = self.output.open(job / "stdio.log", msg_id, msg["count"])
         try:
@@ -817,7 +818,6 @@ class QueueDaemon:
             self.schedule.add(msg_id, msg)
             self.log.event("resend", outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
             return
-        self.store.write_count("run", msg_id, int(msg.get("count", 0)))
         self.store.move(msg_id, "run", outcome.state)
         self.counts[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))

@@ -227,6 +227,21 @@ class Layout:
     def mark_queue(self, name: str, mark: str, text: str) -> None:
         """Write a marker file (DISABLED_MARK, SCANDIR_MARK) into a queue's directory."""
         write_file_durably(self.queue_dir(name) / mark, text.encode())
+        self._adopt(self.queue_dir(name) / mark)
+
+    def _adopt(self, *paths: Path) -> None:
+        """Give paths root made to the owner of ``queue/`` (user rq under systemd).
+
+        rq-scan runs as root (it enables units); the queue daemons run as the
+        unprivileged owner of ``queue/`` and must own what rq-scan creates.
+        """
+        if os.geteuid() != 0:
+            return
+        owner = os.stat(self.queues)
+        if owner.st_uid == 0:
+            return
+        for path in paths:
+            os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
     def make_dirs(self) -> None:
         for path in (self.root, self.config_file.parent, self.scandir, self.timers,
@@ -240,6 +255,7 @@ class Layout:
             (qdir / state).mkdir(parents=True, exist_ok=True)
         (qdir / TMP_DIR).mkdir(exist_ok=True)
         write_file_durably(qdir / "config.json", json.dumps(config, indent=2).encode())
+        self._adopt(qdir, qdir / TMP_DIR, qdir / "config.json", *(qdir / st for st in STATES))
         return qdir
 
     def link_form(self, name: str, form: Path | None) -> None:
@@ -253,6 +269,7 @@ class Layout:
                 link.unlink()
             return
         os.symlink(form, tmp)
+        self._adopt(tmp)
         os.replace(tmp, link)
 
     def trash_queue(self, name: str) -> Path:
@@ -416,15 +433,27 @@ class QueueStore:
             return 1
 
     def write_count(self, state: str, msg_id: str, count: int) -> None:
-        """Record how often an ending message ran (not synced, like status).
+        """Record a run's count when it starts (not synced, like status).
 
-        A separate small file, so the ``msg`` is not replaced at the end of
-        every run (a rename over a file makes ext4 write it back at once);
-        not written for the common single run, which is what its absence means.
+        A separate small file, so the ``msg`` is not replaced for every run
+        (a rename over a file makes ext4 write it back at once).  It survives
+        a crash of the daemon, so recovery carries it into ``msg`` and a
+        message that keeps crashing its daemon still reaches max_count.
         """
-        path = self.msg_dir(state, msg_id) / "count"
-        if count != 1 or path.exists():
-            _overwrite(path, str(count).encode())
+        _overwrite(self.msg_dir(state, msg_id) / "count", str(count).encode())
+
+    def _carry_count(self, msg_id: str) -> None:
+        """Recovery: a run's count file that is ahead of its msg goes into it."""
+        path = self.msg_dir("run", msg_id) / "count"
+        if not path.exists():
+            return
+        try:
+            msg = self.read_msg("run", msg_id)
+        except StoreError:
+            return  # an unreadable msg is reported when que/ is loaded
+        count = self._read_count(path)
+        if count > int(msg.get("count", 0)):
+            self.write_msg("run", msg_id, dict(msg, count=count))
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
         """Replace a message's ``msg`` file atomically and durably."""
@@ -682,6 +711,7 @@ class QueueStore:
         self._recover_tmp()
         recovered = list(self.ids("run"))
         for msg_id in recovered:
+            self._carry_count(msg_id)
             self.move(msg_id, "run", "que")
         self.flush(force=True)
         return recovered

@@ -91,9 +91,12 @@ class DaemonProcess:
         self.messages: list[str] = []
         full_env = dict(os.environ, NOTIFY_SOCKET=str(self.notify_path), **(env or {}))
         full_env.pop("JOURNAL_STREAM", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "queue", name],
-            env=full_env, start_new_session=True, stderr=subprocess.PIPE, text=True)
+        # stderr to a file: a pipe nobody reads would block a chatty daemon
+        self.stderr_path = layout.root / f".stderr-{name}-{time.monotonic_ns()}"
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "queue", name],
+                env=full_env, start_new_session=True, stderr=stderr, text=True)
         self.wait_notify("READY=1")
 
     def wait_notify(self, word: str, timeout: float = READY_TIMEOUT) -> str:
@@ -108,7 +111,7 @@ class DaemonProcess:
             except TimeoutError:
                 if self.proc.poll() is not None:
                     raise AssertionError(f"daemon exited {self.proc.returncode}: "
-                                         f"{self.proc.stderr.read() if self.proc.stderr else ''}"
+                                         f"{self.stderr_text()}"
                                          ) from None
         raise AssertionError(f"no {word} from {self.name} within {timeout}s")
 
@@ -136,7 +139,7 @@ class DaemonProcess:
         return self.proc.returncode
 
     def stderr_text(self) -> str:
-        return self.proc.stderr.read() if self.proc.stderr else ""
+        return self.stderr_path.read_text()
 
 
 @pytest.fixture

@@ -139,3 +139,16 @@ def test_rqsys_queue_refuses_bad_names(layout, name):
                            "queue", name], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert "invalid queue name" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_short_id_held_by_two_queues_needs_the_full_url(layout, make_queue):
+    # Given two queues that both hold a message with the same short id
+    from rqsys.store import IdMaker, QueueStore
+
+    for name in ("a", "b"):
+        make_queue(name, 'echo "done" >&3')
+        QueueStore(layout.queue_dir(name), IdMaker(clock=lambda: 1e9)).create({"dest": name})
+    short = "20010909.0146.40.000.0"
+    # When the short id is asked for, it fails and says why (no guessing)
+    out = rq(layout, "state", "--msg_id", short, code=1)
+    assert "in queues a, b" in out and "full message URL" in out

@@ -157,3 +157,23 @@ def test_snapshot_not_matching_que_is_ignored(layout, make_queue, daemon):
     assert proc.call("counts")["counts"]["que"] == 1100
     assert proc.call("get", msg_id=extra)["msg"]["param1"] == "new"
     assert not (layout.queue_dir("q") / "que.snapshot").exists()
+
+
+def test_a_message_that_crashes_its_daemon_still_counts_its_runs(layout, make_queue, daemon,
+                                                                    tmp_path):
+    # Given a script that SIGKILLs its own daemon on its first two runs
+    make_queue("q", """
+        echo "$RQ_COUNT" >> "$MARKS/counts"
+        if [ "$RQ_COUNT" -lt 3 ]; then kill -9 "$PPID"; sleep 5; fi
+        echo "done third time lucky" >&3
+    """, env_vars={"MARKS": str(tmp_path)})
+    proc = daemon("q")
+    msg_id = send(proc)
+    # When the daemon is restarted after each crash
+    for _ in range(2):
+        proc.proc.wait(10)
+        proc = daemon("q")
+    # Then each run saw a higher RQ_COUNT, and the message ends with count 3
+    wait_for(lambda: proc.call("state", msg_id=msg_id)["state"] == "done", what="done")
+    assert (tmp_path / "counts").read_text().split() == ["1", "2", "3"]
+    assert proc.call("get", msg_id=msg_id)["msg"]["count"] == 3
