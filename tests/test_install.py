@@ -212,10 +212,6 @@ def test_install_units_on_a_booted_systemd(box, installed: Path) -> None:  # typ
                  30, "rq@hello.socket")
     except pytest.fail.Exception:
         pytest.fail("rq-scan did not make queue hello live:\n" + _journal(box, "rq-scan"))
-    # rq-scan runs as root and leaves queue/hello owned by root, which the
-    # daemon (User=rq) cannot write: see the xfail test below.  Until rq-scan
-    # chowns, do what it should have done.
-    box.run("chown", "-R", "rq:rq", "/var/lib/rq/queue/hello")
     # Then a message sent with the installed rq runs to done, as user rq
     out = box.run(rq, "sendmesg", "--dest", "hello", "--param1", "box", check=False).stdout
     assert out.startswith("ok http://"), out + _journal(box, "rq@hello")
@@ -228,8 +224,6 @@ def test_install_units_on_a_booted_systemd(box, installed: Path) -> None:  # typ
     assert box.run("man", "-M", str(installed / "share" / "man"), "-w", "rq").stdout.strip()
 
 
-@pytest.mark.xfail(strict=True, reason="rq-scan (root) creates queue directories owned by "
-                   "root; rq@.service runs as rq and cannot write them")
 def test_a_queue_made_by_rq_scan_belongs_to_rq(box, installed: Path) -> None:  # type: ignore[no-untyped-def]
     # Given the units installed and rq-scan running (as in the test above)
     box.expose_python(installed, sys.base_prefix)
