@@ -31,6 +31,7 @@ from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.scheduler import Schedule
 from rqsys.scripts.webhook import WEBHOOK_QUEUE, webhook_message
+from rqsys.signals import SignalFlags
 from rqsys.spawn import script_argv, spawn
 from rqsys.store import STATES, Layout, QueueStore, Staged, check_msg_id
 from rqsys.systemd import Notifier, child_environ, default_idle_timeout, listen_sockets
@@ -72,7 +73,6 @@ class QueueDaemon:
         self.workers: dict[str, Worker] = {}
         self.counts: dict[str, int] = {}
         self.pending: list[tuple[Connection, Staged, str]] = []
-        self.flags: set[int] = set()
         self.stopping_until: float | None = None
         self.idle_since = time.monotonic()
         self.admin = "UP"
@@ -125,24 +125,9 @@ class QueueDaemon:
         self.selector.register(self.listener, selectors.EVENT_READ, self._accept)
 
     def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = socket.socketpair()
-        for sock in (self._wake_r, self._wake_w):
-            sock.setblocking(False)
-        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, self._on_signal)
+        self.signals = SignalFlags()
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wakeups)
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.flags.add(signum)  # only a flag: the loop acts on it
-
-    def _drain_wakeups(self, _key: Any, _mask: int) -> None:
-        try:
-            while self._wake_r.recv(512):
-                pass
-        except BlockingIOError:
-            pass
+        self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> int:
@@ -156,6 +141,7 @@ class QueueDaemon:
             self._start_due()
             self.store.flush()
             self._report()
+            self.store.make_spares()  # after the answers: off the next create's path
             if self._idle_expired():
                 self.log.event("daemon", "idle: exiting until the next request")
                 break
@@ -227,7 +213,7 @@ class QueueDaemon:
 
     def _handle_flags(self) -> bool:
         """Act on signals; True when the loop should end."""
-        flags, self.flags = self.flags, set()
+        flags = self.signals.take()
         if signal.SIGHUP in flags:
             self.reload()
         if flags & {signal.SIGTERM, signal.SIGINT} and self.stopping_until is None:
@@ -634,8 +620,7 @@ class QueueDaemon:
             self._set_script_error(str(exc))
             return
         queued, msg = msg, dict(msg, count=int(msg.get("count", 0)) + 1)
-        self.store.move(msg_id, "que", "run")
-        self.store.write_count("run", msg_id, msg["count"])
+        self.store.move(msg_id, "que", "run")  # the new count is written when it ends
         job = self.store.job_dir(msg_id)
         out = self.output.open(job / "stdio.log", msg_id, msg["count"])
         try:
@@ -818,6 +803,7 @@ class QueueDaemon:
             self.schedule.add(msg_id, msg)
             self.log.event("resend", outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
             return
+        self.store.write_count("run", msg_id, int(msg.get("count", 0)))
         self.store.move(msg_id, "run", outcome.state)
         self.counts[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))

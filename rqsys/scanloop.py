@@ -17,7 +17,6 @@ import logging
 import os
 import selectors
 import signal
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from rqsys import config, enabler, scan, timers
 from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
 from rqsys.scripts.install import SPECIAL_QUEUES, install_special_queues
+from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.store import DISABLED_MARK, QUEUE_NAME_RE, Layout
 from rqsys.systemd import Notifier
 
@@ -65,7 +65,6 @@ class Scanner:
         self.settle: tuple[float, float] | None = None  # (first event, last event)
         self.removing: dict[str, int | None] = {}  # queue -> pidfd to wait on
         self.deferred: set[str] = set()  # entries re-added while their queue was removed
-        self.flags: set[int] = set()
         self.rescan = self.check_removals = False
 
     # ---------------------------------------------------------------- set-up
@@ -99,23 +98,8 @@ class Scanner:
                 self._begin_removal(qdir.name)
 
     def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = socket.socketpair()
-        for sock in (self._wake_r, self._wake_w):
-            sock.setblocking(False)
-        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, self._on_signal)
-        self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wakeups)
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.flags.add(signum)  # only a flag: the loop acts on it
-
-    def _drain_wakeups(self, _key: Any) -> None:
-        try:
-            while self._wake_r.recv(512):
-                pass
-        except BlockingIOError:
-            pass
+        self.signals = SignalFlags()
+        self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
 
     # ---------------------------------------------------------------- watches
     def _watch(self, path: Path | str, handler: Callable[[Any], None]) -> int | None:
@@ -343,7 +327,7 @@ class Scanner:
     # ---------------------------------------------------------------- the loop
     def run(self) -> int:
         self.start()
-        while not self.flags & {signal.SIGTERM, signal.SIGINT}:
+        while not self.signals.pending & STOP_SIGNALS:
             for key, _mask in self.selector.select(self._timeout()):
                 key.data(key)
             self._handle_flags()
@@ -374,8 +358,8 @@ class Scanner:
         return max(0.0, min(waits)) if waits else None
 
     def _handle_flags(self) -> None:
-        if signal.SIGHUP in self.flags:
-            self.flags.discard(signal.SIGHUP)
+        if signal.SIGHUP in self.signals.pending:
+            self.signals.pending.discard(signal.SIGHUP)
             self.log.event("daemon", "SIGHUP: rescanning the scandir and timers")
             self.sysconfig = config.load_system_config(self.layout)
             self.rescan = True

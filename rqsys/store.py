@@ -68,6 +68,7 @@ DEFAULT_ROOT = "/var/lib/rq"
 SYSTEMD_SOCKET_DIR = "/run/rq"
 TMP_DIR = ".tmp"
 FLUSH_INTERVAL = 0.5  # seconds between fsyncs of batched transitions
+SPARE_DIRS = 16  # empty directories kept ready for new messages (see make_spares)
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
 SCANDIR_MARK = ".scandir"  # the scandir entry a queue was installed from
@@ -301,6 +302,8 @@ class QueueStore:
         self.id_maker = ids or IdMaker()
         self._dirty: set[Path] = set()
         self._flushed_at = 0.0
+        self._spares: list[Path] = []
+        self._spare_seq = 0
 
     # -- paths -----------------------------------------------------------
     def state_dir(self, state: str) -> Path:
@@ -325,8 +328,32 @@ class QueueStore:
         (attachments may be added before :meth:`publish` writes it)."""
         msg_id = self.id_maker.next_id()
         tmp = self.qdir / TMP_DIR / f"{msg_id}.{state}"
-        tmp.mkdir(parents=True)
+        if not self._take_spare(tmp):
+            tmp.mkdir(parents=True)
         return Staged(msg_id, tmp, dict(msg, msg_id=msg_id))
+
+    def _take_spare(self, tmp: Path) -> bool:
+        """Rename a spare directory to ``tmp``: a rename costs a fraction of a mkdir."""
+        while self._spares:
+            try:
+                os.rename(self._spares.pop(), tmp)
+                return True
+            except FileNotFoundError:
+                continue  # removed by a recovery meanwhile
+        return False
+
+    def make_spares(self) -> None:
+        """Keep SPARE_DIRS empty directories in ``.tmp/`` for new messages.
+
+        Called by the daemon after it has answered its clients, so the mkdir
+        of the next message is not on the path of its acknowledgement.  Spares
+        are plain temp directories: recovery removes them like any other.
+        """
+        while len(self._spares) < SPARE_DIRS:
+            self._spare_seq += 1
+            path = self.qdir / TMP_DIR / f"spare.{os.getpid()}.{self._spare_seq}"
+            path.mkdir()
+            self._spares.append(path)
 
     def publish(self, batch: list[Staged], state: str) -> None:
         """Write staged messages' msg files, make them durable, move them in.
@@ -338,10 +365,10 @@ class QueueStore:
         """
         if not batch:
             return
+        single = len(batch) == 1
         for staged in batch:
-            _write_new(staged.tmp / "msg", json.dumps(staged.msg).encode(), sync=False)
-        if len(batch) == 1:
-            fsync_path(batch[0].tmp / "msg")
+            _write_new(staged.tmp / "msg", json.dumps(staged.msg).encode(), sync=single)
+        if single:
             _fsync_attachments(batch[0].tmp / "attach")
         else:
             syncfs(self.qdir)
@@ -433,27 +460,28 @@ class QueueStore:
             return 1
 
     def write_count(self, state: str, msg_id: str, count: int) -> None:
-        """Record a run's count when it starts (not synced, like status).
+        """Record how often an ending message ran (not synced, like status).
 
-        A separate small file, so the ``msg`` is not replaced for every run
-        (a rename over a file makes ext4 write it back at once).  It survives
-        a crash of the daemon, so recovery carries it into ``msg`` and a
-        message that keeps crashing its daemon still reaches max_count.
+        A separate small file, so the ``msg`` is not replaced at the end of
+        every run (a rename over a file makes ext4 write it back at once);
+        not written for the common single run, which is what its absence means.
         """
-        _overwrite(self.msg_dir(state, msg_id) / "count", str(count).encode())
+        path = self.msg_dir(state, msg_id) / "count"
+        if count != 1 or path.exists():
+            _overwrite(path, str(count).encode())
 
-    def _carry_count(self, msg_id: str) -> None:
-        """Recovery: a run's count file that is ahead of its msg goes into it."""
-        path = self.msg_dir("run", msg_id) / "count"
-        if not path.exists():
-            return
+    def _count_crashed_run(self, msg_id: str) -> None:
+        """Recovery: a message found in ``run/`` ran once more than its msg says.
+
+        Its msg holds the count from before that run (a run does not rewrite
+        it), so the run is counted here, durably: a message that keeps
+        crashing its daemon still reaches max_count.
+        """
         try:
             msg = self.read_msg("run", msg_id)
         except StoreError:
             return  # an unreadable msg is reported when que/ is loaded
-        count = self._read_count(path)
-        if count > int(msg.get("count", 0)):
-            self.write_msg("run", msg_id, dict(msg, count=count))
+        self.write_msg("run", msg_id, dict(msg, count=int(msg.get("count", 0)) + 1))
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
         """Replace a message's ``msg`` file atomically and durably."""
@@ -711,7 +739,7 @@ class QueueStore:
         self._recover_tmp()
         recovered = list(self.ids("run"))
         for msg_id in recovered:
-            self._carry_count(msg_id)
+            self._count_crashed_run(msg_id)
             self.move(msg_id, "run", "que")
         self.flush(force=True)
         return recovered

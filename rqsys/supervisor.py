@@ -22,6 +22,7 @@ from typing import Any
 from rqsys import config, scan
 from rqsys.events import EventLog
 from rqsys.scripts.install import install_special_queues
+from rqsys.signals import SignalFlags
 from rqsys.store import Layout
 
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0
@@ -53,7 +54,6 @@ class Supervisor:
         self.log = EventLog("rqsys")
         self.selector = selectors.DefaultSelector()
         self.programs: dict[str, Program] = {}
-        self.flags: set[int] = set()
         self.stop_deadline: float | None = None
 
     # ---------------------------------------------------------------- set-up
@@ -69,23 +69,8 @@ class Supervisor:
         self._sync_queues()
 
     def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, self._on_signal)
-        self.selector.register(self._wake_r, selectors.EVENT_READ, self._drain_wakeups)
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.flags.add(signum)  # only a flag: the loop acts on it
-
-    def _drain_wakeups(self, _program: Any) -> None:
-        try:
-            while self._wake_r.recv(512):
-                pass
-        except BlockingIOError:
-            pass
+        self.signals = SignalFlags()
+        self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
 
     def _base_argv(self) -> list[str]:
         return [sys.executable, "-m", "rqsys.cli", "--root", str(self.layout.root)]
@@ -207,7 +192,7 @@ class Supervisor:
         return max(0.0, min(times) - time.monotonic()) if times else 60.0
 
     def _handle_flags(self) -> None:
-        flags, self.flags = self.flags, set()
+        flags = self.signals.take()
         if signal.SIGHUP in flags and self.stop_deadline is None:
             self._sync_queues(lazy=True)
         if flags & {signal.SIGTERM, signal.SIGINT} and self.stop_deadline is None:

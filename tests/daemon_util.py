@@ -58,3 +58,10 @@ def write_gate(path: Path) -> None:
     """Open a gate file a waiting script polls for."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("go\n")
+
+
+def stray_temps(layout, queue="q"):
+    """Entries of a queue's .tmp/ other than the empty spare directories its
+    daemon keeps ready for new messages: a half-made message would show here."""
+    tmp = layout.queue_dir(queue) / ".tmp"
+    return [p for p in tmp.iterdir() if not p.name.startswith("spare.") or any(p.iterdir())]

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 from conftest import wait_for
-from daemon_util import job_file, pid_alive, send, settle, store_of
+from daemon_util import job_file, pid_alive, send, settle, store_of, stray_temps
 
 from rqsys.client import QueueClient
 from rqsys.errors import BadRequest
@@ -93,7 +93,7 @@ def test_bad_message_fields(layout, q, msg, words):
     with pytest.raises(BadRequest, match=words):
         q.call("create", msg=msg)
     assert q.call("counts")["counts"]["que"] == 0
-    assert list((layout.queue_dir("q") / ".tmp").iterdir()) == []
+    assert stray_temps(layout) == []
     _still_serving(q)
 
 
@@ -104,7 +104,7 @@ def test_bad_message_fields(layout, q, msg, words):
 def test_bad_create_arguments(layout, q, args):
     with pytest.raises(BadRequest):
         q.call("create", msg={}, **args)
-    assert list((layout.queue_dir("q") / ".tmp").iterdir()) == []
+    assert stray_temps(layout) == []
     _still_serving(q)
 
 
@@ -137,7 +137,7 @@ def test_bad_attachment_names(layout, q, tmp_path, name):
                         attachments=[{"name": name, "md5": md5}])
     assert q.call("get", msg_id=msg_id)["attachments"] == {}
     assert not (layout.root / "evil").exists()
-    assert list((layout.queue_dir("q") / ".tmp").iterdir()) == []
+    assert stray_temps(layout) == []
     _still_serving(q)
 
 

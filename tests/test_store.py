@@ -180,3 +180,27 @@ def test_recover_completes_publishes_cut_short(store):
         with pytest.raises(NotFound):
             store.find(gone.msg_id)
     assert list(tmp.iterdir()) == []
+
+
+def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
+    # Given spare directories made ahead of time
+    store.make_spares()
+    spares = sorted(p.name for p in (store.qdir / ".tmp").iterdir())
+    assert len(spares) == 16 and all(name.startswith("spare.") for name in spares)
+    # When a message is created, it takes one of them (renamed, not made)
+    msg_id = store.create({"dest": store.name})
+    assert store.read_msg("que", msg_id)["msg_id"] == msg_id
+    assert len(list((store.qdir / ".tmp").iterdir())) == 15
+    # Then recovery removes the unused spares like any stray temp directory
+    store.recover()
+    assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_recovery_counts_the_run_a_crash_cut_short(store):
+    # Given a message that was running (its msg still holds the count before the run)
+    msg_id = store.create({"dest": store.name, "count": 2})
+    store.move(msg_id, "que", "run")
+    # When the daemon restarts
+    store.recover()
+    # Then the interrupted run counts: the message is back in que with count 3
+    assert store.read_msg("que", msg_id)["count"] == 3
