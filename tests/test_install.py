@@ -11,7 +11,9 @@ package itself comes only from the wheel built here.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -248,3 +250,56 @@ def _journal(box, unit: str) -> str:  # type: ignore[no-untyped-def]
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# ---------------------------------------------------------------- the README's quick start
+def quick_start_lines() -> list[str]:
+    section = (REPO / "README.md").read_text().split("## Your first queue in one minute", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return block.splitlines()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_readme_first_queue_runs_as_written(tmp_path: Path) -> None:
+    # Given the README's commands, run by bash in a fresh HOME (another port)
+    lines = quick_start_lines()
+    serve = next(i for i, line in enumerate(lines) if line.startswith("rqsys "))
+    port = str(free_port())
+    env = dict(os.environ, HOME=str(tmp_path),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    bash = ["bash", "-euc"]
+    setup = subprocess.run([*bash, "\n".join(lines[:serve])], env=env, capture_output=True,
+                           text=True, timeout=30)
+    assert setup.returncode == 0, setup.stderr
+    command = lines[serve].removesuffix("&").strip().replace("3333", port)
+    proc = subprocess.Popen([*bash, f"exec {command}"], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (tmp_path / "rq" / "sock" / "hello.sock").exists(), 30, "serve ready")
+        # When the message is sent as the README says
+        send = next(line for line in lines if " sendmesg " in line)
+        out = subprocess.run([*bash, send], env=env, capture_output=True, text=True,
+                             timeout=30).stdout
+        assert out.startswith("ok http://") and f":{port}/q/hello/" in out, out
+        # Then statusmesg says what the README shows
+        status = next(line for line in lines if line.startswith("# ok done"))[2:]
+        check = next(line for line in lines if " statusmesg " in line)
+        check = re.sub(r"--msg_id \S+", f"--msg_id {out.split()[1]}", check)
+        wait_for(lambda: subprocess.run([*bash, check], env=env, capture_output=True,
+                                        text=True, timeout=30).stdout.strip() == status,
+                 30, status)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail("rqsys serve ignored SIGTERM")
