@@ -129,7 +129,7 @@ class ScriptOutput:
         self.journal = JournalSender() if journal else None
         self.pumps: dict[int, Pump] = {}
 
-    def open(self, log_path: Path, msg_id: str, count: int) -> int:
+    def open(self, log_path: Path | str, msg_id: str, count: int) -> int:
         """The fd to give the script as stdout/stderr (the caller closes it)."""
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         if self.journal is None:

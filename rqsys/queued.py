@@ -19,7 +19,6 @@ import selectors
 import signal
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from rqsys import config, wire
@@ -622,7 +621,7 @@ class QueueDaemon:
         queued, msg = msg, dict(msg, count=int(msg.get("count", 0)) + 1)
         self.store.move(msg_id, "que", "run")  # the new count is written when it ends
         job = self.store.job_dir(msg_id)
-        out = self.output.open(job / "stdio.log", msg_id, msg["count"])
+        out = self.output.open(f"{job}/stdio.log", msg_id, msg["count"])
         try:
             child = spawn(argv, path, self._script_env(msg_id, msg, argv[-1], job), job, out)
         except SpawnError as exc:
@@ -685,12 +684,12 @@ class QueueDaemon:
                                "RQ_ENV": str(self.sysconfig["env"]), "RQ_VER": _version()}
         return self._env_cache
 
-    def _script_env(self, msg_id: str, msg: dict[str, Any], real: str, job: Path) -> dict[str, str]:
+    def _script_env(self, msg_id: str, msg: dict[str, Any], real: str, job: str) -> dict[str, str]:
         """The environment of one run; ``real`` is the resolved script path."""
         env = dict(self._queue_env())
         env.update({
             "RQ_REALSCRIPT": real,
-            "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self._url(msg_id), "RQ_MSG_DIR": str(job),
+            "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self._url(msg_id), "RQ_MSG_DIR": job,
             "RQ_COUNT": str(msg["count"]),
             "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",
             "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),

@@ -59,7 +59,7 @@ def script_argv(script: str, exec_prefix: str) -> tuple[str, list[str]]:
     return program, [*words, real]
 
 
-def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path, out_fd: int) -> Child:
+def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path | str, out_fd: int) -> Child:
     """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed."""
     from rqsys._native._rqspawn import ffi, lib  # type: ignore[import-not-found]
 

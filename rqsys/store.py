@@ -137,7 +137,7 @@ def _write_new(path: Path, data: bytes, sync: bool) -> None:
         os.close(fd)
 
 
-def _overwrite(path: Path, data: bytes) -> None:
+def _overwrite(path: Path | str, data: bytes) -> None:
     """Rewrite a small advisory file in place, never truncating it to zero
     first (ext4 would then flush it on close, costing a disk write per call)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -300,7 +300,8 @@ class QueueStore:
         self.qdir = qdir
         self.name = qdir.name
         self.id_maker = ids or IdMaker()
-        self._dirty: set[Path] = set()
+        self._base = str(qdir)  # the run path builds plain strings: pathlib costs
+        self._dirty: set[str] = set()
         self._flushed_at = 0.0
         self._spares: list[Path] = []
         self._spare_seq = 0
@@ -310,9 +311,12 @@ class QueueStore:
         return self.qdir / state
 
     def msg_dir(self, state: str, msg_id: str) -> Path:
+        return Path(self._path(state, msg_id))
+
+    def _path(self, state: str, msg_id: str) -> str:
         if state in SHARDED_STATES:
-            return self.qdir / state / msg_id[:11] / msg_id
-        return self.qdir / state / msg_id
+            return f"{self._base}/{state}/{msg_id[:11]}/{msg_id}"
+        return f"{self._base}/{state}/{msg_id}"
 
     def find(self, msg_id: str) -> str:
         """The state a message is in; NotFound if it is in none."""
@@ -374,7 +378,7 @@ class QueueStore:
             syncfs(self.qdir)
         for staged in batch:
             os.rename(staged.tmp, self.state_dir(state) / staged.msg_id)
-        self._dirty.update({self.qdir / TMP_DIR, self.state_dir(state)})
+        self._dirty.update({f"{self._base}/{TMP_DIR}", f"{self._base}/{state}"})
 
     def create(self, msg: dict[str, Any], state: str = "que") -> str:
         """Create one message durably in ``prep`` or ``que``; returns its id."""
@@ -388,14 +392,15 @@ class QueueStore:
     # -- transitions -------------------------------------------------------
     def move(self, msg_id: str, src: str, dest: str, durable: bool = False) -> None:
         """Rename a message directory from one state to another."""
-        old, new = self.msg_dir(src, msg_id), self.msg_dir(dest, msg_id)
+        old, new = self._path(src, msg_id), self._path(dest, msg_id)
         try:
             _rename_into_shard(old, new) if dest in SHARDED_STATES else os.rename(old, new)
         except FileNotFoundError as exc:
             raise NotFound(f"no message {msg_id} in {self.name}/{src}") from exc
         except OSError as exc:
             raise StoreError(f"cannot move {msg_id} {src}->{dest}: {exc}") from exc
-        parents = {old.parent, new.parent, new.parent.parent}
+        parents = {os.path.dirname(old), os.path.dirname(new),
+                   os.path.dirname(os.path.dirname(new))}
         if durable:
             for parent in parents:
                 fsync_path(parent)
@@ -466,8 +471,8 @@ class QueueStore:
         every run (a rename over a file makes ext4 write it back at once);
         not written for the common single run, which is what its absence means.
         """
-        path = self.msg_dir(state, msg_id) / "count"
-        if count != 1 or path.exists():
+        path = f"{self._path(state, msg_id)}/count"
+        if count != 1 or os.path.exists(path):
             _overwrite(path, str(count).encode())
 
     def _count_crashed_run(self, msg_id: str) -> None:
@@ -489,7 +494,7 @@ class QueueStore:
 
     def write_status(self, state: str, msg_id: str, text: str) -> None:
         """Record the script's last status line (not synced: advisory)."""
-        path = self.msg_dir(state, msg_id) / "status"
+        path = f"{self._path(state, msg_id)}/status"
         try:
             _overwrite(path, text.encode("utf-8", "replace"))
         except FileNotFoundError:
@@ -501,10 +506,13 @@ class QueueStore:
         except FileNotFoundError:
             return ""
 
-    def job_dir(self, msg_id: str) -> Path:
+    def job_dir(self, msg_id: str) -> str:
         """Create and return the ``job/`` dir of a running message."""
-        job = self.msg_dir("run", msg_id) / "job"
-        job.mkdir(exist_ok=True)
+        job = f"{self._path('run', msg_id)}/job"
+        try:
+            os.mkdir(job)
+        except FileExistsError:
+            pass  # a run after a resend reuses its job/
         return job
 
     # -- attachments ---------------------------------------------------------
@@ -754,21 +762,21 @@ class QueueStore:
             path = tmp / entry
             if state in ("que", "prep") and MSG_ID_RE.match(msg_id) and _readable_msg(path):
                 os.rename(path, self.state_dir(state) / msg_id)
-                self._dirty.update({tmp, self.state_dir(state)})
+                self._dirty.update({str(tmp), str(self.state_dir(state))})
             elif path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
                 path.unlink()
 
 
-def _rename_into_shard(old: Path, new: Path) -> None:
+def _rename_into_shard(old: str, new: str) -> None:
     """Rename, creating the hour's shard directory only when it is missing."""
     try:
         os.rename(old, new)
     except FileNotFoundError:
-        if not old.exists():
+        if not os.path.exists(old):
             raise
-        new.parent.mkdir(exist_ok=True)
+        os.makedirs(os.path.dirname(new), exist_ok=True)
         os.rename(old, new)
 
 
