@@ -166,9 +166,18 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
 SENDING = {"sendmesg", "prepmesg", "single_que"}
 
 
+ROOT_HELP = "state directory (default $RQ_ROOT or /var/lib/rq)"
+
+
 def _root_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", default=os.environ.get("RQ_ROOT"),
-                        help="state directory (default $RQ_ROOT or /var/lib/rq)")
+    parser.add_argument("--root", default=os.environ.get("RQ_ROOT"), help=ROOT_HELP)
+
+
+def _after_verb() -> argparse.ArgumentParser:
+    """--root accepted after the verb too (``rqsys serve --root DIR``)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--root", default=argparse.SUPPRESS, help=ROOT_HELP)
+    return parent
 
 
 def rq_parser() -> argparse.ArgumentParser:
@@ -176,7 +185,7 @@ def rq_parser() -> argparse.ArgumentParser:
     _root_option(parser)
     verbs = parser.add_subparsers(dest="verb", required=True)
     for verb, (_fn, text) in RQ_VERBS.items():
-        sub = verbs.add_parser(verb, help=text, description=text)
+        sub = verbs.add_parser(verb, help=text, description=text, parents=[_after_verb()])
         if verb in SENDING:
             _add_msg_options(sub)
         elif verb == "adminoper":
@@ -211,15 +220,19 @@ def rqsys_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rqsys", description="rqsys daemons and admin")
     _root_option(parser)
     cmds = parser.add_subparsers(dest="cmd", required=True)
-    serve = cmds.add_parser("serve", help="embedded mode: every daemon under one supervisor")
+    root = [_after_verb()]
+    serve = cmds.add_parser("serve", help="embedded mode: every daemon under one supervisor",
+                            parents=root)
     serve.add_argument("--scandir", type=Path, help="queue scripts directory")
     serve.add_argument("--port", type=int, help="web port (default: config.json, 3333)")
-    queue = cmds.add_parser("queue", help="run one queue daemon (rq@NAME.service)")
+    queue = cmds.add_parser("queue", help="run one queue daemon (rq@NAME.service)", parents=root)
     queue.add_argument("name")
-    cmds.add_parser("web", help="run the web front end (rq-web.service)")
-    scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)")
+    cmds.add_parser("web", help="run the web front end (rq-web.service)", parents=root)
+    scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)",
+                           parents=root)
     scan.add_argument("--scandir", type=Path, help="default <root>/scandir")
-    units = cmds.add_parser("install-units", help="install the systemd units, sysusers, tmpfiles")
+    units = cmds.add_parser("install-units", help="install the systemd units, sysusers, tmpfiles",
+                            parents=root)
     units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
     units.add_argument("--exec", dest="executable", help="rqsys path in ExecStart= (default: this)")
     return parser

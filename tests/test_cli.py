@@ -152,3 +152,14 @@ def test_a_short_id_held_by_two_queues_needs_the_full_url(layout, make_queue):
     # When the short id is asked for, it fails and says why (no guessing)
     out = rq(layout, "state", "--msg_id", short, code=1)
     assert "in queues a, b" in out and "full message URL" in out
+
+
+def test_root_may_follow_the_verb(layout, q):
+    # Given a message sent with --root before the verb
+    _url, msg_id = _sent(layout)
+    settle(q, msg_id)
+    # When --root comes after the verb (as `rqsys serve --root DIR` is written)
+    proc = subprocess.run([*RQ, "state", "--msg_id", msg_id, "--root", str(layout.root)],
+                          capture_output=True, text=True, timeout=30)
+    # Then it finds the same state directory
+    assert (proc.returncode, proc.stdout) == (0, "ok done\n"), proc.stderr
