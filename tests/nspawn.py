@@ -21,6 +21,8 @@ from pathlib import Path
 BOOT_TIMEOUT = 60.0
 POWEROFF_TIMEOUT = 30.0
 CONTAINER_PYTHON = "/opt/rq-python"
+PROJECT = Path(__file__).resolve().parent.parent  # the checkout, with its .venv
+SERVICES = ("rq@.service", "rq-web.service", "rq-scan.service")
 PR_SET_PDEATHSIG = 1
 
 
@@ -47,10 +49,14 @@ class Container:
     # ------------------------------------------------------------ start/stop
     def boot(self) -> None:
         self._mount_overlay()
+        self._show_checkout_to_services()
         self.console = open(self.base.with_suffix(".console"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             ["systemd-nspawn", "-q", "-D", str(self.root), "--private-network",
-             "--register=no", "--keep-unit", "--link-journal=no", "-b"],
+             "--register=no", "--keep-unit", "--link-journal=no",
+             # the checkout at its own path, even where the container mounts a
+             # fresh /tmp; an overlay with a temporary upper keeps writes inside
+             f"--overlay={PROJECT}::{PROJECT}", "-b"],
             stdin=subprocess.DEVNULL, stdout=self.console, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_term_with_parent)
         self.leader = self._wait_leader()
@@ -64,6 +70,17 @@ class Container:
         _mount("-t", "overlay", "overlay", "-o",
                f"lowerdir=/,upperdir={self.base}/upper,workdir={self.base}/work", str(self.root))
         self._mounted.append(self.root)
+
+    def _show_checkout_to_services(self) -> None:
+        """A checkout under /tmp (a CI clone, say) is hidden from the services
+        by their PrivateTmp=; a drop-in binds it in, read-only.  Only this
+        test container gets it: the units themselves stay as shipped."""
+        if not PROJECT.is_relative_to("/tmp") and not PROJECT.is_relative_to("/var/tmp"):
+            return
+        for unit in SERVICES:
+            dropin = self.path(f"/etc/systemd/system/{unit}.d/checkout.conf")
+            dropin.parent.mkdir(parents=True, exist_ok=True)
+            dropin.write_text(f"[Service]\nBindReadOnlyPaths={PROJECT}\n")
 
     def _wait_leader(self) -> int:
         """The container's PID 1 as seen from here (nspawn's child)."""
