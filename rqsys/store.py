@@ -68,7 +68,7 @@ DEFAULT_ROOT = "/var/lib/rq"
 SYSTEMD_SOCKET_DIR = "/run/rq"
 TMP_DIR = ".tmp"
 FLUSH_INTERVAL = 0.5  # seconds between fsyncs of batched transitions
-SPARE_DIRS = 16  # empty directories kept ready for new messages (see make_spares)
+SPARE_DIRS = 16  # message directories kept ready for new messages (see make_spares)
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
 SCANDIR_MARK = ".scandir"  # the scandir entry a queue was installed from
@@ -347,16 +347,21 @@ class QueueStore:
         return False
 
     def make_spares(self) -> None:
-        """Keep SPARE_DIRS empty directories in ``.tmp/`` for new messages.
+        """Keep SPARE_DIRS message directories ready in ``.tmp/`` for new messages.
 
-        Called by the daemon after it has answered its clients, so the mkdir
-        of the next message is not on the path of its acknowledgement.  Spares
-        are plain temp directories: recovery removes them like any other.
+        Called by the daemon after it has answered its clients, so the inodes
+        of the next message are not made on the path of its acknowledgement
+        nor on the path of its run: a spare already holds an empty ``status``
+        and ``job/stdio.log`` (creating those while a script ran cost more than
+        the script).  Spares are plain temp directories: recovery removes them.
         """
         while len(self._spares) < SPARE_DIRS:
             self._spare_seq += 1
             path = self.qdir / TMP_DIR / f"spare.{os.getpid()}.{self._spare_seq}"
             path.mkdir()
+            (path / "job").mkdir()
+            _write_new(path / "job" / "stdio.log", b"", sync=False)
+            _write_new(path / "status", b"", sync=False)
             self._spares.append(path)
 
     def publish(self, batch: list[Staged], state: str) -> None:

@@ -61,7 +61,8 @@ def write_gate(path: Path) -> None:
 
 
 def stray_temps(layout, queue="q"):
-    """Entries of a queue's .tmp/ other than the empty spare directories its
-    daemon keeps ready for new messages: a half-made message would show here."""
+    """Entries of a queue's .tmp/ other than the spare directories its daemon
+    keeps ready for new messages (they never hold a msg): a half-made message
+    would show here."""
     tmp = layout.queue_dir(queue) / ".tmp"
-    return [p for p in tmp.iterdir() if not p.name.startswith("spare.") or any(p.iterdir())]
+    return [p for p in tmp.iterdir() if not p.name.startswith("spare.") or (p / "msg").exists()]
