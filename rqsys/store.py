@@ -69,6 +69,7 @@ SYSTEMD_SOCKET_DIR = "/run/rq"
 TMP_DIR = ".tmp"
 FLUSH_INTERVAL = 0.5  # seconds between fsyncs of batched transitions
 SPARE_DIRS = 16  # message directories kept ready for new messages (see make_spares)
+SPARE_REFILL = 2  # spares made per loop turn: under a flood, creates just mkdir
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
 SCANDIR_MARK = ".scandir"  # the scandir entry a queue was installed from
@@ -354,8 +355,10 @@ class QueueStore:
         nor on the path of its run: a spare already holds an empty ``status``
         and ``job/stdio.log`` (creating those while a script ran cost more than
         the script).  Spares are plain temp directories: recovery removes them.
+        At most SPARE_REFILL a turn, so that a flood of creates is not slowed
+        by refilling: its messages just make their inodes when they run.
         """
-        while len(self._spares) < SPARE_DIRS:
+        for _ in range(min(SPARE_REFILL, SPARE_DIRS - len(self._spares))):
             self._spare_seq += 1
             path = self.qdir / TMP_DIR / f"spare.{os.getpid()}.{self._spare_seq}"
             path.mkdir()

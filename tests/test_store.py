@@ -183,8 +183,11 @@ def test_recover_completes_publishes_cut_short(store):
 
 
 def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
-    # Given spare directories made ahead of time
+    # Given spare directories made ahead of time, two per loop turn, up to 16
     store.make_spares()
+    assert len(list((store.qdir / ".tmp").iterdir())) == 2
+    for _ in range(10):
+        store.make_spares()
     spares = sorted(p.name for p in (store.qdir / ".tmp").iterdir())
     assert len(spares) == 16 and all(name.startswith("spare.") for name in spares)
     # When a message is created, it takes one of them (renamed, not made)
