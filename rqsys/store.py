@@ -36,6 +36,11 @@ Creation relies on a journalling file system (ext4, xfs): fsync of the new
 ``msg`` file commits the transaction that created its directory, so that
 directory is not fsynced separately.
 
+New messages take *spare* directories made ahead of time in ``.tmp/``
+(holding an empty ``status`` and ``job/stdio.log``; see
+:meth:`QueueStore.make_spares`), so neither a create nor a run waits for a
+mkdir.
+
 Recovery at start (:meth:`QueueStore.recover`): ``.tmp/<id>.<state>`` with a
 readable msg is moved into place, everything else in ``.tmp/`` is removed,
 ``run/`` goes back to ``que/``, ``prep/`` is kept.
