@@ -37,6 +37,19 @@ def need(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+def stop_process(proc: subprocess.Popen[Any], timeout: float, what: str) -> int:
+    """TERM, wait; KILL its process group and fail if it does not end by itself."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"{what} ignored SIGTERM for {timeout}s")
+    return proc.returncode
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
     deadline = time.monotonic() + timeout
@@ -127,16 +140,9 @@ class DaemonProcess:
 
     def stop(self, timeout: float = 20.0) -> int:
         """TERM, wait; KILL and fail if it does not end by itself."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-                pytest.fail(f"queue daemon {self.name} ignored SIGTERM for {timeout}s")
+        code = stop_process(self.proc, timeout, f"queue daemon {self.name}")
         self.notify.close()
-        return self.proc.returncode
+        return code
 
     def stderr_text(self) -> str:
         return self.stderr_path.read_text()

@@ -7,7 +7,6 @@ KILL (and a process that had to be killed fails the test).
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from conftest import stop_process, wait_for
 
 from rqsys.client import QueueClient
 from rqsys.store import Layout
@@ -59,16 +58,9 @@ class LoggedProcess:
         return self.log()
 
     def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-                pytest.fail(f"{self.proc.args} ignored SIGTERM for {timeout}s")
+        code = stop_process(self.proc, timeout, str(self.proc.args))
         self._log.close()
-        return self.proc.returncode
+        return code
 
 
 def start_scan(layout: Layout, scandir: Path, logfile: Path) -> LoggedProcess:

@@ -11,7 +11,6 @@ import hashlib
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import stop_process
 
 from rqsys.store import Layout
 
@@ -108,14 +108,7 @@ class WebServer:
         raise AssertionError("no VmHWM in /proc status")
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-                pytest.fail("rqsys web ignored SIGTERM")
+        stop_process(self.proc, timeout, "rqsys web")
         self.notify.close()
 
 
@@ -137,9 +130,15 @@ def web_server(layout: Layout) -> Iterator[Callable[..., WebServer]]:
 
 
 def tree_snapshot(root: Path) -> dict[str, str]:
-    """Every file and directory under ``root`` with a digest of its contents."""
+    """Every file and directory under ``root`` with a digest of its contents.
+
+    Spare directories (empty message directories a daemon keeps ready in
+    ``.tmp/``) are left out: refilling them is not a change to the store.
+    """
     snap: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames
+                       if not (os.path.basename(dirpath) == ".tmp" and d.startswith("spare."))]
         for name in dirnames:
             snap[os.path.relpath(os.path.join(dirpath, name), root)] = "dir"
         for name in filenames:
