@@ -14,8 +14,11 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 BOOT_TIMEOUT = 60.0
@@ -171,6 +174,21 @@ class Container:
 
     def show(self, unit: str, prop: str) -> str:
         return self.run("systemctl", "show", "-p", prop, "--value", unit).stdout.strip()
+
+
+@contextmanager
+def booted_with_units(venv: Path, *enable: str) -> Iterator[Container]:
+    """A booted container with ``venv``'s rqsys units installed and ``enable``d."""
+    box = Container()
+    try:
+        box.boot()
+        box.expose_python(venv, sys.base_prefix)
+        box.run(str(venv / "bin" / "rqsys"), "install-units")
+        if enable:
+            box.run("systemctl", "enable", "--now", *enable)
+        yield box
+    finally:
+        box.shutdown()
 
 
 def _term_with_parent() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need, wait_for
-from nspawn import Container, can_boot
+from nspawn import Container, booted_with_units, can_boot
 
 from rqsys.store import QueueStore
 
@@ -24,15 +24,8 @@ VENV_BIN = Path(sys.executable).parent
 def box() -> Iterator[Container]:
     reason = can_boot()
     need(not reason, reason)
-    box = Container()
-    try:
-        box.boot()
-        box.expose_python(VENV_BIN.parent, sys.base_prefix)
-        box.run(str(VENV_BIN / "rqsys"), "install-units")
-        box.run("systemctl", "enable", "--now", "rq-scan.service")
+    with booted_with_units(VENV_BIN.parent, "rq-scan.service") as box:
         yield box
-    finally:
-        box.shutdown()
 
 
 @pytest.mark.parametrize("name", ["relay", "webhook", "cleaner"])

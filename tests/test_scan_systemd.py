@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need, wait_for
-from nspawn import Container, can_boot
+from nspawn import Container, booted_with_units, can_boot
 
 from rqsys.store import QueueStore
 
@@ -34,16 +34,9 @@ def box() -> Iterator[Container]:
     """A booted container with the units installed and rq-scan running."""
     reason = can_boot()
     need(not reason, reason)
-    box = Container()
-    try:
-        box.boot()
-        box.expose_python(VENV_BIN.parent, sys.base_prefix)
-        box.run(str(VENV_BIN / "rqsys"), "install-units")
-        box.run("systemctl", "enable", "--now", "rq-scan.service")
+    with booted_with_units(VENV_BIN.parent, "rq-scan.service") as box:
         wait_for(lambda: active(box, "rq-scan.service") == "active", 20, "rq-scan active")
         yield box
-    finally:
-        box.shutdown()
 
 
 def active(box: Container, unit: str) -> str:
