@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,20 @@ class LoggedProcess:
         code = stop_process(self.proc, timeout, str(self.proc.args))
         self._log.close()
         return code
+
+
+def started(launch: Callable[[], LoggedProcess]) -> Iterator[Callable[[], LoggedProcess]]:
+    """A fixture body: yields start(), which launches and remembers a process;
+    afterwards every one must stop cleanly on SIGTERM."""
+    procs: list[LoggedProcess] = []
+
+    def start() -> LoggedProcess:
+        procs.append(launch())
+        return procs[-1]
+
+    yield start
+    for proc in procs:
+        assert proc.stop() == 0, proc.log()
 
 
 def start_scan(layout: Layout, scandir: Path, logfile: Path) -> LoggedProcess:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from scan_util import call, make_entry, start_scan, start_serve, wait_gone
+from scan_util import call, make_entry, start_scan, start_serve, started, wait_gone
 
 from rqsys import scan as scan_mod
 from rqsys.store import DISABLED_MARK, QueueStore
@@ -36,28 +36,12 @@ def scripts(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def serve(layout, scandir, tmp_path):
-    procs = []
-
-    def start():
-        procs.append(start_serve(layout, scandir, tmp_path / "serve.log"))
-        return procs[-1]
-
-    yield start
-    for proc in procs:
-        assert proc.stop() == 0, proc.log()
+    yield from started(lambda: start_serve(layout, scandir, tmp_path / "serve.log"))
 
 
 @pytest.fixture
 def scan(layout, scandir, tmp_path):
-    procs = []
-
-    def start():
-        procs.append(start_scan(layout, scandir, tmp_path / "scan.log"))
-        return procs[-1]
-
-    yield start
-    for proc in procs:
-        assert proc.stop() == 0, proc.log()
+    yield from started(lambda: start_scan(layout, scandir, tmp_path / "scan.log"))
 
 
 def scandir_queues(layout) -> list[str]:

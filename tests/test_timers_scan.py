@@ -9,22 +9,14 @@ import json
 
 import pytest
 from conftest import wait_for
-from scan_util import start_scan
+from scan_util import start_scan, started
 
 
 @pytest.fixture
 def scan(layout, tmp_path):
-    procs = []
     scandir = tmp_path / "scandir"
     scandir.mkdir()
-
-    def start():
-        procs.append(start_scan(layout, scandir, tmp_path / "scan.log"))
-        return procs[-1]
-
-    yield start
-    for proc in procs:
-        assert proc.stop() == 0, proc.log()
+    yield from started(lambda: start_scan(layout, scandir, tmp_path / "scan.log"))
 
 
 @pytest.fixture
