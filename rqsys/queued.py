@@ -86,6 +86,7 @@ class QueueDaemon:
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         recovered = self.store.recover()
+        self.store.spares.start()  # after recovery, which removes spares
         for msg_id in recovered:
             self.log.event("recovered", "was running at the last stop; requeued", msg_id)
         self.admin = self.store.admin_state()
@@ -140,10 +141,10 @@ class QueueDaemon:
             self._start_due()
             self.store.flush()
             self._report()
-            self.store.make_spares()  # after the answers: off the next create's path
             if self._idle_expired():
                 self.log.event("daemon", "idle: exiting until the next request")
                 break
+        self.store.spares.stop()
         self.output.close_all()
         self.store.flush(force=True)
         if len(self.schedule) >= SNAPSHOT_MIN:

@@ -62,7 +62,14 @@ def write_gate(path: Path) -> None:
 
 def stray_temps(layout, queue="q"):
     """Entries of a queue's .tmp/ other than the spare directories its daemon
-    keeps ready for new messages (they never hold a msg): a half-made message
+    keeps ready for new messages (their msg is empty): a half-made message
     would show here."""
     tmp = layout.queue_dir(queue) / ".tmp"
-    return [p for p in tmp.iterdir() if not p.name.startswith("spare.") or (p / "msg").exists()]
+    return [p for p in tmp.iterdir() if not p.name.startswith("spare.") or _has_msg(p)]
+
+
+def _has_msg(spare):
+    try:
+        return (spare / "msg").stat().st_size > 0
+    except FileNotFoundError:
+        return False  # still being made

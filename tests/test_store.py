@@ -8,9 +8,11 @@ import json
 import os
 
 import pytest
+from conftest import wait_for
 
 from rqsys.errors import BadRequest, NotFound
 from rqsys.store import (
+    SPARE_DIRS,
     STATES,
     IdMaker,
     QueueStore,
@@ -183,19 +185,34 @@ def test_recover_completes_publishes_cut_short(store):
 
 
 def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
-    # Given spare directories made ahead of time, two per loop turn, up to 16
-    store.make_spares()
-    assert len(list((store.qdir / ".tmp").iterdir())) == 2
-    for _ in range(10):
-        store.make_spares()
-    spares = sorted(p.name for p in (store.qdir / ".tmp").iterdir())
-    assert len(spares) == 16 and all(name.startswith("spare.") for name in spares)
-    # When a message is created, it takes one of them (renamed, not made)
+    # Given the thread that keeps 16 spare directories ready, each with the
+    # empty files a message needs
+    tmp = store.qdir / ".tmp"
+    store.spares.start()
+    wait_for(lambda: len(list(tmp.iterdir())) == SPARE_DIRS)
+    spare = next(tmp.iterdir())
+    assert spare.name.startswith("spare.")
+    assert {p.relative_to(spare).as_posix() for p in spare.rglob("*")} == {
+        "msg", "status", "job", "job/stdio.log"}
+    # When a message is created, it takes one of them (renamed, not made),
+    # and the thread makes another
     msg_id = store.create({"dest": store.name})
     assert store.read_msg("que", msg_id)["msg_id"] == msg_id
-    assert len(list((store.qdir / ".tmp").iterdir())) == 15
-    # Then recovery removes the unused spares like any stray temp directory
+    assert (store.msg_dir("que", msg_id) / "job" / "stdio.log").exists()
+    wait_for(lambda: len(list(tmp.iterdir())) == SPARE_DIRS)
+    # Then, the thread stopped, recovery removes the unused spares like any
+    # stray temp directory
+    store.spares.stop()
     store.recover()
+    assert list(tmp.iterdir()) == []
+
+
+def test_creates_without_a_ready_spare_make_their_directory(store):
+    # Given no spare thread running
+    # When messages are created
+    ids = [store.create({"dest": store.name, "param1": str(i)}) for i in range(3)]
+    # Then each has its own directory and msg, nothing is left in .tmp/
+    assert [store.read_msg("que", i)["param1"] for i in ids] == ["0", "1", "2"]
     assert list((store.qdir / ".tmp").iterdir()) == []
 
 
