@@ -399,23 +399,33 @@ class QueueDaemon:
                                         sync=False)
 
     def _publish_pending(self) -> None:
-        """Group commit: make this turn's new messages durable, then answer."""
+        """Group commit: make this turn's new messages durable, answer, and
+        only then move them into place (a durable message is safe where it is)."""
         if not self.pending:
             return
         batch, self.pending = self.pending, []
         for state in ("que", "prep"):
             group = [p for p in batch if p[2] == state]
+            staged = [s for _c, s, _s in group]
             try:
-                self.store.publish([staged for _c, staged, _s in group], state)
+                self.store.publish(staged)
             except OSError as exc:
-                for conn, staged, _s in group:
-                    self.store.discard(staged)
+                for conn, one, _s in group:
+                    self.store.discard(one)
                     self._reply(conn, wire.error_reply(RQError(f"not stored: {exc}")))
                 continue
-            for conn, staged, _s in group:
-                self._created(staged, state)
-                self._reply(conn, {"ok": True, "msg_id": staged.msg_id,
-                                   "url": self._url(staged.msg_id)})
+            for conn, one, _s in group:
+                self._reply(conn, {"ok": True, "msg_id": one.msg_id, "url": self._url(one.msg_id)})
+            self._place(staged, state)
+
+    def _place(self, staged: list[Staged], state: str) -> None:
+        try:
+            self.store.place(staged, state)
+        except OSError as exc:  # durable in .tmp/: recovery places them at the next start
+            self.log.event("err", f"new messages left in .tmp/ until restart: {exc}")
+            return
+        for one in staged:
+            self._created(one, state)
 
     def _created(self, staged: Staged, state: str) -> None:
         if state == "prep":
@@ -747,8 +757,8 @@ class QueueDaemon:
             self._check_accepting(strict=True)
             staged = self.store.stage(msg)
             self.store.link_attachments("run", worker.msg_id, staged)
-            self.store.publish([staged], "que")
-            self._created(staged, "que")
+            self.store.publish([staged])
+            self._place([staged], "que")
             return self._url(staged.msg_id)
         return self._dup_elsewhere(worker, msg, target)
 

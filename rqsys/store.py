@@ -13,10 +13,13 @@ batched.  A crash may at worst re-run a message; it never loses one.
 =============================  ==================================  ===========================
 transition                     on disk when                        after a crash before that
 =============================  ==================================  ===========================
-create in que/prep, local dup  before ``ok``: msg written in        no ``ok`` was sent: removed
-(one message)                  ``.tmp/<id>.<state>/`` and fsynced;  at start (unless its msg is
-                               then moved into its state dir        complete: then, as after
-                               (batched)                            ``ok``, moved into place)
+create in que, local dup       before ``ok``: msg written into a   no ``ok`` was sent: removed
+                               spare directory (already durable)   at start (unless its msg is
+                               and fsynced; then moved into que/   complete: then, as after
+                               (batched)                           ``ok``, moved into place)
+create in prep, or without a   before ``ok``: msg written in        as above
+ready spare                    a new ``.tmp/<id>.<state>/`` and
+                               fsynced; then moved (batched)
 create (several in one loop    before ``ok``: the same with one     as above
 turn: group commit)            syncfs for all
 commit, attach, clone, delete  before ``ok`` (fsync file + dirs)    as above
@@ -32,18 +35,23 @@ A clean stop with many queued messages writes them all to ``que.snapshot``
 (durably); the next start uses it only if its ids are exactly those in
 ``que/``, and removes it durably before anything else happens.
 
-Creation relies on a journalling file system (ext4, xfs): fsync of the new
-``msg`` file commits the transaction that created its directory, so that
-directory is not fsynced separately.
+Why one fsync of ``msg`` makes a new message durable: its temp directory's
+entry must be on disk too.  A spare's entry was made durable when the spare
+was made (:class:`SpareMaker` fsyncs its empty msg).  A new
+``.tmp/<id>.<state>/`` relies on the file system: on journalling ext4 and
+xfs, fsync of the new ``msg`` commits the transaction that created its
+directory; ext4 without a journal syncs a new file's newly made parent
+directories on fsync (``ext4_sync_parent``).
 
-New messages take *spare* directories made ahead of time in ``.tmp/`` by a
-thread of the daemon (holding an empty ``msg``, ``status`` and
+New messages for que/ take *spare* directories made ahead of time in
+``.tmp/`` by a thread of the daemon (holding an empty ``msg``, ``status`` and
 ``job/stdio.log``; see :class:`SpareMaker`), so neither a create nor a run
 waits for an inode to be made.
 
-Recovery at start (:meth:`QueueStore.recover`): ``.tmp/<id>.<state>`` with a
-readable msg is moved into place, everything else in ``.tmp/`` is removed,
-``run/`` goes back to ``que/``, ``prep/`` is kept.
+Recovery at start (:meth:`QueueStore.recover`): a temp directory with a
+readable msg (``.tmp/<id>.<state>``, or a spare: que) is moved into place,
+everything else in ``.tmp/`` is removed, ``run/`` goes back to ``que/``,
+``prep/`` is kept.
 """
 
 from __future__ import annotations
@@ -77,6 +85,7 @@ SYSTEMD_SOCKET_DIR = "/run/rq"
 TMP_DIR = ".tmp"
 FLUSH_INTERVAL = 0.5  # seconds between fsyncs of batched transitions
 SPARE_DIRS = 16  # message directories kept ready for new messages (see SpareMaker)
+SPARE_PREFIX = "spare."  # names of spare directories in .tmp/
 SPARE_RETRY = 1.0  # seconds before making spares again after a failure
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
@@ -331,8 +340,11 @@ class SpareMaker:
             self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread and wait for the spare it is making, if any."""
         self._stopped.set()
         self._room.release()  # wake the thread if it waits for room
+        if self._thread is not None:
+            self._thread.join(SPARE_RETRY * 5)
 
     def take(self) -> str | None:
         """A ready spare directory, or None when none is ready."""
@@ -348,7 +360,7 @@ class SpareMaker:
             self._room.acquire()
             if self._stopped.is_set():
                 return
-            path = f"{self._tmp_dir}/spare.{os.getpid()}.{seq}"
+            path = f"{self._tmp_dir}/{SPARE_PREFIX}{os.getpid()}.{seq}"
             try:
                 self._make(path)
             except OSError:
@@ -360,11 +372,14 @@ class SpareMaker:
 
     @staticmethod
     def _make(path: str) -> None:
+        """Make one spare, its ``msg`` fsynced: that makes the spare's entry in
+        ``.tmp/`` durable now, so a create's fsync has only its msg to write."""
         os.mkdir(path)
         os.mkdir(f"{path}/job")
-        for name in ("msg", "status", "job/stdio.log"):
-            os.close(os.open(f"{path}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                             | os.O_CLOEXEC, 0o644))
+        for name in ("status", "job/stdio.log", "msg"):
+            fd = os.open(f"{path}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o644)
+            _write_fd(fd, b"", sync=name == "msg")
 
 
 @dataclass
@@ -410,31 +425,23 @@ class QueueStore:
 
     # -- creation (synchronous) -------------------------------------------
     def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
-        """Start a new message: its directory ``.tmp/<id>.<state>/``, no msg yet
-        (attachments may be added before :meth:`publish` writes it)."""
+        """Start a new message in a temp directory, no msg yet (attachments
+        may be added before :meth:`publish` writes it): a ready spare for
+        ``que``, else a new ``.tmp/<id>.<state>/``."""
         msg_id = self.id_maker.next_id()
-        tmp = self.qdir / TMP_DIR / f"{msg_id}.{state}"
-        if not self._take_spare(tmp):
-            tmp.mkdir(parents=True)
-        return Staged(msg_id, tmp, dict(msg, msg_id=msg_id))
+        spare = self.spares.take() if state == "que" else None
+        if spare is None:
+            spare = f"{self._base}/{TMP_DIR}/{msg_id}.{state}"
+            os.mkdir(spare)
+        return Staged(msg_id, Path(spare), dict(msg, msg_id=msg_id))
 
-    def _take_spare(self, tmp: Path) -> bool:
-        """Rename a spare directory to ``tmp``: no inode is made on the create path."""
-        while (spare := self.spares.take()) is not None:
-            try:
-                os.rename(spare, tmp)
-                return True
-            except FileNotFoundError:
-                continue  # removed by a recovery meanwhile
-        return False
+    def publish(self, batch: list[Staged]) -> None:
+        """Write staged messages' msg files and make them durable.
 
-    def publish(self, batch: list[Staged], state: str) -> None:
-        """Write staged messages' msg files, make them durable, move them in.
-
-        Once durable a message is safe: :meth:`recover` completes the move of
-        any ``.tmp/<id>.<state>`` holding a readable msg.  One message: fsync
-        its msg (on ext4/xfs this also commits its directory); several: one
-        syncfs.  The move into ``state`` is then batched like any transition.
+        Once durable a message is safe: :meth:`recover` moves into place any
+        temp directory holding a readable msg.  One message: fsync its msg
+        (which also makes its directory entry durable, see the module
+        docstring); several: one syncfs.
         """
         if not batch:
             return
@@ -445,14 +452,19 @@ class QueueStore:
             _fsync_attachments(batch[0].tmp / "attach")
         else:
             syncfs(self.qdir)
+
+    def place(self, batch: list[Staged], state: str) -> None:
+        """Move published messages into ``state`` (batched like any transition)."""
         for staged in batch:
-            os.rename(staged.tmp, self.state_dir(state) / staged.msg_id)
-        self._dirty.update({f"{self._base}/{TMP_DIR}", f"{self._base}/{state}"})
+            os.rename(staged.tmp, f"{self._base}/{state}/{staged.msg_id}")
+        if batch:
+            self._dirty.update({f"{self._base}/{TMP_DIR}", f"{self._base}/{state}"})
 
     def create(self, msg: dict[str, Any], state: str = "que") -> str:
         """Create one message durably in ``prep`` or ``que``; returns its id."""
         staged = self.stage(msg, state)
-        self.publish([staged], state)
+        self.publish([staged])
+        self.place([staged], state)
         return staged.msg_id
 
     def discard(self, staged: Staged) -> None:
@@ -822,14 +834,15 @@ class QueueStore:
         return recovered
 
     def _recover_tmp(self) -> None:
-        """Finish publishes a crash cut short (``.tmp/<id>.<state>`` holding a
-        readable msg); remove everything else under ``.tmp/``."""
+        """Finish publishes a crash cut short (a temp directory holding a
+        readable msg: ``.tmp/<id>.<state>``, or a spare, which only ``que``
+        creates take); remove everything else under ``.tmp/``."""
         tmp = self.qdir / TMP_DIR
         tmp.mkdir(exist_ok=True)
         for entry in os.listdir(tmp):
-            msg_id, _, state = entry.rpartition(".")
             path = tmp / entry
-            if state in ("que", "prep") and MSG_ID_RE.match(msg_id) and _readable_msg(path):
+            msg_id, state = _published_as(path)
+            if msg_id:
                 os.rename(path, self.state_dir(state) / msg_id)
                 self._dirty.update({str(tmp), str(self.state_dir(state))})
             elif path.is_dir() and not path.is_symlink():
@@ -849,11 +862,21 @@ def _rename_into_shard(old: str, new: str) -> None:
         os.rename(old, new)
 
 
-def _readable_msg(msg_dir: Path) -> bool:
+def _published_as(path: Path) -> tuple[str, str]:
+    """(id, state) of a temp directory holding a complete new message, else ("", "")."""
+    name_id, _, state = path.name.rpartition(".")
+    if path.name.startswith(SPARE_PREFIX):
+        state = "que"
+    elif state not in ("que", "prep") or not MSG_ID_RE.match(name_id):
+        return "", ""
     try:
-        return isinstance(json.loads((msg_dir / "msg").read_bytes()), dict)
+        msg = json.loads((path / "msg").read_bytes())
     except (OSError, ValueError):
-        return False
+        return "", ""
+    msg_id = msg.get("msg_id") if isinstance(msg, dict) else None
+    if not isinstance(msg_id, str) or not MSG_ID_RE.match(msg_id):
+        return "", ""
+    return msg_id, state
 
 
 def file_md5(path: Path) -> str:

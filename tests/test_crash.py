@@ -121,7 +121,8 @@ def _fill_que(layout, n):
     store = store_of(layout, "q")
     batch = [store.stage({"dest": "q", "param1": str(i), "count": 0, "due": 0})
              for i in range(n)]
-    store.publish(batch, "que")
+    store.publish(batch)
+    store.place(batch, "que")
     return [s.msg_id for s in batch]
 
 

@@ -58,7 +58,8 @@ def test_create_is_in_place_and_complete(store):
 
 def test_group_publish(store):
     staged = [store.stage({"dest": "q", "param1": str(n)}) for n in range(20)]
-    store.publish(staged, "que")
+    store.publish(staged)
+    store.place(staged, "que")
     assert sorted(store.ids("que")) == sorted(s.msg_id for s in staged)
 
 
@@ -205,6 +206,26 @@ def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
     store.spares.stop()
     store.recover()
     assert list(tmp.iterdir()) == []
+
+
+def test_recovery_places_a_spare_holding_a_published_message(store):
+    # Given a que create that took a spare, whose msg was made durable when
+    # the daemon was killed before moving it into que/
+    store.spares.start()
+    wait_for(lambda: len(list((store.qdir / ".tmp").iterdir())) == SPARE_DIRS)
+    published = store.stage({"dest": "q", "param1": "kept"})
+    assert published.tmp.name.startswith("spare.")
+    store.publish([published])
+    torn = store.stage({"dest": "q"})
+    (torn.tmp / "msg").write_text('{"dest": "q", "msg_id": "2026')
+    store.spares.stop()
+    # When the daemon starts again
+    store.recover()
+    # Then the published message is in que/ under its id; the torn one and the
+    # empty spares are gone
+    assert store.read_msg("que", published.msg_id)["param1"] == "kept"
+    assert list(store.ids("que")) == [published.msg_id]
+    assert list((store.qdir / ".tmp").iterdir()) == []
 
 
 def test_creates_without_a_ready_spare_make_their_directory(store):
