@@ -56,12 +56,12 @@ everything else in ``.tmp/`` is removed, ``run/`` goes back to ``que/``,
 
 from __future__ import annotations
 
+import collections
 import errno
 import hashlib
 import itertools
 import json
 import os
-import queue
 import re
 import shutil
 import threading
@@ -86,6 +86,7 @@ TMP_DIR = ".tmp"
 FLUSH_INTERVAL = 0.5  # seconds between fsyncs of batched transitions
 SPARE_DIRS = 16  # message directories kept ready for new messages (see SpareMaker)
 SPARE_PREFIX = "spare."  # names of spare directories in .tmp/
+SPARE_BATCH = 8  # spares made and synced together (see SpareMaker)
 SPARE_RETRY = 1.0  # seconds before making spares again after a failure
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
@@ -142,6 +143,9 @@ def write_file_durably(path: Path, data: bytes) -> None:
     fsync_path(path.parent)
 
 
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
 def _write_new(path: Path, data: bytes, sync: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
     _write_fd(os.open(path, flags, 0o644), data, sync)
@@ -153,7 +157,7 @@ def _write_msg(path: Path, data: bytes, sync: bool) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, NEW_FILE, 0o644)
     _write_fd(fd, data, sync)
 
 
@@ -323,15 +327,18 @@ class SpareMaker:
     each when its block group has seen many deletions), and a message needs
     five: its directory, ``msg``, ``status``, ``job/`` and ``job/stdio.log``.
     Made here, beside the daemon's loop, they cost neither the
-    acknowledgement of a create nor the start of a run.  Spares are plain
-    temp directories: recovery removes them.
+    acknowledgement of a create nor the start of a run.  They are made
+    SPARE_BATCH at a time: the fsyncs of a batch share their writes, and the
+    daemon's own fsyncs meet this thread's on the disk once a batch, not once
+    a message.  Spares are plain temp directories: recovery removes them.
     """
 
-    def __init__(self, tmp_dir: str, count: int = SPARE_DIRS) -> None:
+    def __init__(self, tmp_dir: str, count: int = SPARE_DIRS, batch: int = SPARE_BATCH) -> None:
         self._tmp_dir = tmp_dir
-        self._ready: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._room = threading.Semaphore(count)
-        self._stopped = threading.Event()
+        self._count, self._batch = count, batch
+        self._ready: collections.deque[str] = collections.deque()
+        self._changed = threading.Condition()
+        self._stopped = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -340,46 +347,62 @@ class SpareMaker:
             self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and wait for the spare it is making, if any."""
-        self._stopped.set()
-        self._room.release()  # wake the thread if it waits for room
+        """Stop the thread and wait for the batch it is making, if any."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
         if self._thread is not None:
             self._thread.join(SPARE_RETRY * 5)
 
     def take(self) -> str | None:
         """A ready spare directory, or None when none is ready."""
-        try:
-            spare = self._ready.get_nowait()
-        except queue.Empty:
-            return None
-        self._room.release()
-        return spare
+        with self._changed:
+            if not self._ready:
+                return None
+            spare = self._ready.popleft()
+            if self._wants_batch():
+                self._changed.notify()
+            return spare
+
+    def _wants_batch(self) -> bool:
+        return self._stopped or len(self._ready) <= self._count - self._batch
 
     def _fill(self) -> None:
-        for seq in itertools.count(1):
-            self._room.acquire()
-            if self._stopped.is_set():
-                return
-            path = f"{self._tmp_dir}/{SPARE_PREFIX}{os.getpid()}.{seq}"
-            try:
-                self._make(path)
-            except OSError:
-                self._room.release()  # disk full or queue removed: try again later
-                if self._stopped.wait(SPARE_RETRY):
+        seq = itertools.count(1)
+        while True:
+            with self._changed:
+                self._changed.wait_for(self._wants_batch)
+                if self._stopped:
                     return
+                wanted = self._count - len(self._ready)
+            paths = [f"{self._tmp_dir}/{SPARE_PREFIX}{os.getpid()}.{next(seq)}"
+                     for _ in range(wanted)]
+            try:
+                self._make(paths)
+            except OSError:  # disk full or queue removed: try again later
+                time.sleep(SPARE_RETRY)
                 continue
-            self._ready.put(path)
+            with self._changed:
+                self._ready.extend(paths)
 
     @staticmethod
-    def _make(path: str) -> None:
-        """Make one spare, its ``msg`` fsynced: that makes the spare's entry in
-        ``.tmp/`` durable now, so a create's fsync has only its msg to write."""
-        os.mkdir(path)
-        os.mkdir(f"{path}/job")
-        for name in ("status", "job/stdio.log", "msg"):
-            fd = os.open(f"{path}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                         0o644)
-            _write_fd(fd, b"", sync=name == "msg")
+    def _make(paths: list[str]) -> None:
+        """Make spares, then fsync their msg files: that makes each spare's
+        entry in ``.tmp/`` durable now, so a create's fsync has only its msg
+        to write."""
+        msg_fds: list[int] = []
+        try:
+            for path in paths:
+                os.mkdir(path)
+                os.mkdir(f"{path}/job")
+                for name in ("status", "job/stdio.log"):
+                    os.close(os.open(f"{path}/{name}", NEW_FILE, 0o644))
+                msg_fds.append(os.open(f"{path}/msg", NEW_FILE, 0o644))
+            for fd in msg_fds:
+                os.fsync(fd)
+        finally:
+            for fd in msg_fds:
+                os.close(fd)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from conftest import wait_for
 
 from rqsys.errors import BadRequest, NotFound
 from rqsys.store import (
+    SPARE_BATCH,
     SPARE_DIRS,
     STATES,
     IdMaker,
@@ -195,11 +196,14 @@ def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
     assert spare.name.startswith("spare.")
     assert {p.relative_to(spare).as_posix() for p in spare.rglob("*")} == {
         "msg", "status", "job", "job/stdio.log"}
-    # When a message is created, it takes one of them (renamed, not made),
-    # and the thread makes another
+    # When a message is created, it takes one of them (renamed, not made)
     msg_id = store.create({"dest": store.name})
     assert store.read_msg("que", msg_id)["msg_id"] == msg_id
     assert (store.msg_dir("que", msg_id) / "job" / "stdio.log").exists()
+    assert len(list(tmp.iterdir())) == SPARE_DIRS - 1
+    # and once a batch has been taken, the thread makes a batch
+    for _ in range(SPARE_BATCH - 1):
+        store.create({"dest": store.name})
     wait_for(lambda: len(list(tmp.iterdir())) == SPARE_DIRS)
     # Then, the thread stopped, recovery removes the unused spares like any
     # stray temp directory
