@@ -37,14 +37,14 @@ A clean stop with many queued messages writes them all to ``que.snapshot``
 
 Why one fsync of ``msg`` makes a new message durable: its temp directory's
 entry must be on disk too.  A spare's entry was made durable when the spare
-was made (:class:`SpareMaker` fsyncs its empty msg).  A new
+was made (:class:`SpareMaker` fsyncs its blank msg).  A new
 ``.tmp/<id>.<state>/`` relies on the file system: on journalling ext4 and
 xfs, fsync of the new ``msg`` commits the transaction that created its
 directory; ext4 without a journal syncs a new file's newly made parent
 directories on fsync (``ext4_sync_parent``).
 
 New messages for que/ take *spare* directories made ahead of time in
-``.tmp/`` by a thread of the daemon (holding an empty ``msg``, ``status`` and
+``.tmp/`` by a thread of the daemon (holding a blank ``msg``, ``status`` and
 ``job/stdio.log``; see :class:`SpareMaker`), so neither a create nor a run
 waits for an inode to be made.
 
@@ -86,6 +86,7 @@ TMP_DIR = ".tmp"
 FLUSH_INTERVAL = 0.5  # seconds between fsyncs of batched transitions
 SPARE_DIRS = 16  # message directories kept ready for new messages (see SpareMaker)
 SPARE_PREFIX = "spare."  # names of spare directories in .tmp/
+MSG_BLANK = 1024  # bytes of spaces in a spare's msg (see _write_msg)
 SPARE_BATCH = 8  # spares made and synced together (see SpareMaker)
 SPARE_RETRY = 1.0  # seconds before making spares again after a failure
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
@@ -152,23 +153,31 @@ def _write_new(path: Path, data: bytes, sync: bool) -> None:
 
 
 def _write_msg(path: Path, data: bytes, sync: bool) -> None:
-    """Write a new message's ``msg``: into the spare's empty file when there
-    is one (truncating it would cost a journal handle), else a new file."""
+    """Write a new message's ``msg``: over the spare's blank one when there
+    is one, else into a new file.
+
+    A spare's msg already holds MSG_BLANK bytes of spaces, written and synced
+    with the spare, and JSON ignores the spaces left after the message.  A
+    message that fits overwrites blocks the file already has, at the same
+    size, so fdatasync has only that data to write: no inode, no journal
+    commit.
+    """
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        fd = os.open(path, NEW_FILE, 0o644)
-    _write_fd(fd, data, sync)
+        _write_new(path, data, sync)
+        return
+    _write_fd(fd, data, sync, data_only=True)
 
 
-def _write_fd(fd: int, data: bytes, sync: bool) -> None:
-    """Write all of ``data`` to ``fd``, fsync it if asked, close it."""
+def _write_fd(fd: int, data: bytes, sync: bool, data_only: bool = False) -> None:
+    """Write all of ``data`` to ``fd``, fsync (or fdatasync) it if asked, close it."""
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
         if sync:
-            os.fsync(fd)
+            (os.fdatasync if data_only else os.fsync)(fd)
     finally:
         os.close(fd)
 
@@ -387,9 +396,10 @@ class SpareMaker:
 
     @staticmethod
     def _make(paths: list[str]) -> None:
-        """Make spares, then fsync their msg files: that makes each spare's
-        entry in ``.tmp/`` durable now, so a create's fsync has only its msg
-        to write."""
+        """Make spares, then fsync their blank msg files: each spare's entry
+        in ``.tmp/`` and its msg's block are durable before it is handed
+        out, so a create has only its message's bytes to write (see
+        _write_msg).  (Not syncfs: that would flush the whole file system.)"""
         msg_fds: list[int] = []
         try:
             for path in paths:
@@ -398,6 +408,7 @@ class SpareMaker:
                 for name in ("status", "job/stdio.log"):
                     os.close(os.open(f"{path}/{name}", NEW_FILE, 0o644))
                 msg_fds.append(os.open(f"{path}/msg", NEW_FILE, 0o644))
+                os.write(msg_fds[-1], b" " * MSG_BLANK)
             for fd in msg_fds:
                 os.fsync(fd)
         finally:

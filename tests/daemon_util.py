@@ -62,7 +62,7 @@ def write_gate(path: Path) -> None:
 
 def stray_temps(layout, queue="q"):
     """Entries of a queue's .tmp/ other than the spare directories its daemon
-    keeps ready for new messages (their msg is empty): a half-made message
+    keeps ready for new messages (their msg is blank): a half-made message
     would show here."""
     tmp = layout.queue_dir(queue) / ".tmp"
     return [p for p in tmp.iterdir() if not p.name.startswith("spare.") or _has_msg(p)]
@@ -70,6 +70,6 @@ def stray_temps(layout, queue="q"):
 
 def _has_msg(spare):
     try:
-        return (spare / "msg").stat().st_size > 0
+        return bool((spare / "msg").read_bytes().strip())
     except FileNotFoundError:
         return False  # still being made
