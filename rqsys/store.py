@@ -363,6 +363,11 @@ class SpareMaker:
         if self._thread is not None:
             self._thread.join(SPARE_RETRY * 5)
 
+    def __len__(self) -> int:
+        """How many spares are ready."""
+        with self._changed:
+            return len(self._ready)
+
     def take(self) -> str | None:
         """A ready spare directory, or None when none is ready."""
         with self._changed:

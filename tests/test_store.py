@@ -188,23 +188,25 @@ def test_recover_completes_publishes_cut_short(store):
 
 def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
     # Given the thread that keeps 16 spare directories ready, each with the
-    # empty files a message needs
+    # files a message needs, its msg blank
     tmp = store.qdir / ".tmp"
     store.spares.start()
-    wait_for(lambda: len(list(tmp.iterdir())) == SPARE_DIRS)
+    wait_for(lambda: len(store.spares) == SPARE_DIRS)
     spare = next(tmp.iterdir())
     assert spare.name.startswith("spare.")
     assert {p.relative_to(spare).as_posix() for p in spare.rglob("*")} == {
         "msg", "status", "job", "job/stdio.log"}
-    # When a message is created, it takes one of them (renamed, not made)
-    msg_id = store.create({"dest": store.name})
-    assert store.read_msg("que", msg_id)["msg_id"] == msg_id
+    assert (spare / "msg").read_bytes().strip() == b""
+    # When a message is created, it takes one of them (renamed, not made),
+    # its msg written over the blank one
+    msg_id = store.create({"dest": store.name, "param1": "x" * 2000})
+    assert store.read_msg("que", msg_id)["param1"] == "x" * 2000
     assert (store.msg_dir("que", msg_id) / "job" / "stdio.log").exists()
     assert len(list(tmp.iterdir())) == SPARE_DIRS - 1
     # and once a batch has been taken, the thread makes a batch
     for _ in range(SPARE_BATCH - 1):
         store.create({"dest": store.name})
-    wait_for(lambda: len(list(tmp.iterdir())) == SPARE_DIRS)
+    wait_for(lambda: len(store.spares) == SPARE_DIRS)
     # Then, the thread stopped, recovery removes the unused spares like any
     # stray temp directory
     store.spares.stop()
@@ -216,7 +218,7 @@ def test_recovery_places_a_spare_holding_a_published_message(store):
     # Given a que create that took a spare, whose msg was made durable when
     # the daemon was killed before moving it into que/
     store.spares.start()
-    wait_for(lambda: len(list((store.qdir / ".tmp").iterdir())) == SPARE_DIRS)
+    wait_for(lambda: len(store.spares) == SPARE_DIRS)
     published = store.stage({"dest": "q", "param1": "kept"})
     assert published.tmp.name.startswith("spare.")
     store.publish([published])
