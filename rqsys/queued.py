@@ -392,8 +392,7 @@ class QueueDaemon:
             raise BadRequest(f"{len(specs)} attachments described but {len(fds)} files sent")
         if not specs:
             return
-        adir = staged.tmp / "attach"
-        adir.mkdir()
+        adir = staged.attach_dir()
         for spec, fd in zip(specs, fds, strict=True):
             self.store.place_attachment(adir, spec["name"], fd, _check_md5(spec.get("md5")),
                                         sync=False)

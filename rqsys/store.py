@@ -147,12 +147,12 @@ def write_file_durably(path: Path, data: bytes) -> None:
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
-def _write_new(path: Path, data: bytes, sync: bool) -> None:
+def _write_new(path: str | Path, data: bytes, sync: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
     _write_fd(os.open(path, flags, 0o644), data, sync)
 
 
-def _write_msg(path: Path, data: bytes, sync: bool) -> None:
+def _write_msg(path: str, data: bytes, sync: bool) -> None:
     """Write a new message's ``msg``: over the spare's blank one when there
     is one, else into a new file.
 
@@ -426,8 +426,16 @@ class Staged:
     """A new message written under ``.tmp/`` but not yet renamed into place."""
 
     msg_id: str
-    tmp: Path
+    tmp: str
     msg: dict[str, Any]
+    attached: bool = False
+
+    def attach_dir(self) -> Path:
+        """Make the staged message's ``attach/`` directory."""
+        adir = Path(self.tmp) / "attach"
+        adir.mkdir()
+        self.attached = True
+        return adir
 
 
 class QueueStore:
@@ -472,7 +480,7 @@ class QueueStore:
         if spare is None:
             spare = f"{self._base}/{TMP_DIR}/{msg_id}.{state}"
             os.mkdir(spare)
-        return Staged(msg_id, Path(spare), dict(msg, msg_id=msg_id))
+        return Staged(msg_id, spare, dict(msg, msg_id=msg_id))
 
     def publish(self, batch: list[Staged]) -> None:
         """Write staged messages' msg files and make them durable.
@@ -486,11 +494,11 @@ class QueueStore:
             return
         single = len(batch) == 1
         for staged in batch:
-            _write_msg(staged.tmp / "msg", json.dumps(staged.msg).encode(), sync=single)
-        if single:
-            _fsync_attachments(batch[0].tmp / "attach")
-        else:
+            _write_msg(f"{staged.tmp}/msg", json.dumps(staged.msg).encode(), sync=single)
+        if not single:
             syncfs(self.qdir)
+        elif batch[0].attached:
+            _fsync_attachments(Path(batch[0].tmp) / "attach")
 
     def place(self, batch: list[Staged], state: str) -> None:
         """Move published messages into ``state`` (batched like any transition)."""
@@ -722,8 +730,7 @@ class QueueStore:
         files = self.attachments(src_state, src_id)
         if not files:
             return
-        adir = staged.tmp / "attach"
-        adir.mkdir()
+        adir = staged.attach_dir()
         for path in files:
             os.link(path, adir / path.name)
             md5 = path.with_name(f".{path.name}.md5")
@@ -947,10 +954,9 @@ def _read_json_at(dfd: int, relpath: str) -> dict[str, Any] | StoreError:
 
 
 def _fsync_attachments(adir: Path) -> None:
-    if adir.is_dir():
-        for path in adir.iterdir():
-            fsync_path(path)
-        fsync_path(adir)
+    for path in adir.iterdir():
+        fsync_path(path)
+    fsync_path(adir)
 
 
 def _listdir(path: Path) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import pytest
 from conftest import wait_for
@@ -174,9 +175,9 @@ def test_recover_completes_publishes_cut_short(store):
     tmp = store.qdir / ".tmp"
     good, broken, unfinished = (store.stage({"dest": "q"}, state) for state in
                                 ("que", "prep", "que"))
-    (good.tmp / "msg").write_text(json.dumps(good.msg))
-    (broken.tmp / "msg").write_text('{"dest": "q", "par')
-    assert good.tmp == tmp / f"{good.msg_id}.que"
+    Path(good.tmp, "msg").write_text(json.dumps(good.msg))
+    Path(broken.tmp, "msg").write_text('{"dest": "q", "par')
+    assert Path(good.tmp) == tmp / f"{good.msg_id}.que"
     store.recover()
     assert store.find(good.msg_id) == "que"
     assert store.read_msg("que", good.msg_id)["msg_id"] == good.msg_id
@@ -220,10 +221,10 @@ def test_recovery_places_a_spare_holding_a_published_message(store):
     store.spares.start()
     wait_for(lambda: len(store.spares) == SPARE_DIRS)
     published = store.stage({"dest": "q", "param1": "kept"})
-    assert published.tmp.name.startswith("spare.")
+    assert Path(published.tmp).name.startswith("spare.")
     store.publish([published])
     torn = store.stage({"dest": "q"})
-    (torn.tmp / "msg").write_text('{"dest": "q", "msg_id": "2026')
+    Path(torn.tmp, "msg").write_text('{"dest": "q", "msg_id": "2026')
     store.spares.stop()
     # When the daemon starts again
     store.recover()
