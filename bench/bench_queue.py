@@ -20,9 +20,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import make_scratch
 
 from rqsys import config
 from rqsys.client import QueueClient
@@ -316,7 +317,7 @@ def bench_startup(layout: Layout) -> None:
 
 
 def main() -> int:
-    scratch = Path(tempfile.mkdtemp(prefix="rqsys-bench-", dir=os.environ.get("BENCH_DIR")))
+    scratch = make_scratch("queue-")
     layout = Layout(scratch / "root", scratch / "root" / "sock")
     layout.make_dirs()
     layout.socket_dir.mkdir()

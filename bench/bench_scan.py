@@ -21,9 +21,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import make_scratch
 
 from rqsys import scan
 from rqsys.client import QueueClient
@@ -184,7 +185,7 @@ def pct(times: list[float], q: float) -> float:
 
 
 def main() -> int:
-    scratch = Path(tempfile.mkdtemp(prefix="rqsys-bench-scan-", dir=os.environ.get("BENCH_DIR")))
+    scratch = make_scratch("scan-")
     try:
         linked, to_socket = bench_link_to_message(scratch)
         by_hand = bench_by_hand(scratch)

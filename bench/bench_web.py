@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+from scratch import make_scratch
+
 from rqsys import scan
 from rqsys.client import QueueClient
 from rqsys.store import Layout
@@ -223,7 +225,7 @@ def make_queue(layout: Layout, base: Path, name: str) -> None:
 
 
 def main() -> int:
-    base = Path(tempfile.mkdtemp(prefix="rqsys-bench-web-", dir=os.environ.get("BENCH_DIR")))
+    base = make_scratch("web-")
     layout = new_layout(base)
     procs: list[subprocess.Popen] = []
     try:
