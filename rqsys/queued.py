@@ -2,11 +2,15 @@
 
 An event loop in fixed phases (supervisor's ``runforever`` shape): wait in
 the selector (listening socket, client connections, each script's status pipe
-and pidfd, the signal wake-up socket) until the next due message or timer;
+and pidfd, the signal wake-up socket, the background thread's wake-up pipe)
+until the next due message or timer;
 dispatch what is ready; publish the turn's new messages in one group commit
 and answer their clients; act on signal flags; start due messages; flush the
 batched directory fsyncs (at most every ``store.FLUSH_INTERVAL``); tell
-systemd.  Signal handlers only set flags.  A clean stop with many queued
+systemd.  Work that can take seconds (checking attachments) runs on a
+background thread (``rqsys.background``), and spare message directories are
+made on another (``store.SpareMaker``); the loop itself never waits on either.
+Signal handlers only set flags.  A clean stop with many queued
 messages leaves ``que.snapshot`` for a fast next start (see ``rqsys.store``).
 
 Socket operations are the ``op_*`` methods (see ``rqsys.wire`` for framing).
@@ -19,9 +23,12 @@ import selectors
 import signal
 import socket
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from rqsys import config, wire
+from rqsys.background import Background
 from rqsys.client import QueueClient, route
 from rqsys.errors import BadRequest, ProtocolError, QueueDown, RQError, SpawnError
 from rqsys.events import EventLog
@@ -32,7 +39,15 @@ from rqsys.scheduler import Schedule
 from rqsys.scripts.webhook import WEBHOOK_QUEUE, webhook_message
 from rqsys.signals import SignalFlags
 from rqsys.spawn import script_argv, spawn
-from rqsys.store import STATES, Layout, QueueStore, Staged, check_msg_id
+from rqsys.store import (
+    STATES,
+    Layout,
+    QueueStore,
+    Staged,
+    Upload,
+    check_attach_name,
+    check_msg_id,
+)
 from rqsys.systemd import Notifier, child_environ, default_idle_timeout, listen_sockets
 from rqsys.worker import Outcome, Worker
 
@@ -44,6 +59,8 @@ SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
 SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot
 
+Incoming = tuple[str, str, Upload, int]  # an attachment on its way in: name, md5 sent, file, fd
+
 
 class Connection:
     """A client connection: its input lines and pending output."""
@@ -53,6 +70,7 @@ class Connection:
         self.lines = wire.LineBuffer()
         self.out = bytearray()
         self.closing = False
+        self.waiting = False  # a request's answer comes later; the next ones wait
 
 
 class QueueDaemon:
@@ -72,6 +90,7 @@ class QueueDaemon:
         self.workers: dict[str, Worker] = {}
         self.counts: dict[str, int] = {}
         self.pending: list[tuple[Connection, Staged, str]] = []
+        self.background = Background()
         self.stopping_until: float | None = None
         self.idle_since = time.monotonic()
         self.admin = "UP"
@@ -128,6 +147,8 @@ class QueueDaemon:
         self.signals = SignalFlags()
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
+        self.selector.register(self.background, selectors.EVENT_READ,
+                               lambda _key, _mask: self.background.run_finished())
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> int:
@@ -145,6 +166,7 @@ class QueueDaemon:
                 self.log.event("daemon", "idle: exiting until the next request")
                 break
         self.store.spares.stop()
+        self.background.close()
         self.output.close_all()
         self.store.flush(force=True)
         if len(self.schedule) >= SNAPSHOT_MIN:
@@ -153,6 +175,8 @@ class QueueDaemon:
         return 0
 
     def _timeout(self) -> float:
+        if self.pending:  # creates taken in after this turn's group commit
+            return 0.0
         now = time.time()
         waits = [60.0]
         if self.script_error:
@@ -196,9 +220,9 @@ class QueueDaemon:
         return text if self.admin == "UP" else f"{self.admin}: {text}"
 
     def _is_idle(self) -> bool:
-        busy = self.workers or len(self.schedule) or self.pending
-        conns = len(self.selector.get_map()) > 2
-        return not busy and not conns and self.stopping_until is None
+        busy = self.workers or len(self.schedule) or self.pending or self.background.busy()
+        others = len(self.selector.get_map()) > 3  # beyond listener, signals, background
+        return not busy and not others and self.stopping_until is None
 
     def _idle_timeout(self) -> float:
         """The queue's own idle_timeout, else the unit's RQ_IDLE_TIMEOUT."""
@@ -292,7 +316,12 @@ class QueueDaemon:
             self._reply(conn, wire.error_reply(exc))
             conn.closing = True
             return
-        while (got := conn.lines.next_line()) is not None:
+        self._dispatch_lines(conn)
+
+    def _dispatch_lines(self, conn: Connection) -> None:
+        """Run the connection's complete requests in order; one whose answer
+        comes later holds back the rest, so answers keep the requests' order."""
+        while not conn.waiting and (got := conn.lines.next_line()) is not None:
             self._dispatch(conn, *got)
 
     def _dispatch(self, conn: Connection, line: bytes, fds: list[int]) -> None:
@@ -310,10 +339,19 @@ class QueueDaemon:
             self.log.event("err", f"store error: {exc}")
             reply = wire.error_reply(RQError(f"store error: {exc.strerror or exc}"))
         finally:
-            for fd in fds:
+            for fd in fds:  # those a handler kept for later it took out of the list
                 os.close(fd)
-        if reply is not None:
+        if reply is None:
+            conn.waiting = True  # the handler answers later, through _answer
+        else:
             self._reply(conn, reply)
+
+    def _answer(self, conn: Connection, reply: dict[str, Any]) -> None:
+        """Send an answer that came later, then run the requests after it."""
+        conn.waiting = False
+        self._reply(conn, reply)
+        if conn.sock.fileno() >= 0:
+            self._dispatch_lines(conn)
 
     def _reply(self, conn: Connection, reply: dict[str, Any]) -> None:
         conn.out += wire.encode(reply)
@@ -365,8 +403,10 @@ class QueueDaemon:
         if self.admin == "DOWN" or (strict and self.admin == "PAUSE"):
             raise QueueDown(f"queue {self.name} is {self.admin}")
 
-    def op_create(self, conn: Connection, req: dict[str, Any], fds: list[int]) -> None:
-        """New message in ``que`` (default) or ``prep``; answered after the group commit."""
+    def op_create(self, conn: Connection, req: dict[str, Any],
+                  fds: list[int]) -> dict[str, Any] | None:
+        """New message in ``que`` (default) or ``prep``; answered by the group
+        commit (after its attachments are checked, if it has any)."""
         state = req.get("state", "que")
         if state not in ("que", "prep"):
             raise BadRequest(f"cannot create a message in state {state!r}")
@@ -376,26 +416,75 @@ class QueueDaemon:
         if req.get("single") and state == "que":
             existing = self.schedule.find_same_params(msg)
             if existing:
-                self._reply(conn, {"ok": True, "msg_id": existing, "url": self._url(existing)})
-                return None
+                return {"ok": True, "msg_id": existing, "url": self._url(existing)}
         staged = self.store.stage(msg, state)
+        specs = req.get("attachments") or []
+        if not specs and not fds:
+            self.pending.append((conn, staged, state))
+            return None
         try:
-            self._attach_staged(staged, req.get("attachments") or [], fds)
+            uploads = self._take_uploads(specs, fds)
         except Exception:
             self.store.discard(staged)
             raise
-        self.pending.append((conn, staged, state))
+
+        def place(actual: list[str]) -> None:
+            adir = staged.attach_dir()
+            for (name, md5, upload, _fd), got in zip(uploads, actual, strict=True):
+                self.store.place_upload(upload, adir, name, md5, got, sync=False)
+            self.pending.append((conn, staged, state))  # answered by the group commit
+
+        self._check_uploads(conn, uploads, place, undo=lambda: self.store.discard(staged))
         return None
 
-    def _attach_staged(self, staged: Staged, specs: list[dict[str, Any]], fds: list[int]) -> None:
+    def _take_uploads(self, specs: list[dict[str, Any]], fds: list[int]) -> list[Incoming]:
+        """Check what the request says of its files, and start taking them in.
+
+        Takes the fds out of ``fds``: they stay open until the files are
+        checked (see _check_uploads).
+        """
+        if not isinstance(specs, list):
+            raise BadRequest("attachments must be a list of {name, md5}")
         if len(specs) != len(fds):
             raise BadRequest(f"{len(specs)} attachments described but {len(fds)} files sent")
-        if not specs:
-            return
-        adir = staged.attach_dir()
-        for spec, fd in zip(specs, fds, strict=True):
-            self.store.place_attachment(adir, spec["name"], fd, _check_md5(spec.get("md5")),
-                                        sync=False)
+        named = [(check_attach_name(spec.get("name")), _check_md5(spec.get("md5")))
+                 for spec in specs]
+        uploads: list[Incoming] = []
+        try:
+            for (name, md5), fd in zip(named, fds, strict=True):
+                uploads.append((name, md5, self.store.new_upload(fd), fd))
+        except OSError:
+            for _name, _md5, upload, _fd in uploads:
+                self.store.drop_upload(upload)
+            raise
+        fds.clear()
+        return uploads
+
+    def _check_uploads(self, conn: Connection, uploads: list[Incoming],
+                       place: Callable[[list[str]], dict[str, Any] | None],
+                       undo: Callable[[], None] | None = None) -> None:
+        """Copy if need be, sync and hash the uploads on the background thread
+        (seconds for large files: the loop goes on meanwhile); then, on the
+        loop, ``place`` them and answer with what it returns (None: the group
+        commit answers)."""
+        def work() -> list[str]:
+            return [self.store.fill_upload(upload, fd) for _n, _m, upload, fd in uploads]
+
+        def done(future: Future[list[str]]) -> None:
+            _close_fds([fd for _n, _m, _u, fd in uploads])
+            try:
+                reply = place(future.result())
+            except (RQError, OSError) as exc:
+                for _name, _md5, upload, _fd in uploads:
+                    self.store.drop_upload(upload)
+                if undo is not None:
+                    undo()
+                reply = wire.error_reply(exc if isinstance(exc, RQError)
+                                         else RQError(f"attachment not stored: {exc}"))
+            if reply is not None:
+                self._answer(conn, reply)
+
+        self.background.submit(work, done)
 
     def _publish_pending(self) -> None:
         """Group commit: make this turn's new messages durable, answer, and
@@ -411,10 +500,10 @@ class QueueDaemon:
             except OSError as exc:
                 for conn, one, _s in group:
                     self.store.discard(one)
-                    self._reply(conn, wire.error_reply(RQError(f"not stored: {exc}")))
+                    self._answer(conn, wire.error_reply(RQError(f"not stored: {exc}")))
                 continue
             for conn, one, _s in group:
-                self._reply(conn, {"ok": True, "msg_id": one.msg_id, "url": self._url(one.msg_id)})
+                self._answer(conn, {"ok": True, "msg_id": one.msg_id, "url": self._url(one.msg_id)})
             self._place(staged, state)
 
     def _place(self, staged: list[Staged], state: str) -> None:
@@ -483,16 +572,27 @@ class QueueDaemon:
         self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
         return {"ok": True, "msg_id": msg_id, "url": self._url(msg_id)}
 
-    def op_attach(self, conn: Connection, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        """Attach the one open file sent with the request to a prep message."""
+    def op_attach(self, conn: Connection, req: dict[str, Any], fds: list[int]) -> None:
+        """Attach the one open file sent with the request to a prep message;
+        answered once the file is checked, off the loop."""
         msg_id = self._msg_id(req)
         if len(fds) != 1:
             raise BadRequest("attach needs exactly one open file")
+        self._require_prep(msg_id)
+        uploads = self._take_uploads([{"name": req.get("name"), "md5": req.get("md5")}], fds)
+
+        def place(actual: list[str]) -> dict[str, Any]:
+            self._require_prep(msg_id)  # it may have been committed or deleted meanwhile
+            name, md5, upload, _fd = uploads[0]
+            path = self.store.place_upload(upload, self.store.prep_attach_dir(msg_id), name, md5,
+                                           actual[0], sync=True)
+            return {"ok": True, "md5": md5, "size": path.stat().st_size, "name": name}
+
+        self._check_uploads(conn, uploads, place)
+
+    def _require_prep(self, msg_id: str) -> None:
         if self.store.find(msg_id) != "prep":
             raise BadRequest(f"message {msg_id} is not in prep")
-        path = self.store.attach_fd(msg_id, req.get("name", ""), fds[0],
-                                    _check_md5(req.get("md5")))
-        return {"ok": True, "md5": req["md5"], "size": path.stat().st_size, "name": path.name}
 
     def op_delete(self, conn: Connection, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         msg_id = self._msg_id(req)

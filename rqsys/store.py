@@ -57,6 +57,7 @@ everything else in ``.tmp/`` is removed, ``run/`` goes back to ``que/``,
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import hashlib
 import itertools
@@ -108,7 +109,7 @@ def check_msg_id(msg_id: str) -> str:
     return msg_id
 
 
-def check_attach_name(name: str) -> str:
+def check_attach_name(name: Any) -> str:
     """Return ``name`` if it is a safe attachment file name."""
     if not isinstance(name, str) or not ATTACH_NAME_RE.match(name) or ".." in name:
         raise BadRequest(f"invalid attachment name: {name!r}")
@@ -422,6 +423,14 @@ class SpareMaker:
 
 
 @dataclass
+class Upload:
+    """An attachment on its way in: its own file in ``.tmp/`` until placed."""
+
+    path: str
+    linked: bool  # a hard link to the sender's file; else still to be copied
+
+
+@dataclass
 class Staged:
     """A new message written under ``.tmp/`` but not yet renamed into place."""
 
@@ -449,6 +458,7 @@ class QueueStore:
         self._dirty: set[str] = set()
         self._flushed_at = 0.0
         self.spares = SpareMaker(f"{self._base}/{TMP_DIR}")
+        self._upload_seq = 0
 
     # -- paths -----------------------------------------------------------
     def state_dir(self, state: str) -> Path:
@@ -647,37 +657,51 @@ class QueueStore:
     def attach_dir(self, state: str, msg_id: str) -> Path:
         return self.msg_dir(state, msg_id) / "attach"
 
-    def attach_fd(self, msg_id: str, name: str, src_fd: int, md5: str) -> Path:
-        """Attach an open file to a prep message, durably (see place_attachment)."""
+    def prep_attach_dir(self, msg_id: str) -> Path:
+        """The ``attach/`` directory of a prep message, made if missing."""
         adir = self.attach_dir("prep", check_msg_id(msg_id))
         adir.mkdir(exist_ok=True)
-        return self.place_attachment(adir, name, src_fd, md5, sync=True)
+        return adir
 
-    def place_attachment(self, adir: Path, name: str, src_fd: int, md5: str,
-                         sync: bool) -> Path:
-        """Put an open file into ``adir`` as ``name``, with its md5 beside it.
+    def new_upload(self, src_fd: int) -> Upload:
+        """Start taking in an attachment sent as an open file: its own file
+        in ``.tmp/``, hard-linked to the sender's when that lives on this
+        file system (through ``/proc/self/fd``, instantly: large uploads are
+        never copied), else to be copied by :meth:`fill_upload`."""
+        self._upload_seq += 1
+        path = f"{self._base}/{TMP_DIR}/upload.{os.getpid()}.{self._upload_seq}"
+        return Upload(path, self._link_fd(src_fd, Path(path)))
 
-        The file is hard-linked when it already lives on this file system
-        (through ``/proc/self/fd``), so large uploads are never copied.
-        """
+    @staticmethod
+    def fill_upload(upload: Upload, src_fd: int) -> str:
+        """The slow part, for a thread: copy the file in if it was not
+        linked, make its data durable, and return its MD5.  It touches only
+        the upload's own file."""
+        if not upload.linked:
+            QueueStore._copy_fd(src_fd, Path(upload.path))
+        fsync_path(upload.path)
+        return file_md5(Path(upload.path))
+
+    @staticmethod
+    def place_upload(upload: Upload, adir: Path, name: str, md5: str, actual: str,
+                     sync: bool) -> Path:
+        """Put a filled upload into ``adir`` as ``name`` if its MD5 is the one
+        sent (``actual`` is what :meth:`fill_upload` found), md5 file beside it."""
         check_attach_name(name)
-        dest = adir / name
-        tmp = adir / f".{name}.{os.getpid()}.tmp"
-        if tmp.exists():
-            tmp.unlink()
-        if not self._link_fd(src_fd, tmp):
-            self._copy_fd(src_fd, tmp)
-        actual = file_md5(tmp)
         if actual != md5:
-            tmp.unlink()
             raise BadRequest(f"attachment {name}: md5 mismatch (sent {md5}, got {actual})")
         _write_new(adir / f".{name}.md5", md5.encode(), sync=sync)
-        if sync:
-            fsync_path(tmp)
-        os.replace(tmp, dest)
+        dest = adir / name
+        os.replace(upload.path, dest)
         if sync:
             fsync_path(adir)
         return dest
+
+    @staticmethod
+    def drop_upload(upload: Upload) -> None:
+        """Remove an upload that was not placed (recovery would, at the next start)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(upload.path)
 
     @staticmethod
     def attachment_md5(path: Path) -> str:

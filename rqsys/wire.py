@@ -8,7 +8,12 @@ The protocol (unix stream socket, ``/run/rq/<q>.sock`` or ``<root>/sock/<q>.sock
 * The answer is one JSON line: ``{"ok": true, ...}`` or
   ``{"ok": false, "error": "<why>", "kind": "<error class>"}``.
 * One request at a time per connection (send, read the answer, repeat); a
-  connection may carry any number of requests.
+  connection may carry any number of requests.  Requests sent ahead are
+  answered in order: the daemon takes up a connection's next request only
+  after it has answered the one before.
+* ``create`` is answered once the message is durable; a request carrying
+  files (``attach``, ``create`` with attachments) once they are checked
+  against their MD5, which the daemon does on a thread of its own.
 * A line longer than MAX_LINE, or one that is not a JSON object, is answered
   with an error and the connection is closed; the daemon never dies of it.
 

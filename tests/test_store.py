@@ -105,22 +105,35 @@ def test_unreadable_message(store):
         store.read_msg("que", msg_id)
 
 
+def _attach(store, msg_id, name, fd, md5):
+    """What the daemon does, minus the thread: take in, fill, place."""
+    upload = store.new_upload(fd)
+    actual = store.fill_upload(upload, fd)
+    try:
+        return store.place_upload(upload, store.prep_attach_dir(msg_id), name, md5, actual,
+                                  sync=True)
+    except BadRequest:
+        store.drop_upload(upload)
+        raise
+
+
 def test_attach_links_a_file_and_copies_a_memfd(store, tmp_path):
     msg_id = store.create({"dest": "q"}, state="prep")
     src = tmp_path / "big"
     src.write_bytes(b"a" * 1000)
     with open(src, "rb") as f:
-        path = store.attach_fd(msg_id, "big", f.fileno(), hashlib.md5(b"a" * 1000).hexdigest())
+        path = _attach(store, msg_id, "big", f.fileno(), hashlib.md5(b"a" * 1000).hexdigest())
     assert os.stat(path).st_ino == os.stat(src).st_ino  # hard-linked, not copied
     mem = os.memfd_create("x")
     os.write(mem, b"from memory")
     try:
-        path = store.attach_fd(msg_id, "mem", mem, hashlib.md5(b"from memory").hexdigest())
+        path = _attach(store, msg_id, "mem", mem, hashlib.md5(b"from memory").hexdigest())
     finally:
         os.close(mem)
     assert path.read_bytes() == b"from memory"
     assert [p.name for p in store.attachments("prep", msg_id)] == ["big", "mem"]
     assert store.attachment_md5(path) == hashlib.md5(b"from memory").hexdigest()
+    assert list((store.qdir / ".tmp").iterdir()) == []
 
 
 def test_attach_md5_mismatch_leaves_nothing(store, tmp_path):
@@ -128,8 +141,9 @@ def test_attach_md5_mismatch_leaves_nothing(store, tmp_path):
     src = tmp_path / "f"
     src.write_bytes(b"data")
     with open(src, "rb") as f, pytest.raises(BadRequest, match="md5 mismatch"):
-        store.attach_fd(msg_id, "f", f.fileno(), "0" * 32)
+        _attach(store, msg_id, "f", f.fileno(), "0" * 32)
     assert list(store.attach_dir("prep", msg_id).iterdir()) == []
+    assert list((store.qdir / ".tmp").iterdir()) == []
 
 
 def test_admin_state_persisted(store):
