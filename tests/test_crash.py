@@ -33,7 +33,7 @@ def test_sigkill_while_scripts_run_loses_nothing(layout, make_queue, daemon, tmp
     make_queue("q", WAIT_FOR_GATE, num_workers=3, env_vars={"MARKS": str(marks)})
     proc = daemon("q")
     ids = [send(proc) for _ in range(6)]
-    wait_for(lambda: proc.call("counts")["counts"]["run"] == 3, what="three running")
+    wait_for(lambda: _started(proc, ids) == 3, what="three scripts running, their TERM trap set")
     running = [i for i in ids if proc.call("state", msg_id=i)["state"] == "run"]
     # When the daemon is killed outright
     proc.kill(signal.SIGKILL)
@@ -103,7 +103,7 @@ def test_sigterm_requeues_running_then_done_after_restart(layout, make_queue, da
     make_queue("q", WAIT_FOR_GATE, num_workers=2, env_vars={"MARKS": str(marks)})
     proc = daemon("q")
     ids = [send(proc) for _ in range(3)]
-    wait_for(lambda: proc.call("counts")["counts"]["run"] == 2, what="two running")
+    wait_for(lambda: _started(proc, ids) == 2, what="two scripts running, their TERM trap set")
     # When the daemon is told to stop
     assert proc.stop() == 0
     # Then the running scripts were told TERM and their messages went back to que
@@ -116,6 +116,11 @@ def test_sigterm_requeues_running_then_done_after_restart(layout, make_queue, da
     proc = daemon("q")
     for msg_id in ids:
         assert settle(proc, msg_id)["state"] == "done"
+
+
+def _started(proc, ids):
+    """How many of the messages' scripts have said "run started" (after their trap)."""
+    return sum(proc.call("get", msg_id=i)["status"].startswith("started") for i in ids)
 
 
 def _fill_que(layout, n):
