@@ -24,7 +24,6 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any
 
 from rqsys import config, wire
@@ -105,7 +104,6 @@ class QueueDaemon:
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         recovered = self.store.recover()
-        self.store.spares.start()  # after recovery, which removes spares
         for msg_id in recovered:
             self.log.event("recovered", "was running at the last stop; requeued", msg_id)
         self.admin = self.store.admin_state()
@@ -470,15 +468,19 @@ class QueueDaemon:
         def work() -> list[str]:
             return [self.store.fill_upload(upload, fd) for _n, _m, upload, fd in uploads]
 
-        def done(future: Future[list[str]]) -> None:
+        def done(actual: list[str], error: BaseException | None) -> None:
             _close_fds([fd for _n, _m, _u, fd in uploads])
             try:
-                reply = place(future.result())
-            except (RQError, OSError) as exc:
+                if error is not None:
+                    raise error
+                reply = place(actual)
+            except Exception as exc:  # whatever it was, the client hears it, the loop goes on
                 for _name, _md5, upload, _fd in uploads:
                     self.store.drop_upload(upload)
                 if undo is not None:
                     undo()
+                if not isinstance(exc, RQError):
+                    self.log.event("err", f"attachment not stored: {exc!r}")
                 reply = wire.error_reply(exc if isinstance(exc, RQError)
                                          else RQError(f"attachment not stored: {exc}"))
             if reply is not None:
@@ -514,6 +516,9 @@ class QueueDaemon:
             return
         for one in staged:
             self._created(one, state)
+        # Spares are made from the first create on, after its answer: a daemon
+        # started for one request (socket activation) does not wait for them.
+        self.store.spares.start()
 
     def _created(self, staged: Staged, state: str) -> None:
         if state == "prep":

@@ -352,6 +352,7 @@ class SpareMaker:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start making spares (once; only after recovery, which removes them)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._fill, name="spares", daemon=True)
             self._thread.start()
