@@ -348,7 +348,10 @@ class QueueDaemon:
         """Send an answer that came later, then run the requests after it."""
         conn.waiting = False
         self._reply(conn, reply)
-        if conn.sock.fileno() >= 0:
+        self._resume(conn)
+
+    def _resume(self, conn: Connection) -> None:
+        if not conn.waiting and conn.sock.fileno() >= 0:
             self._dispatch_lines(conn)
 
     def _reply(self, conn: Connection, reply: dict[str, Any]) -> None:
@@ -505,8 +508,11 @@ class QueueDaemon:
                     self._answer(conn, wire.error_reply(RQError(f"not stored: {exc}")))
                 continue
             for conn, one, _s in group:
-                self._answer(conn, {"ok": True, "msg_id": one.msg_id, "url": self._url(one.msg_id)})
+                conn.waiting = False
+                self._reply(conn, {"ok": True, "msg_id": one.msg_id, "url": self._url(one.msg_id)})
             self._place(staged, state)
+            for conn, _one, _s in group:  # their next requests see the messages in place
+                self._resume(conn)
 
     def _place(self, staged: list[Staged], state: str) -> None:
         try:

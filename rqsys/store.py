@@ -15,7 +15,7 @@ transition                     on disk when                        after a crash
 =============================  ==================================  ===========================
 create in que, local dup       before ``ok``: msg written into a   no ``ok`` was sent: removed
                                spare directory (already durable)   at start (unless its msg is
-                               and fsynced; then moved into que/   complete: then, as after
+                               and synced; then moved into que/    complete: then, as after
                                (batched)                           ``ok``, moved into place)
 create in prep, or without a   before ``ok``: msg written in        as above
 ready spare                    a new ``.tmp/<id>.<state>/`` and
@@ -396,6 +396,8 @@ class SpareMaker:
             try:
                 self._make(paths)
             except OSError:  # disk full or queue removed: try again later
+                for path in paths:
+                    shutil.rmtree(path, ignore_errors=True)
                 time.sleep(SPARE_RETRY)
                 continue
             with self._changed:

@@ -59,6 +59,18 @@ def attach_in_thread(proc, msg_id, path, md5):
     return thread, result
 
 
+def read_answers(sock, count):
+    lines, answers = wire.LineBuffer(), []
+    sock.settimeout(60)
+    while len(answers) < count:
+        data, _fds = wire.recv(sock)
+        assert data, "the daemon closed the connection"
+        lines.feed(data, [])
+        while (got := lines.next_line()) is not None:
+            answers.append(wire.decode(got[0]))
+    return answers
+
+
 def test_the_daemon_answers_while_a_large_attachment_is_checked(prep, big_file):
     # Given an attach of a 512 MiB file in flight (its MD5 takes a second)
     proc, msg_id = prep
@@ -92,19 +104,25 @@ def test_answers_on_one_connection_keep_the_order_of_its_requests(prep, big_file
                                      "md5": md5}), [f.fileno()])
     wire.send(sock, wire.encode({"op": "ping"}))
     # When both answers are read
-    lines = wire.LineBuffer()
-    answers = []
-    sock.settimeout(60)
-    while len(answers) < 2:
-        data, _fds = wire.recv(sock)
-        assert data, "the daemon closed the connection"
-        lines.feed(data, [])
-        while (got := lines.next_line()) is not None:
-            answers.append(wire.decode(got[0]))
+    answers = read_answers(sock, 2)
     sock.close()
     # Then the attach's answer comes first, though the ping was ready long before
     assert answers[0]["name"] == "big.bin" and answers[0]["md5"] == md5
     assert answers[1]["queue"] == "q"
+
+
+def test_a_request_sent_behind_a_create_sees_the_message(prep, layout):
+    # Given a paused queue, and a create and a counts sent together on one connection
+    proc, _prep_id = prep
+    proc.call("adminoper", oper="pause")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(layout.socket_path("q")))
+    sock.sendall(wire.encode({"op": "create", "msg": {}}) + wire.encode({"op": "counts"}))
+    # When both answers are read
+    answers = read_answers(sock, 2)
+    sock.close()
+    # Then the counts, answered after the create, include the new message
+    assert answers[0]["ok"] and answers[1]["counts"]["que"] == 1
 
 
 def test_an_attachment_whose_message_moved_on_is_refused_and_dropped(prep, big_file, layout):
