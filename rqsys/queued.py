@@ -699,13 +699,16 @@ class QueueDaemon:
         return {"ok": True}
 
     def op_prune(self, conn: Connection, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        """The cleaner's request: drop done/relayed older than ``days``, acknowledged errs."""
-        days = float(req.get("days", 3))
-        if not days >= 0:
-            raise BadRequest("prune needs days >= 0")
-        before = time.time() - days * 86400
-        removed = {state: self.store.prune(state, before) for state in ("done", "relayed")}
+        """The cleaner's request: drop done/relayed older than ``days``, acknowledged
+        errs, and, given ``prep_days``, prep messages untouched that long."""
+        days = _days(req.get("days", 3), "days")
+        now = time.time()
+        removed = {state: self.store.prune(state, now - days * 86400)
+                   for state in ("done", "relayed")}
         removed["err"] = self.store.prune_acked("err")
+        if req.get("prep_days") is not None:
+            prep_days = _days(req["prep_days"], "prep_days")
+            removed["prep"] = self.store.prune_untouched("prep", now - prep_days * 86400)
         for state, count in removed.items():
             self.counts[state] -= count
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
@@ -946,6 +949,13 @@ class QueueDaemon:
 def _close_fds(fds: list[int]) -> None:
     for fd in fds:
         os.close(fd)
+
+
+def _days(value: Any, what: str) -> float:
+    days = float(value)
+    if not days >= 0:
+        raise BadRequest(f"prune needs {what} >= 0")
+    return days
 
 
 def _check_md5(md5: Any) -> str:

@@ -844,12 +844,16 @@ class QueueStore:
     # -- pruning (the cleaner) ---------------------------------------------------
     def ended_at(self, state: str, msg_id: str) -> float:
         """When a message ended: the newer mtime of its directory and ``status``."""
-        path = self.msg_dir(state, msg_id)
-        times = [path.stat().st_mtime]
-        with_status = path / "status"
-        if with_status.exists():
-            times.append(with_status.stat().st_mtime)
-        return max(times)
+        return _newest_mtime(self.msg_dir(state, msg_id), ("status",))
+
+    def prune_untouched(self, state: str, before: float) -> int:
+        """Remove the messages of an unsharded state untouched since ``before``
+        (the newest mtime of the directory, its ``msg`` and ``attach/``)."""
+        old = [i for i in self.ids(state)
+               if _newest_mtime(self.msg_dir(state, i), ("msg", "attach")) < before]
+        for msg_id in old:
+            self.delete(msg_id, state)
+        return len(old)
 
     def prune(self, state: str, before: float) -> int:
         """Remove messages of a sharded state that ended before ``before``."""
@@ -984,6 +988,15 @@ def _fsync_attachments(adir: Path) -> None:
     for path in adir.iterdir():
         fsync_path(path)
     fsync_path(adir)
+
+
+def _newest_mtime(path: Path, inside: tuple[str, ...]) -> float:
+    """The newest mtime of ``path`` and of those of its entries that exist."""
+    times = [path.stat().st_mtime]
+    for name in inside:
+        with contextlib.suppress(FileNotFoundError):
+            times.append((path / name).stat().st_mtime)
+    return max(times)
 
 
 def _listdir(path: Path) -> list[str]:

@@ -7,6 +7,7 @@ the real ``cleaner`` queue (our cleaner.py) asks the queue's daemon to prune.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -131,6 +132,8 @@ def test_all_queues_and_default_days(queues: Any, layout: Layout, daemon: Any) -
     ({"param1": "nan"}, "param1 (days) must be 0 or more"),
     ({"param2": "nosuch"}, "param2: no queue named nosuch"),
     ({"param2": "../etc"}, "invalid queue name"),
+    ({"param3": "soon"}, "param3 (prep days) must be a number"),
+    ({"param3": "-2"}, "param3 (prep days) must be 0 or more"),
 ])
 def test_bad_params_are_err_with_reason(queues: Any, layout: Layout, params: dict[str, str],
                                         why: str) -> None:
@@ -148,6 +151,43 @@ def test_prune_op_refuses_bad_days(queues: Any, days: Any) -> None:
     work, _cleaner = queues
     with pytest.raises(BadRequest):
         work.call("prune", days=days)
+    with pytest.raises(BadRequest):
+        work.call("prune", days=3, prep_days=days if days is not None else [])
+
+
+def test_param3_prunes_prep_messages_untouched_that_long(queues: Any, layout: Layout,
+                                                          tmp_path: Path) -> None:
+    work, cleaner = queues
+    store = QueueStore(layout.queue_dir("work"))
+    # Given three prep messages: one abandoned 10 days ago, one made 10 days
+    # ago but given an attachment today, one made today
+    abandoned, attached, fresh = (
+        str(work.call("create", msg={"dest": "work"}, state="prep")["msg_id"]) for _ in range(3))
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"attached today")
+    for msg_id in (abandoned, attached):
+        forge_mtime(store.msg_dir("prep", msg_id), 10)
+        forge_mtime(store.msg_dir("prep", msg_id) / "msg", 10)
+    with open(data, "rb") as f:
+        work.call("attach", fds=[f.fileno()], msg_id=attached, name="data.bin",
+                  md5=hashlib.md5(b"attached today").hexdigest())
+    # When the cleaner runs with param3 = 7 days
+    got = clean(cleaner, param1="3", param2="work", param3="7")
+    # Then only the abandoned one is gone, and the queue's count says so
+    assert got["state"] == "done", got["status"]
+    assert "removed 1 message(s)" in got["status"]
+    assert sorted(store.ids("prep")) == sorted([attached, fresh])
+    assert work.call("counts")["counts"]["prep"] == 2
+    # And without param3 no prep message is touched, however old
+    forge_mtime(store.msg_dir("prep", fresh), 100)
+    forge_mtime(store.msg_dir("prep", fresh) / "msg", 100)
+    assert clean(cleaner, param1="0", param2="work")["state"] == "done"
+    assert sorted(store.ids("prep")) == sorted([attached, fresh])
+
+
+def forge_mtime(path: Path, days: float) -> None:
+    when = time.time() - days * DAY
+    os.utime(path, (when, when))
 
 
 def test_daily_timer_example_is_valid() -> None:
