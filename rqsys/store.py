@@ -35,12 +35,13 @@ A clean stop with many queued messages writes them all to ``que.snapshot``
 (durably); the next start uses it only if its ids are exactly those in
 ``que/``, and removes it durably before anything else happens.
 
-Why one fsync of ``msg`` makes a new message durable: its temp directory's
+Why one sync of ``msg`` makes a new message durable: its temp directory's
 entry must be on disk too.  A spare's entry was made durable when the spare
-was made (:class:`SpareMaker` fsyncs its blank msg).  A new
-``.tmp/<id>.<state>/`` relies on the file system: on journalling ext4 and
-xfs, fsync of the new ``msg`` commits the transaction that created its
-directory; ext4 without a journal syncs a new file's newly made parent
+was made, off the create's path (:class:`SpareMaker` fsyncs its new blank
+msg); a new ``.tmp/<id>.<state>/`` gets it from the fsync of its new msg.
+Both rely on the file system making a new file's new directory durable with
+it: on journalling ext4 and xfs, fsync commits the transaction that created
+the directory; ext4 without a journal syncs a new file's newly made parent
 directories on fsync (``ext4_sync_parent``).
 
 New messages for que/ take *spare* directories made ahead of time in
