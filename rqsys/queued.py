@@ -348,10 +348,7 @@ class QueueDaemon:
         """Send an answer that came later, then run the requests after it."""
         conn.waiting = False
         self._reply(conn, reply)
-        self._resume(conn)
-
-    def _resume(self, conn: Connection) -> None:
-        if not conn.waiting and conn.sock.fileno() >= 0:
+        if conn.sock.fileno() >= 0:
             self._dispatch_lines(conn)
 
     def _reply(self, conn: Connection, reply: dict[str, Any]) -> None:
@@ -492,8 +489,9 @@ class QueueDaemon:
         self.background.submit(work, done)
 
     def _publish_pending(self) -> None:
-        """Group commit: make this turn's new messages durable, answer, and
-        only then move them into place (a durable message is safe where it is)."""
+        """Group commit: make this turn's new messages durable, move them into
+        place (a rename: whoever looks in que/ after the answer finds them
+        there), then answer."""
         if not self.pending:
             return
         batch, self.pending = self.pending, []
@@ -507,12 +505,9 @@ class QueueDaemon:
                     self.store.discard(one)
                     self._answer(conn, wire.error_reply(RQError(f"not stored: {exc}")))
                 continue
-            for conn, one, _s in group:
-                conn.waiting = False
-                self._reply(conn, {"ok": True, "msg_id": one.msg_id, "url": self._url(one.msg_id)})
             self._place(staged, state)
-            for conn, _one, _s in group:  # their next requests see the messages in place
-                self._resume(conn)
+            for conn, one, _s in group:
+                self._answer(conn, {"ok": True, "msg_id": one.msg_id, "url": self._url(one.msg_id)})
 
     def _place(self, staged: list[Staged], state: str) -> None:
         try:
@@ -522,7 +517,7 @@ class QueueDaemon:
             return
         for one in staged:
             self._created(one, state)
-        # Spares are made from the first create on, after its answer: a daemon
+        # Spares are made from the first create on, not at start: a daemon
         # started for one request (socket activation) does not wait for them.
         self.store.spares.start()
 

@@ -85,8 +85,8 @@ def test_sigkill_during_concurrent_enqueues(layout, make_queue, daemon, tmp_path
         acked += [line for line in out.splitlines() if not line.startswith("fail")]
     acked = [a for a in acked if a]
     # Then the daemon restarts with every acknowledged message queued and
-    # parsing (some were acknowledged from their temp directory, before the
-    # move into que/: recovery finishes that move), temp files gone
+    # parsing (the move into que/ is not synced before the answer: recovery
+    # finishes any move a crash cut short), temp files gone
     proc = daemon("q")
     store = store_of(layout, "q")
     for msg_id in acked:
