@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -24,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from procs import stop
 from scratch import make_scratch
 
 from rqsys import scan
@@ -78,14 +78,6 @@ def wait_log(path: Path, text: str, timeout: float = 60.0) -> None:
             raise TimeoutError(f"{text!r} not in {path}")
         time.sleep(0.01)
 
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def free_port() -> int:

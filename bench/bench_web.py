@@ -14,7 +14,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlencode
 
+from procs import stop
 from scratch import make_scratch
 
 from rqsys import scan
@@ -85,14 +85,6 @@ def start_web(layout: Layout) -> tuple[subprocess.Popen, int]:
     sock.close()
     return proc, port
 
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 # ------------------------------------------------------------------ load clients

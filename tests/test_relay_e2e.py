@@ -27,7 +27,7 @@ from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
 
 from rqsys.scripts.install import special_config
-from rqsys.store import STATES, QueueStore
+from rqsys.store import STATES, QueueStore, file_md5
 
 RQ = [str(Path(sys.executable).parent / "rq")]
 WORK = "#!/bin/bash\necho \"done got $RQ_PARAM1\" >&3\n"
@@ -184,14 +184,6 @@ def script_peak_rss_kb(msg_id: str) -> int:
         except OSError:
             continue
     return peak
-
-
-def file_md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as src:
-        while chunk := src.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def test_dup_to_remote_queue_answers_ok(world: World) -> None:
