@@ -497,6 +497,8 @@ class QueueDaemon:
         batch, self.pending = self.pending, []
         for state in ("que", "prep"):
             group = [p for p in batch if p[2] == state]
+            if not group:
+                continue
             staged = [s for _c, s, _s in group]
             try:
                 self.store.publish(staged)
