@@ -27,8 +27,8 @@ import pyinotify  # type: ignore[import-untyped]
 from rqsys import config, enabler, scan, timers
 from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
-from rqsys.scripts.install import SPECIAL_QUEUES, install_special_queues
 from rqsys.signals import STOP_SIGNALS, SignalFlags
+from rqsys.special import SPECIAL_QUEUES, install_special_queues
 from rqsys.store import DISABLED_MARK, QUEUE_NAME_RE, Layout
 from rqsys.systemd import Notifier
 

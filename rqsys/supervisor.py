@@ -21,8 +21,8 @@ from typing import Any
 
 from rqsys import config, scan
 from rqsys.events import EventLog
-from rqsys.scripts.install import install_special_queues
 from rqsys.signals import SignalFlags
+from rqsys.special import install_special_queues
 from rqsys.store import Layout
 
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0

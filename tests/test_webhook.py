@@ -19,7 +19,7 @@ from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
 
 from rqsys.errors import BadRequest
-from rqsys.scripts.install import special_config
+from rqsys.special import special_config
 
 SINK = Path(__file__).with_name("webhook_sink.py")
 SINK_PORT = 8081

@@ -3,7 +3,7 @@
 
 When a message with ``post_run_webhook`` (a list of URLs) reaches done, err or
 relayed, its queue daemon puts a message in the local ``webhook`` queue
-(:func:`webhook_message`): param1 is the ended message's URL, param2 its
+(:func:`rqsys.special.webhook_message`): param1 is the ended message's URL, param2 its
 state, param3 the JSON document POSTed (``{"msg_id", "state", "status",
 "msg"}``).  Every URL that answers 2xx is noted in ``job/webhook_sent`` and
 not called again; if any failed, the message resends with back-off
@@ -15,21 +15,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from rqsys.errors import RQError
 from rqsys.scripts.jobkit import Job
 from rqsys.scripts.rqhttp import Peer
 
-WEBHOOK_QUEUE = "webhook"
+# Re-exported until queued.py and tests import them from rqsys.special.
+from rqsys.special import WEBHOOK_QUEUE as WEBHOOK_QUEUE
+from rqsys.special import webhook_message as webhook_message
+
 TIMEOUT = 10.0
-
-
-def webhook_message(url: str, state: str, status: str, msg: dict[str, Any]) -> dict[str, Any]:
-    """The webhook-queue message announcing that ``url`` ended in ``state``."""
-    payload = {"msg_id": url, "state": state, "status": status, "msg": msg}
-    return {"dest": WEBHOOK_QUEUE, "src": url, "param1": url, "param2": state,
-            "param3": json.dumps(payload)}
 
 
 def post(url: str, body: bytes, timeout: float) -> str:

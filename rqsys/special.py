@@ -1,0 +1,60 @@
+"""The special queues (relay, webhook, cleaner): their names, defaults and messages.
+
+Daemons and the scripts they run both import this module, so neither depends
+on the other.  Each special queue is an ordinary queue whose script is
+``rqsys/scripts/<name>.py``, speaking the pipe protocol on fds 3/4.
+:func:`install_special_queues` creates the three queues where they are
+missing (a scandir entry of the same name overrides ours, like any queue);
+their config runs the script with the interpreter rqsys itself runs under
+(``exec_prefix``), so the venv's packages are there.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rqsys import config
+
+if TYPE_CHECKING:
+    from rqsys.store import Layout
+
+RELAY_QUEUE = "relay"
+WEBHOOK_QUEUE = "webhook"
+CLEANER_QUEUE = "cleaner"
+
+# Default settings of each special queue, overlaid on the queue defaults.
+SPECIAL_QUEUES: dict[str, dict[str, Any]] = {
+    RELAY_QUEUE: {"num_workers": 4},
+    WEBHOOK_QUEUE: {"num_workers": 2},
+    CLEANER_QUEUE: {"num_workers": 1},
+}
+
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+
+
+def special_config(name: str) -> dict[str, Any]:
+    """The default effective config of special queue ``name``."""
+    overlay = dict(SPECIAL_QUEUES[name], exec_prefix=shlex.quote(sys.executable))
+    return config.queue_config(name, str(SCRIPTS_DIR / f"{name}.py"), overlay,
+                               f"built-in {name} queue")
+
+
+def install_special_queues(layout: Layout) -> list[str]:
+    """Create relay, webhook and cleaner where no queue of that name exists."""
+    created = []
+    for name in SPECIAL_QUEUES:
+        if not (layout.queue_dir(name) / "config.json").exists():
+            layout.create_queue_dir(name, special_config(name))
+            created.append(name)
+    return created
+
+
+def webhook_message(url: str, state: str, status: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """The webhook-queue message announcing that ``url`` ended in ``state``."""
+    payload = {"msg_id": url, "state": state, "status": status, "msg": msg}
+    return {"dest": WEBHOOK_QUEUE, "src": url, "param1": url, "param2": state,
+            "param3": json.dumps(payload)}
