@@ -26,9 +26,9 @@ from pathlib import Path
 from procs import stop
 from scratch import make_scratch
 
-from rqsys import scan
 from rqsys.client import QueueClient
 from rqsys.errors import RQError
+from rqsys.scandir import install_queue
 from rqsys.store import Layout
 
 TRIALS = 20
@@ -137,7 +137,7 @@ def bench_by_hand(scratch: Path) -> list[float]:
     try:
         for entry in entries:
             started = time.perf_counter()
-            scan.install_queue(layout, entry.name, entry)
+            install_queue(layout, entry.name, entry)
             procs.append(rqsys(layout, "queue", entry.name, log=scratch / "hand.log"))
             first_accept(layout, entry.name)
             times.append(time.perf_counter() - started)

@@ -26,8 +26,8 @@ from urllib.parse import urlencode
 from procs import stop
 from scratch import make_scratch
 
-from rqsys import scan
 from rqsys.client import QueueClient
+from rqsys.scandir import install_queue
 from rqsys.store import Layout
 
 PER_CLIENT_16 = 200
@@ -213,7 +213,7 @@ def make_queue(layout: Layout, base: Path, name: str) -> None:
     entry.mkdir(parents=True)
     (entry / "run").write_text('#!/bin/bash\necho "done ok" >&3\n')
     (entry / "run").chmod(0o755)
-    scan.install_queue(layout, name, entry)
+    install_queue(layout, name, entry)
 
 
 def main() -> int:

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rqsys import config
-from rqsys.client import QueueClient, find_message, route
+from rqsys.client import QueueClient, find_message, queue_for_dest
 from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.store import Layout
 
@@ -26,6 +25,7 @@ RET_USAGE = 2  # bad command line (argparse's own code)
 RET_UNAVAILABLE = 3  # the queue daemon could not be reached
 
 MSG_FIELDS = ("src", "param1", "param2", "param3", "param4", "orig_msg_id")
+NUMBER_FIELDS = ("due", "count", "max_count")
 
 
 # ---------------------------------------------------------------------- rq
@@ -34,18 +34,17 @@ def _message_from(args: argparse.Namespace) -> dict[str, Any]:
     for name in MSG_FIELDS:
         if getattr(args, name, None) is not None:
             msg[name] = getattr(args, name)
-    if args.due is not None:
-        msg["due"] = args.due
-    if args.max_count is not None:
-        msg["max_count"] = args.max_count
+    for name in NUMBER_FIELDS:
+        if getattr(args, name, None) is not None:
+            msg[name] = getattr(args, name)
     if args.force_remote:
         msg["force_remote"] = True
     return msg
 
 
 def _client_for_dest(layout: Layout, dest: str, force_remote: bool = False) -> QueueClient:
-    sysconfig = config.load_system_config(layout)
-    return QueueClient(layout, route(dest, sysconfig, force_remote))
+    """As RQ's rq: a URL dest (this host's too) goes to the relay queue."""
+    return QueueClient(layout, queue_for_dest(dest, force_remote))
 
 
 def _md5_of(fd: int) -> str:
@@ -98,7 +97,19 @@ def cmd_attachmesg(layout: Layout, args: argparse.Namespace) -> str:
     queue, msg_id = find_message(layout, args.msg_id)
     with QueueClient(layout, queue) as client:
         reply = _attach(client, msg_id, args.pathname, args.name)
-    return f"{reply['md5']}-Attached successfully"
+    return f"{reply['md5']}-Attached successfully for Message: {args.msg_id} attachment"
+
+
+def cmd_attachstatusmesg(layout: Layout, args: argparse.Namespace) -> str:
+    """RQ's shape: the number of attachments, then ``name md5 size path`` lines."""
+    found = _msg_call(layout, args, "get")["attachments"]
+    lines = [f"{name} {info['md5']} {info['size']} {info.get('path', '')}".rstrip()
+             for name, info in sorted(found.items())]
+    return "\n".join([str(len(lines)), *lines])
+
+
+def cmd_statuscountmesg(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "get")["msg"].get("count", 0))
 
 
 def cmd_commitmesg(layout: Layout, args: argparse.Namespace) -> str:
@@ -143,8 +154,11 @@ def _add_msg_options(parser: argparse.ArgumentParser) -> None:
     for name in MSG_FIELDS:
         parser.add_argument(f"--{name}")
     parser.add_argument("--due", type=float, help="epoch seconds before which it will not run")
+    parser.add_argument("--count", type=int, help="runs so far (kept, as RQ keeps it)")
     parser.add_argument("--max_count", type=int, help="runs allowed with resend (default 15)")
     parser.add_argument("--force_remote", action="store_true", help="send through relay")
+    parser.add_argument("--relay-ok", "--relay_ok", dest="relay_ok", action="store_true",
+                        help="RQ's consent to relay a URL dest; accepted, URLs always relay")
     parser.add_argument("--attach", action="append", metavar="PATH",
                         help="attach a file (repeatable)")
 
@@ -154,6 +168,8 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "prepmesg": (cmd_prepmesg, "create a message in prep (two-phase send)"),
     "single_que": (cmd_single_que, "queue unless an identical message is queued"),
     "attachmesg": (cmd_attachmesg, "attach a file to a prep message"),
+    "attachstatusmesg": (cmd_attachstatusmesg, "ok N, then one 'name md5 size path' line each"),
+    "statuscountmesg": (cmd_statuscountmesg, "ok <count> (runs so far)"),
     "commitmesg": (cmd_commitmesg, "commit a prep message to que"),
     "statusmesg": (cmd_statusmesg, "ok <state> [- <status text>]"),
     "state": (cmd_state, "ok <state>"),
@@ -201,9 +217,8 @@ def rq_parser() -> argparse.ArgumentParser:
 
 def rq_main(argv: list[str] | None = None) -> int:
     args = rq_parser().parse_args(argv)
-    layout = Layout.from_root(args.root)
     try:
-        print(f"ok {RQ_VERBS[args.verb][0](layout, args)}")
+        print(f"ok {RQ_VERBS[args.verb][0](Layout.from_root(args.root), args)}")
     except Unavailable as exc:
         print(f"fail {exc}")
         print(f"rq: {exc}", file=sys.stderr)
@@ -240,34 +255,51 @@ def rqsys_parser() -> argparse.ArgumentParser:
 
 def rqsys_main(argv: list[str] | None = None) -> int:
     args = rqsys_parser().parse_args(argv)
-    layout = Layout.from_root(args.root)
     try:
-        return _run_rqsys(layout, args)
+        return RQSYS_COMMANDS[args.cmd](Layout.from_root(args.root), args)
     except RQError as exc:
         print(f"rqsys: {exc}", file=sys.stderr)
         return RET_FAIL
 
 
-def _run_rqsys(layout: Layout, args: argparse.Namespace) -> int:
-    if args.cmd == "serve":
-        from rqsys import supervisor
+# Each subcommand imports its module only when run: `rq` and the daemons start fast.
+def run_serve(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys import supervisor
 
-        return supervisor.main(layout, args.scandir, args.port)
-    if args.cmd == "queue":
-        from rqsys import queued
+    return supervisor.main(layout, args.scandir, args.port)
 
-        return queued.main(layout, args.name)
-    if args.cmd == "install-units":
-        from rqsys import units
 
-        return units.main(args.prefix, args.executable)
-    if args.cmd == "web":
-        from rqsys.web import app
+def run_queue(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys import queued
 
-        return int(app.main(layout))
-    from rqsys import scan
+    return queued.main(layout, args.name)
 
-    return int(scan.main(layout, args.scandir or layout.scandir))
+
+def run_web(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.web import app
+
+    return int(app.main(layout))
+
+
+def run_scan(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys import watcher
+
+    return int(watcher.main(layout, args.scandir or layout.scandir))
+
+
+def run_install_units(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys import units
+
+    return units.main(args.prefix, args.executable)
+
+
+RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
+    "serve": run_serve,
+    "queue": run_queue,
+    "web": run_web,
+    "scan": run_scan,
+    "install-units": run_install_units,
+}
 
 
 def main() -> int:

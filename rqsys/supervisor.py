@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rqsys import config, scan
+from rqsys import config
 from rqsys.events import EventLog
+from rqsys.scandir import reconcile
 from rqsys.signals import SignalFlags
 from rqsys.special import install_special_queues
 from rqsys.store import Layout
@@ -60,7 +61,7 @@ class Supervisor:
     def start(self) -> None:
         self.layout.make_dirs()
         self.layout.socket_dir.mkdir(parents=True, exist_ok=True)
-        scan.reconcile(self.layout, self.scandir, self.log)
+        reconcile(self.layout, self.scandir, self.log)
         for name in install_special_queues(self.layout):
             self.log.event("daemon", f"created the built-in {name} queue")
         self._install_signals()

@@ -12,6 +12,7 @@ A destination that is PAUSE or DOWN gets no message for that period.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,11 @@ def timer_name(filename: str) -> str | None:
     """The timer name of a file name like ``hourly.json``, else None."""
     found = TIMER_FILE_RE.match(filename)
     return found.group(1) if found else None
+
+
+def first_file(dirs: list[Path], filename: str) -> Path | None:
+    """``filename`` in the first of ``dirs`` that has it (a link counts), if any."""
+    return next((d / filename for d in dirs if os.path.lexists(d / filename)), None)
 
 
 def load_timer(path: Path) -> Timer:

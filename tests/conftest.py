@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from rqsys import scan
 from rqsys.client import QueueClient
+from rqsys.scandir import install_queue
 from rqsys.store import Layout
 
 IN_CI = os.environ.get("CI") == "true"
@@ -84,7 +84,7 @@ def make_queue(layout: Layout, tmp_path: Path) -> Callable[..., Path]:
         run.chmod(0o755)
         if cfg:
             (entry / "config.json").write_text(json.dumps(cfg))
-        scan.install_queue(layout, name, entry)
+        install_queue(layout, name, entry)
         return entry
 
     return make

@@ -18,7 +18,7 @@ import pytest
 from conftest import wait_for
 from scan_util import call, make_entry, start_scan, start_serve, started, wait_gone
 
-from rqsys import scan as scan_mod
+from rqsys.scandir import scandir_queues
 from rqsys.store import DISABLED_MARK, QueueStore
 
 
@@ -42,11 +42,6 @@ def serve(layout, scandir, tmp_path):
 @pytest.fixture
 def scan(layout, scandir, tmp_path):
     yield from started(lambda: start_scan(layout, scandir, tmp_path / "scan.log"))
-
-
-def scandir_queues(layout) -> list[str]:
-    """The queues in service that came from the scandir (not the built-in ones)."""
-    return [n for n in layout.queue_names() if scan_mod.installed_from_scandir(layout, n)]
 
 
 def effective(layout, name: str) -> dict:

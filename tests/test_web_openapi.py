@@ -14,7 +14,7 @@ from schemathesis.checks import (
 )
 from test_web_support import WebServer
 
-from rqsys import scan
+from rqsys.scandir import install_queue
 from rqsys.store import Layout
 from rqsys.web import openapi
 
@@ -33,7 +33,7 @@ def live_web(tmp_path_factory):
     (entry / "run").write_text('#!/bin/bash\necho "done ok" >&3\n')
     (entry / "run").chmod(0o755)
     server = WebServer(layout)
-    scan.install_queue(layout, "api", entry)
+    install_queue(layout, "api", entry)
     queue = DaemonProcess(layout, "api")
     try:
         server.seed_id = queue.call("create", msg={"param1": "seed"}, state="prep")["msg_id"]
