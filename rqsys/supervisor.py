@@ -20,14 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from rqsys import config
+from rqsys.errors import RQError
 from rqsys.events import EventLog
 from rqsys.scandir import reconcile
 from rqsys.signals import SignalFlags
 from rqsys.special import install_special_queues
 from rqsys.store import Layout
+from rqsys.unixsock import listen_unix
 
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0
 STOP_TIMEOUT = 30.0
+
+
+class CannotListen(RQError):
+    """A socket the supervisor serves could not be bound (port taken, no right, ...)."""
 
 
 @dataclass
@@ -37,6 +43,7 @@ class Program:
     name: str
     argv: list[str]
     sock: socket.socket | None = None
+    path: Path | None = None  # a unix socket's file, removed with the program
     fdname: str = ""
     pid: int = 0
     pidfd: int = -1
@@ -59,13 +66,14 @@ class Supervisor:
 
     # ---------------------------------------------------------------- set-up
     def start(self) -> None:
+        extra = self._extra_programs()  # the web port first: if it is taken, nothing changed
         self.layout.make_dirs()
         self.layout.socket_dir.mkdir(parents=True, exist_ok=True)
         reconcile(self.layout, self.scandir, self.log)
         for name in install_special_queues(self.layout):
             self.log.event("daemon", f"created the built-in {name} queue")
         self._install_signals()
-        for program in self._extra_programs():
+        for program in extra:
             self._add(program)
         self._sync_queues()
 
@@ -80,7 +88,7 @@ class Supervisor:
         """The web front end and rq-scan, as systemd would run them."""
         programs = []
         web = _web_socket(self.layout, self.port)
-        programs.append(Program("web", [*self._base_argv(), "web"], web, "web"))
+        programs.append(Program("web", [*self._base_argv(), "web"], web, fdname="web"))
         programs.append(Program("scan", [*self._base_argv(), "scan", "--scandir",
                                          str(self.scandir)]))
         return programs
@@ -94,9 +102,9 @@ class Supervisor:
         """
         wanted = set(self.layout.queue_names())
         for name in sorted(wanted - {n[2:] for n in self.programs if n.startswith("q:")}):
-            sock = _unix_socket(self.layout.socket_path(name))
-            program = Program(f"q:{name}", [*self._base_argv(), "queue", name], sock,
-                              f"{name}.sock")
+            path = self.layout.socket_path(name)
+            program = Program(f"q:{name}", [*self._base_argv(), "queue", name],
+                              _unix_socket(path), path, f"{name}.sock")
             if lazy:
                 self.programs[program.name] = program
                 self._watch_socket(program)
@@ -121,10 +129,9 @@ class Supervisor:
         self.programs.pop(program.name, None)
         if program.sock is not None:
             self._unwatch_socket(program)
-            path = program.sock.getsockname()
             program.sock.close()
-            if isinstance(path, str) and path and os.path.exists(path):
-                os.unlink(path)
+        if program.path is not None:
+            program.path.unlink(missing_ok=True)
 
     # ---------------------------------------------------------------- children
     def _spawn(self, program: Program) -> None:
@@ -236,23 +243,33 @@ def _kill(pid: int, sig: int) -> None:
 
 
 def _unix_socket(path: Path) -> socket.socket:
-    if path.exists() or path.is_symlink():
-        path.unlink()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.bind(str(path))
-    sock.listen(128)
-    return sock
+    """A queue's socket, on disk only once it listens (a stale file is replaced)."""
+    try:
+        return listen_unix(path)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {path}: {_reason(exc)}") from exc
 
 
 def _web_socket(layout: Layout, port: int | None) -> socket.socket:
     cfg = config.load_system_config(layout)
-    addr = str(cfg["addr"])
+    addr, port = str(cfg["addr"]), port if port is not None else int(cfg["port"])
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((addr, port if port is not None else int(cfg["port"])))
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((addr, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        where = f"[{addr}]:{port}" if family == socket.AF_INET6 else f"{addr}:{port}"
+        raise CannotListen(f"cannot listen on {where}: {_reason(exc)}") from exc
     return sock
+
+
+def _reason(exc: OSError) -> str:
+    """The OS's reason (say "address already in use"), to end a sentence with."""
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
 
 
 def default_scandir(layout: Layout) -> Path:
