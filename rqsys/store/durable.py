@@ -1,0 +1,202 @@
+"""Every rename, fsync, fdatasync and syncfs of the store, and nothing else.
+
+A message's state is the directory it sits in and every state change is one
+``rename(2)``; what makes a change survive a power cut is the fsync of the
+directories it touched.  Keeping both here lets a reader check the whole
+durability table (``recovery.py``) against one short file.  Nothing else in
+the store renames or syncs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from rqsys.errors import StoreError
+from rqsys.store.tunables import FLUSH_INTERVAL
+
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
+# -- syncs -------------------------------------------------------------------
+def fsync_path(path: Path | str) -> None:
+    """fsync a file or directory by path."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_fds(fds: Iterable[int]) -> None:
+    """fsync open files (a batch of new spares' msg files)."""
+    for fd in fds:
+        os.fsync(fd)
+
+
+def fsync_dirs(paths: Iterable[str | Path], missing_ok: bool = False) -> None:
+    """fsync directories; with ``missing_ok``, skip any gone meanwhile."""
+    for path in paths:
+        try:
+            fsync_path(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+
+def fsync_tree(adir: Path) -> None:
+    """fsync every entry of a directory, then the directory (attachments)."""
+    for path in adir.iterdir():
+        fsync_path(path)
+    fsync_path(adir)
+
+
+def syncfs(path: Path | str) -> None:
+    """Flush the whole file system holding ``path`` (one journal commit)."""
+    from rqsys._native._rqspawn import lib  # type: ignore[import-not-found]
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if lib.syncfs(fd) != 0:
+            raise StoreError(f"syncfs {path} failed")
+    finally:
+        os.close(fd)
+
+
+class DirtyDirs:
+    """Directories whose entries changed but are not yet synced.
+
+    Batched transitions record their parents here; :meth:`flush` fsyncs them
+    at most once per ``interval`` unless forced (at exit), so that a busy
+    queue pays one journal commit per interval, not per message.
+    """
+
+    def __init__(self, interval: float = FLUSH_INTERVAL) -> None:
+        self._interval = interval
+        self._dirs: set[str] = set()
+        self._flushed_at = 0.0
+
+    def add(self, *paths: str) -> None:
+        self._dirs.update(paths)
+
+    def due(self) -> float | None:
+        """Seconds until the fsyncs are due (None: nothing to flush)."""
+        if not self._dirs:
+            return None
+        return max(0.0, self._flushed_at + self._interval - time.monotonic())
+
+    def flush(self, force: bool = False) -> None:
+        """fsync the recorded directories if due (or ``force``)."""
+        if not self._dirs or (not force and self.due() != 0.0):
+            return
+        self._flushed_at = time.monotonic()
+        dirs, self._dirs = self._dirs, set()
+        fsync_dirs(dirs, missing_ok=True)  # an empty shard the cleaner removed
+
+
+# -- writes ------------------------------------------------------------------
+def write_file_durably(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temp file, fsync it, rename, fsync the dir."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_new(tmp, data, sync=True)
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def write_new(path: str | Path, data: bytes, sync: bool) -> None:
+    """Write ``path`` from scratch, fsynced if ``sync``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    _write_fd(os.open(path, flags, 0o644), data, sync)
+
+
+def write_msg(path: str, data: bytes, sync: bool) -> None:
+    """Write a new message's ``msg``: over the spare's blank one when there
+    is one, else into a new file.
+
+    A spare's msg already holds MSG_BLANK bytes of spaces, written and synced
+    with the spare, and JSON ignores the spaces left after the message.  A
+    message that fits overwrites blocks the file already has, at the same
+    size, so fdatasync has only that data to write: no inode, no journal
+    commit.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        write_new(path, data, sync)
+        return
+    _write_fd(fd, data, sync, data_only=True)
+
+
+def _write_fd(fd: int, data: bytes, sync: bool, data_only: bool = False) -> None:
+    """Write all of ``data`` to ``fd``, fsync (or fdatasync) it if asked, close it."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            (os.fdatasync if data_only else os.fsync)(fd)
+    finally:
+        os.close(fd)
+
+
+def overwrite(path: Path | str, data: bytes) -> None:
+    """Rewrite a small advisory file in place, not synced (``status``,
+    ``count``), never truncating it to zero first (ext4 would then flush it
+    on close, costing a disk write per call)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+        if os.fstat(fd).st_size > len(data):  # a no-op truncate still costs a journal handle
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+# -- renames -----------------------------------------------------------------
+def rename(old: str | Path, new: str | Path) -> None:
+    """Rename, not synced: the caller records both parents in DirtyDirs."""
+    os.rename(old, new)
+
+
+def rename_into_shard(old: str, new: str) -> None:
+    """Rename, creating the hour's shard directory only when it is missing."""
+    try:
+        os.rename(old, new)
+    except FileNotFoundError:
+        if not os.path.exists(old):
+            raise
+        os.makedirs(os.path.dirname(new), exist_ok=True)
+        os.rename(old, new)
+
+
+def rename_durably(old: Path, new: Path) -> None:
+    """Rename, then fsync both parent directories."""
+    os.rename(old, new)
+    fsync_dirs({old.parent, new.parent})
+
+
+def replace(src: str | Path, dest: Path, sync: bool) -> None:
+    """Rename over ``dest``; fsync its directory if ``sync``."""
+    os.replace(src, dest)
+    if sync:
+        fsync_path(dest.parent)
+
+
+def remove_dir(path: Path, doomed: Path) -> None:
+    """Rename ``path`` out of sight to ``doomed`` (durably), then delete it.
+
+    FileNotFoundError if ``path`` is missing; once renamed, a crash leaves
+    ``doomed`` in ``.tmp/``, which recovery removes.
+    """
+    os.rename(path, doomed)
+    fsync_path(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def unlink_durably(path: Path) -> None:
+    """Remove a file and fsync its directory (FileNotFoundError if missing)."""
+    path.unlink()
+    fsync_path(path.parent)

@@ -1,0 +1,269 @@
+"""``QueueStore``: one queue's messages as its daemon (the sole writer) changes them.
+
+It adds to the read-only :class:`QueueView` every change on disk: creating
+messages, moving them between states, rewriting their files, attachments,
+pruning and the admin state.  The renames and syncs themselves are in
+``durable.py``; what is durable when is the table in ``recovery.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rqsys.errors import BadRequest, NotFound, StoreError
+from rqsys.store import attachments, durable, recovery
+from rqsys.store.attachments import Upload
+from rqsys.store.durable import fsync_dirs
+from rqsys.store.layout import (
+    ADMIN_STATES,
+    SHARDED_STATES,
+    TMP_DIR,
+    IdMaker,
+    check_attach_name,
+    check_msg_id,
+)
+from rqsys.store.spares import SpareMaker
+from rqsys.store.view import QueueView, ids_in, listdir, newest_mtime
+
+
+@dataclass
+class Staged:
+    """A new message written under ``.tmp/`` but not yet renamed into place."""
+
+    msg_id: str
+    tmp: str
+    msg: dict[str, Any]
+    attached: bool = False
+
+    def attach_dir(self) -> Path:
+        """Make the staged message's ``attach/`` directory."""
+        adir = Path(self.tmp) / "attach"
+        adir.mkdir()
+        self.attached = True
+        return adir
+
+
+class QueueStore(QueueView):
+    """The message directories of one queue; used by its daemon (sole writer)."""
+
+    def __init__(self, qdir: Path, ids: IdMaker | None = None) -> None:
+        super().__init__(qdir)
+        self.id_maker = ids or IdMaker()
+        self.dirty = durable.DirtyDirs()  # parents of batched transitions
+        self.spares = SpareMaker(f"{self._base}/{TMP_DIR}")
+
+    # -- creation (synchronous) -------------------------------------------
+    def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
+        """Start a new message in a temp directory, no msg yet (attachments
+        may be added before :meth:`publish` writes it): a ready spare for
+        ``que``, else a new ``.tmp/<id>.<state>/``."""
+        msg_id = self.id_maker.next_id()
+        spare = self.spares.take() if state == "que" else None
+        if spare is None:
+            spare = f"{self._base}/{TMP_DIR}/{msg_id}.{state}"
+            os.mkdir(spare)
+        return Staged(msg_id, spare, dict(msg, msg_id=msg_id))
+
+    def publish(self, batch: list[Staged]) -> None:
+        """Write staged messages' msg files and make them durable.
+
+        Once durable a message is safe: :meth:`recover` moves into place any
+        temp directory holding a readable msg.  One message: fsync its msg
+        (which also makes its directory entry durable, see the durability
+        table in ``recovery.py``); several: one syncfs.
+        """
+        if not batch:
+            return
+        single = len(batch) == 1
+        for staged in batch:
+            durable.write_msg(f"{staged.tmp}/msg", json.dumps(staged.msg).encode(), sync=single)
+        if not single:
+            durable.syncfs(self.qdir)
+        elif batch[0].attached:
+            durable.fsync_tree(Path(batch[0].tmp) / "attach")
+
+    def place(self, batch: list[Staged], state: str) -> None:
+        """Move published messages into ``state`` (batched like any transition)."""
+        for staged in batch:
+            durable.rename(staged.tmp, f"{self._base}/{state}/{staged.msg_id}")
+        if batch:
+            self.dirty.add(f"{self._base}/{TMP_DIR}", f"{self._base}/{state}")
+
+    def create(self, msg: dict[str, Any], state: str = "que") -> str:
+        """Create one message durably in ``prep`` or ``que``; returns its id."""
+        staged = self.stage(msg, state)
+        self.publish([staged])
+        self.place([staged], state)
+        return staged.msg_id
+
+    def discard(self, staged: Staged) -> None:
+        """Remove a staged message that will not be published."""
+        shutil.rmtree(staged.tmp, ignore_errors=True)
+
+    # -- transitions -------------------------------------------------------
+    def move(self, msg_id: str, src: str, dest: str, durable: bool = False) -> None:
+        """Rename a message directory from one state to another."""
+        old, new = self._path(src, msg_id), self._path(dest, msg_id)
+        try:
+            self._rename(old, new, dest in SHARDED_STATES)
+        except FileNotFoundError as exc:
+            raise NotFound(f"no message {msg_id} in {self.name}/{src}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot move {msg_id} {src}->{dest}: {exc}") from exc
+        parents = {os.path.dirname(old), os.path.dirname(new),
+                   os.path.dirname(os.path.dirname(new))}
+        if durable:
+            fsync_dirs(parents)  # the parameter hides the module here
+        else:
+            self.dirty.add(*parents)
+
+    @staticmethod
+    def _rename(old: str, new: str, sharded: bool) -> None:
+        if sharded:
+            durable.rename_into_shard(old, new)
+        else:
+            durable.rename(old, new)
+
+    def flush(self, force: bool = False) -> None:
+        """fsync the directories touched by batched transitions.
+
+        At most once per FLUSH_INTERVAL unless forced (at exit), so that a
+        busy queue pays one journal commit per interval, not per message.
+        """
+        self.dirty.flush(force)
+
+    def flush_due(self) -> float | None:
+        """Seconds until the batched fsyncs are due (None: nothing to flush)."""
+        return self.dirty.due()
+
+    def delete(self, msg_id: str, state: str) -> None:
+        """Remove a message: rename it out of its state (durable), then rmtree."""
+        doomed = self.qdir / TMP_DIR / f"deleted.{msg_id}.{os.getpid()}"
+        try:
+            durable.remove_dir(self.msg_dir(state, msg_id), doomed)
+        except FileNotFoundError as exc:
+            raise NotFound(f"no message {msg_id} in {self.name}") from exc
+
+    # -- message files -------------------------------------------------------
+    def write_count(self, state: str, msg_id: str, count: int) -> None:
+        """Record how often an ending message ran (not synced, like status).
+
+        A separate small file, so the ``msg`` is not replaced at the end of
+        every run (a rename over a file makes ext4 write it back at once);
+        not written for the common single run, which is what its absence means.
+        """
+        path = f"{self._path(state, msg_id)}/count"
+        if count != 1 or os.path.exists(path):
+            durable.overwrite(path, str(count).encode())
+
+    def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
+        """Replace a message's ``msg`` file atomically and durably."""
+        durable.write_file_durably(self.msg_dir(state, msg_id) / "msg",
+                                   json.dumps(msg).encode())
+
+    def write_status(self, state: str, msg_id: str, text: str) -> None:
+        """Record the script's last status line (not synced: advisory)."""
+        path = f"{self._path(state, msg_id)}/status"
+        try:
+            durable.overwrite(path, text.encode("utf-8", "replace"))
+        except FileNotFoundError:
+            pass  # the message moved on meanwhile
+
+    def job_dir(self, msg_id: str) -> str:
+        """Create and return the ``job/`` dir of a running message."""
+        job = f"{self._path('run', msg_id)}/job"
+        try:
+            os.mkdir(job)
+        except FileExistsError:
+            pass  # a run after a resend reuses its job/
+        return job
+
+    def set_admin_state(self, state: str) -> None:
+        """Record UP, PAUSE or DOWN durably."""
+        if state not in ADMIN_STATES:
+            raise BadRequest(f"invalid admin state: {state!r}")
+        durable.write_file_durably(self.qdir / "admin_state", (state + "\n").encode())
+
+    # -- attachments (see attachments.py) ----------------------------------------
+    def prep_attach_dir(self, msg_id: str) -> Path:
+        """The ``attach/`` directory of a prep message, made if missing."""
+        adir = self.attach_dir("prep", check_msg_id(msg_id))
+        adir.mkdir(exist_ok=True)
+        return adir
+
+    def new_upload(self, src_fd: int) -> Upload:
+        """Start taking in an attachment sent as an open file (in ``.tmp/``)."""
+        return attachments.new_upload(f"{self._base}/{TMP_DIR}", src_fd)
+
+    fill_upload = staticmethod(attachments.fill_upload)
+    place_upload = staticmethod(attachments.place_upload)
+    drop_upload = staticmethod(attachments.drop_upload)
+
+    def remove_attachment(self, msg_id: str, name: str) -> None:
+        """Remove an attachment of a prep message, durably."""
+        path = self.attach_dir("prep", check_msg_id(msg_id)) / check_attach_name(name)
+        try:
+            durable.unlink_durably(path)
+        except FileNotFoundError as exc:
+            raise NotFound(f"no attachment {name}") from exc
+
+    def link_attachments(self, src_state: str, src_id: str, staged: Staged) -> None:
+        """Hard-link a message's attachments into a staged (cloned) message."""
+        files = self.attachments(src_state, src_id)
+        if files:
+            attachments.link_into(files, staged.attach_dir())
+
+    # -- pruning (the cleaner) ---------------------------------------------------
+    def prune_untouched(self, state: str, before: float) -> int:
+        """Remove the messages of an unsharded state untouched since ``before``
+        (the newest mtime of the directory, its ``msg`` and ``attach/``)."""
+        old = [i for i in self.ids(state)
+               if newest_mtime(self.msg_dir(state, i), ("msg", "attach")) < before]
+        for msg_id in old:
+            self.delete(msg_id, state)
+        return len(old)
+
+    def prune(self, state: str, before: float) -> int:
+        """Remove messages of a sharded state that ended before ``before``."""
+        removed = 0
+        base = self.state_dir(state)
+        for shard in sorted(listdir(base)):
+            removed += self._prune_shard(state, base / shard, before)
+        return removed
+
+    def _prune_shard(self, state: str, shard: Path, before: float) -> int:
+        """Prune one hour's shard: removed whole when every message in it is old."""
+        ids = ids_in(shard)
+        old = [i for i in ids if self.ended_at(state, i) < before]
+        if old and len(old) == len(ids):
+            doomed = self.qdir / TMP_DIR / f"deleted.shard.{state}.{shard.name}.{os.getpid()}"
+            durable.remove_dir(shard, doomed)
+        else:
+            for msg_id in old:
+                self.delete(msg_id, state)
+        return len(old)
+
+    def prune_acked(self, state: str = "err") -> int:
+        """Remove the messages of ``state`` that hold an ``ack`` file."""
+        acked = [i for i in self.ids(state) if (self.msg_dir(state, i) / "ack").exists()]
+        for msg_id in acked:
+            self.delete(msg_id, state)
+        return len(acked)
+
+    # -- recovery and the que snapshot (see recovery.py) -------------------------
+    def recover(self) -> list[str]:
+        """Clean temp files, move ``run/`` back to ``que/``; returns recovered ids."""
+        return recovery.recover(self)
+
+    def save_que_snapshot(self, msgs: dict[str, dict[str, Any]]) -> None:
+        """At a clean stop: every queued message in one file, durably."""
+        recovery.save_que_snapshot(self.qdir, msgs)
+
+    def take_que_snapshot(self) -> dict[str, dict[str, Any]] | None:
+        """The last clean stop's snapshot if its ids are exactly those in que/."""
+        return recovery.take_que_snapshot(self)

@@ -1,0 +1,160 @@
+"""Recovery at start, the que snapshot, and what is durable when (the durability table).
+
+Every state change of a message is one ``rename(2)`` of its directory
+(``durable.py`` holds every rename and sync of the store).  This table says
+what is on disk before anything is acknowledged, and what is batched.  A
+crash may at worst re-run a message; it never loses one.
+
+=============================  ==================================  ===========================
+transition                     on disk when                        after a crash before that
+=============================  ==================================  ===========================
+create in que, local dup       before ``ok``: msg written into a   no ``ok`` was sent: removed
+                               spare directory (already durable)   at start (unless its msg is
+                               and fdatasynced; then moved into    complete: then, as after
+                               que/ (batched)                      ``ok``, moved into place)
+create in prep, or without a   before ``ok``: msg written in        as above
+ready spare                    a new ``.tmp/<id>.<state>/`` and
+                               fsynced; then moved (batched)
+create (several in one loop    before ``ok``: the same with one     as above
+turn: group commit)            syncfs for all
+commit, attach, clone, delete  before ``ok`` (fsync file + dirs)    as above
+admin state, msg rewritten on  before ``ok`` / before the move      old admin state / old due
+resend or run_now
+que -> run, run -> done / err  renamed at once; parents fsynced     found in its earlier dir:
+/ relayed / que                at most every FLUSH_INTERVAL and     run/ goes back to que/ at
+                               at exit (:meth:`QueueStore.flush`)   start; a lost ``done`` means
+                                                                    one more run
+``status`` and ``count`` files written in place, never synced       old, empty or missing; an
+                               (advisory)                           ended message without its
+                                                                    ``count`` reads as one run
+a run a crash cut short        at start: its msg's count raised     counted again at the next
+                               by one, durably, before the move     start
+                               back to que/
+=============================  ==================================  ===========================
+
+A clean stop with many queued messages writes them all to ``que.snapshot``
+(durably); the next start uses it only if its ids are exactly those in
+``que/``, and removes it durably before anything else happens.
+
+Why one sync of ``msg`` makes a new message durable: its temp directory's
+entry must be on disk too.  A spare's entry was made durable when the spare
+was made, off the create's path (:class:`SpareMaker` fsyncs its new blank
+msg); a new ``.tmp/<id>.<state>/`` gets it from the fsync of its new msg.
+Both rely on the file system making a new file's new directory durable with
+it: on journalling ext4 and xfs, fsync commits the transaction that created
+the directory; ext4 without a journal syncs a new file's newly made parent
+directories on fsync (``ext4_sync_parent``).
+
+New messages for que/ take *spare* directories made ahead of time in
+``.tmp/`` by a thread of the daemon (holding a blank ``msg``, ``status`` and
+``job/stdio.log``; see :class:`SpareMaker`), so neither a create nor a run
+waits for an inode to be made.
+
+Recovery at start (:meth:`QueueStore.recover`): a temp directory with a
+readable msg (``.tmp/<id>.<state>``, or a spare: que) is moved into place,
+everything else in ``.tmp/`` is removed, ``run/`` goes back to ``que/``,
+``prep/`` is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rqsys.errors import StoreError
+from rqsys.store import durable
+from rqsys.store.layout import MSG_ID_RE, QUE_SNAPSHOT, SPARE_PREFIX, STATES, TMP_DIR
+
+if TYPE_CHECKING:
+    from rqsys.store.queue import QueueStore
+
+
+def recover(store: QueueStore) -> list[str]:
+    """Clean temp files, move ``run/`` back to ``que/``; returns recovered ids."""
+    for state in STATES:
+        store.state_dir(state).mkdir(parents=True, exist_ok=True)
+    _recover_tmp(store)
+    recovered = list(store.ids("run"))
+    for msg_id in recovered:
+        _count_crashed_run(store, msg_id)
+        store.move(msg_id, "run", "que")
+    store.flush(force=True)
+    return recovered
+
+
+def _recover_tmp(store: QueueStore) -> None:
+    """Finish publishes a crash cut short (a temp directory holding a
+    readable msg: ``.tmp/<id>.<state>``, or a spare, which only ``que``
+    creates take); remove everything else under ``.tmp/``."""
+    tmp = store.qdir / TMP_DIR
+    tmp.mkdir(exist_ok=True)
+    for entry in os.listdir(tmp):
+        path = tmp / entry
+        msg_id, state = _published_as(path)
+        if msg_id:
+            durable.rename(path, store.state_dir(state) / msg_id)
+            store.dirty.add(str(tmp), str(store.state_dir(state)))
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _published_as(path: Path) -> tuple[str, str]:
+    """(id, state) of a temp directory holding a complete new message, else ("", "")."""
+    name_id, _, state = path.name.rpartition(".")
+    if path.name.startswith(SPARE_PREFIX):
+        state = "que"
+    elif state not in ("que", "prep") or not MSG_ID_RE.match(name_id):
+        return "", ""
+    try:
+        msg = json.loads((path / "msg").read_bytes())
+    except (OSError, ValueError):
+        return "", ""
+    msg_id = msg.get("msg_id") if isinstance(msg, dict) else None
+    if not isinstance(msg_id, str) or not MSG_ID_RE.match(msg_id):
+        return "", ""
+    return msg_id, state
+
+
+def _count_crashed_run(store: QueueStore, msg_id: str) -> None:
+    """A message found in ``run/`` ran once more than its msg says.
+
+    Its msg holds the count from before that run (a run does not rewrite
+    it), so the run is counted here, durably: a message that keeps
+    crashing its daemon still reaches max_count.
+    """
+    try:
+        msg = store.read_msg("run", msg_id)
+    except StoreError:
+        return  # an unreadable msg is reported when que/ is loaded
+    store.write_msg("run", msg_id, dict(msg, count=int(msg.get("count", 0)) + 1))
+
+
+def save_que_snapshot(qdir: Path, msgs: dict[str, dict[str, Any]]) -> None:
+    """At a clean stop: every queued message in one file (durably), so the
+    next start reads one file instead of one per message."""
+    lines = "".join(json.dumps([msg_id, msg]) + "\n" for msg_id, msg in msgs.items())
+    durable.write_file_durably(qdir / QUE_SNAPSHOT, lines.encode())
+
+
+def take_que_snapshot(store: QueueStore) -> dict[str, dict[str, Any]] | None:
+    """The last clean stop's snapshot if its ids are exactly those in que/.
+
+    It is removed durably first, so a crash later can never bring back a
+    stale one; anything unexpected means None (read que/ one by one).
+    """
+    path = store.qdir / QUE_SNAPSHOT
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    durable.unlink_durably(path)
+    try:
+        msgs = {str(i): dict(m) for i, m in map(json.loads, data.splitlines())}
+    except (ValueError, TypeError):
+        return None
+    return msgs if set(msgs) == set(store.ids("que")) else None
