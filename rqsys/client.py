@@ -99,8 +99,17 @@ def is_local_url(url: str, sysconfig: dict[str, Any]) -> bool:
             and parts.path.startswith(sysconfig["relative_root"]))
 
 
+def queue_for_dest(dest: str, force_remote: bool = False) -> str:
+    """RQ's rule for a new message: any URL dest (this host's too) goes to the relay
+    queue, which delivers it over HTTP; a name is that local queue."""
+    if is_remote(dest) or force_remote:
+        return RELAY_QUEUE
+    return check_queue_name(dest)
+
+
 def route(dest: str, sysconfig: dict[str, Any], force_remote: bool = False) -> str:
-    """The local queue that takes a message for ``dest`` (the relay for other hosts)."""
+    """The local queue that takes a message for ``dest``, with a shortcut RQ does not
+    have: a URL naming this rqsys goes straight to that queue (timers use it)."""
     if is_remote(dest):
         if force_remote or not is_local_url(dest, sysconfig):
             return RELAY_QUEUE

@@ -12,6 +12,10 @@ from rqsys.errors import BadRequest, ConfigError
 PARAMS = ("param1", "param2", "param3", "param4")
 REMOTE_RE = re.compile(r"^https?://")
 MAX_MSG_BYTES = 1 << 20  # one message's JSON; attachments carry the bulk
+CREATE_METHODS = ("commit", "prep", "single_que")  # RQ's ``_method`` inside ``mesg``
+_RUBY_INT = re.compile(r"\s*[+-]?\d+")
+_RUBY_FLOAT = re.compile(r"\s*[+-]?\d+(\.\d+)?([eE][+-]?\d+)?")
+_FALSE_WORDS = ("", "0", "false", "no", "off")
 
 
 def new_message(data: Any, queue: str) -> dict[str, Any]:
@@ -19,9 +23,10 @@ def new_message(data: Any, queue: str) -> dict[str, Any]:
 
     ``dest`` may be omitted (it is the queue itself) or name the queue; any
     other local name is refused here: routing happens before the daemon.
+    Values RQ clients send as strings are converted first (see rq_values).
     """
     try:
-        msg = config.validate("message", data, "message")
+        msg = config.validate("message", rq_values(data), "message")
     except ConfigError as exc:
         raise BadRequest(str(exc)) from exc
     msg.setdefault("dest", queue)
@@ -29,6 +34,46 @@ def new_message(data: Any, queue: str) -> dict[str, Any]:
     msg.setdefault("count", 0)
     msg.setdefault("due", 0)
     return msg
+
+
+def rq_values(data: Any) -> Any:
+    """``data`` with the string values RQ's clients send converted as RQ does.
+
+    RQ's CLI and web send every field as a string: ``count`` and
+    ``max_count`` become integers (Ruby's ``to_i``: the leading digits, 0
+    when there are none), ``due`` a number (``to_f``), a ``post_run_webhook``
+    string its space-separated URLs, a ``force_remote`` string true unless
+    it says no.  Anything else is left for the schema to judge.
+    """
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key in ("count", "max_count"):
+        if isinstance(out.get(key), str):
+            out[key] = _ruby_number(_RUBY_INT, out[key], int)
+    if isinstance(out.get("due"), str):
+        out["due"] = _ruby_number(_RUBY_FLOAT, out["due"], float)
+    if isinstance(out.get("post_run_webhook"), str):
+        out["post_run_webhook"] = out["post_run_webhook"].split()
+    if isinstance(out.get("force_remote"), str):
+        out["force_remote"] = out["force_remote"].strip().lower() not in _FALSE_WORDS
+    return out
+
+
+def _ruby_number(pattern: re.Pattern[str], text: str, kind: type) -> Any:
+    found = pattern.match(text)
+    return kind(found.group(0)) if found else kind(0)
+
+
+def split_method(data: Any, default: str = "commit") -> tuple[Any, str]:
+    """(message without ``_method``, the method): RQ puts ``_method`` inside ``mesg``."""
+    if not isinstance(data, dict) or "_method" not in data:
+        return data, default
+    msg = dict(data)
+    method = msg.pop("_method")
+    if method not in CREATE_METHODS:
+        raise BadRequest(f"_method must be commit, prep or single_que, not {str(method)[:40]!r}")
+    return msg, str(method)
 
 
 def is_remote(dest: str) -> bool:

@@ -46,13 +46,21 @@ class Child:
 
 
 def script_argv(script: str, exec_prefix: str) -> tuple[str, list[str]]:
-    """The executable path and argv: symlinks resolved, prefix words prepended."""
+    """The executable path and argv: symlinks resolved, prefix words prepended.
+
+    With an ``exec_prefix`` (RQ: "prepended to the script path before calling
+    exec()") the program exec'd is the prefix's first word and the script is
+    its argument, so the script need only be readable: an interpreter such as
+    the special queues' ``python3`` reads it, and a wheel installs it 0644.
+    Without one the script itself is exec'd and must be executable.
+    """
     real = os.path.realpath(script)
-    if not os.path.isfile(real) or not os.access(real, os.X_OK):
-        raise SpawnError(f"script {script} is missing or not executable")
-    if not exec_prefix.strip():
-        return real, [real]
     words = shlex.split(exec_prefix)
+    need, what = (os.R_OK, "readable") if words else (os.X_OK, "executable")
+    if not os.path.isfile(real) or not os.access(real, need):
+        raise SpawnError(f"script {script} is missing or not {what}")
+    if not words:
+        return real, [real]
     program = shutil.which(words[0])
     if program is None:
         raise SpawnError(f"exec_prefix program {words[0]!r} not found")

@@ -60,7 +60,7 @@ def test_two_phase_send_with_attachment(layout, q, tmp_path):
     msg_id = rq(layout, "prepmesg", "--dest", "q").rsplit("/", 1)[1]
     md5 = hashlib.md5(b"payload\n").hexdigest()
     assert rq(layout, "attachmesg", "--msg_id", msg_id, "--pathname", str(data)) == \
-        f"ok {md5}-Attached successfully"
+        f"ok {md5}-Attached successfully for Message: {msg_id} attachment"
     assert rq(layout, "commitmesg", "--msg_id", msg_id).endswith(f"/q/q/{msg_id}")
     settle(q, msg_id)
     assert q.call("get", msg_id=msg_id)["attachments"]["data.txt"]["md5"] == md5

@@ -54,7 +54,7 @@ def test_new_message_rq_form_encoding_with_curl(echo, server):
     _wait_state(server, "echo", _id(url), "done")
     status, msg = server.get_json(f"/q/echo/{_id(url)}.json")
     assert status == 200 and msg["param1"] == "hello world" and msg["state"] == "done"
-    assert msg["status"] == "printed" and msg["_attachments"] == {}
+    assert msg["status"] == "done - printed" and msg["_attachments"] == {}
 
 
 def test_json_body_prep_commit_and_single_que(make_queue, daemon, server):
@@ -81,7 +81,7 @@ def test_queue_routes_json_txt_config_done(echo, server):
     url = server.form("/q/echo/new_message", {"mesg": "{}"})[1][1]
     _wait_state(server, "echo", _id(url), "done")
     assert server.get_json("/q.json") == (200, ["echo"])
-    assert server.request("GET", "/q.txt")[2] == b"echo\n"
+    assert server.request("GET", "/q.txt")[2] == b"q/echo.txt\n"
     status, summary = server.get_json("/q/echo.json")
     assert summary["counts"]["done"] == 1 and summary["admin_state"] == "UP"
     assert b"done: 1" in server.request("GET", "/q/echo.txt")[2]
@@ -134,7 +134,7 @@ def test_live_tail_and_log_range(echo, server):
     assert server.request("GET", f"/q/echo/{msg_id}/log/nosuch.log")[0] == 404
 
 
-def test_attach_upload_md5_download_and_clone_hardlinks(make_queue, daemon, server):
+def test_attach_upload_md5_download_and_clone_hardlinks(make_queue, daemon, server, layout):
     make_queue("files", IDLE_SCRIPT)
     daemon("files").call("adminoper", oper="pause")
     url = server.form("/q/files/new_message", {"mesg": "{}", "_method": "prep"})[1][1]
@@ -154,8 +154,10 @@ def test_attach_upload_md5_download_and_clone_hardlinks(make_queue, daemon, serv
     clone = server.get_json(f"/q/files/{_id(clone_url)}.json")[1]
     assert clone["orig_msg_id"] == url
     info = server.get_json(f"/q/files/{msg_id}.json")[1]["_attachments"]["data.bin"]
-    original = os.stat(info["path"])
-    copied = os.stat(clone["_attachments"]["data.bin"]["path"])
+    assert "path" not in info  # no answer shows a server path
+    qdir = layout.queue_dir("files")
+    original = os.stat(next(qdir.rglob(f"{msg_id}/attach/data.bin")))
+    copied = os.stat(next(qdir.rglob(f"{_id(clone_url)}/attach/data.bin")))
     assert (copied.st_ino, copied.st_dev) == (original.st_ino, original.st_dev)
     # attaching after commit is refused
     status, _h, data = server.request("POST", f"/q/files/{msg_id}/attach/new", body,

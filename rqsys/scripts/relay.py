@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
 """The relay queue's script: deliver one message to another RQ host, exactly once.
 
-RQ's two-phase protocol over HTTP: ``POST <queue url>/new_message``
-(``_method=prep``) -> the new message URL is kept durably in
-``job/relay_id`` -> each attachment is uploaded and the MD5 the far end
-echoes is compared with ours -> ``POST <msg url>`` (``_method=commit``) ->
-``relayed <url>`` on fd 3.  Run again after any crash, it resumes from
-``relay_id``: a message the far end already committed is only reported, one
-still in prep gets its missing attachments and the commit, one the far end
-no longer knows is prepared again.  Unreachable or failing peers resend with
-back-off (count² × 10 s, capped); a refused message or a loop ends in err.
+RQ's two-phase protocol over HTTP, in RQ's dialect (``_method`` inside the
+``mesg`` JSON, ``x_format=json`` on every call), so an RQ and an rqsys far
+end behave alike: ``POST <queue url>/new_message`` (``_method: prep``) ->
+the new message URL is kept durably in ``job/relay_id`` -> each attachment
+is uploaded and the MD5 the far end echoes is compared with ours ->
+``POST <msg url>`` (``_method=commit``) -> ``GET <msg url>.json`` shows the
+far message committed and holding every attachment with our MD5 ->
+``relayed <url>`` on fd 3.  A far end that ran the message without all of
+its attachments is an err that says so, never ``relayed``.  Run again after
+any crash, it resumes from ``relay_id``: a message the far end already
+committed is only checked and reported, one still in prep gets its missing
+attachments and the commit, one the far end no longer knows is prepared
+again.  Unreachable or failing peers resend with back-off (count² × 10 s,
+capped); a refused message or a loop ends in err.
 
 Loops: each relayed message carries ``relay_via``, the base URLs of the
-hosts whose relay sent it; a host that finds itself there, a message that
-would be relayed to this very host, or too many hops, is a loop.
+hosts whose relay sent it; a host that finds itself there, or too many hops,
+is a loop.  A URL naming this very host is relayed like any other (as RQ
+does): the message arrives through this host's own web front end.
 
 Settings (the relay queue's ``env_vars``): BACKOFF_UNIT, BACKOFF_MAX,
 RELAY_TIMEOUT (seconds per HTTP request), and for fault-injection tests
@@ -45,28 +51,31 @@ class RelayLoop(RQError):
     """The message would go round in circles."""
 
 
+class RelayIncomplete(RQError):
+    """The far end holds the message, but not whole (it ran or will run without data)."""
+
+
 class Relay:
     """Relays one message (the job's) to its destination queue URL."""
 
     def __init__(self, job: Job) -> None:
         self.job = job
-        self.force = bool(job.msg.get("force_remote"))
         self.target = target_queue_url(str(job.msg.get("dest", "")), job.host)
         self.peer = Peer(self.target, float(job.env.get("RELAY_TIMEOUT") or 60))
         self.far_attachments: dict[str, Any] = {}
+        self.known_prep = False  # the far end has shown the message in prep
 
     def run(self) -> int:
         self.check_loop()
         url, committed = self.resume()
-        if committed:
-            self.job.say("relayed", url)  # committed before a crash: no second copy
-            return 0
-        if not url:
-            url = self.prepare()
-        self.upload_attachments(url)
-        self.hold("uploaded")
-        self.peer.post_form(url, {"_method": "commit"})
-        self.hold("committed")
+        if not committed:
+            if not url:
+                url = self.prepare()
+            self.upload_attachments(url)
+            self.hold("uploaded")
+            self.commit(url)
+            self.hold("committed")
+        self.verify(url)
         self.job.say("relayed", url)
         return 0
 
@@ -78,8 +87,6 @@ class Relay:
                             f"(via {' -> '.join(via)})")
         if len(via) >= MAX_HOPS:
             raise RelayLoop(f"relay loop: {len(via)} hops (via {' -> '.join(via)})")
-        if not self.force and self.job.host and self.target.startswith(self.job.host):
-            raise RelayLoop(f"relay loop: {self.target} is this host")
 
     def outgoing(self) -> dict[str, Any]:
         """The message as the far end gets it (this hop added to relay_via)."""
@@ -96,35 +103,34 @@ class Relay:
         if not url:
             return "", False
         try:
-            info = self.peer.get_json(f"{url}.json")
+            state, info = self.far_state(url)
         except PeerUnknown:
             self.job.say("run", f"far end no longer knows {url}; preparing again")
             return "", False
-        state = info.get("state") if isinstance(info, dict) else None
-        if state is None:  # a peer whose message JSON has no state: ask state.json
-            state = state_of(self.peer.get_json(f"{url}/state.json"))
         if state in COMMITTED_STATES:
             return url, True
         if state != "prep":
             raise PeerError(f"{url}: unexpected state {state!r}")
         self.far_attachments = info.get("_attachments") or {}
+        self.known_prep = True
         return url, False
 
     def prepare(self) -> str:
-        url = self.peer.post_form(f"{self.target}/new_message",
-                                  {"mesg": json.dumps(self.outgoing()), "_method": "prep"})
+        mesg = dict(self.outgoing(), _method="prep")  # RQ reads _method inside mesg
+        url = self.peer.post_form(f"{self.target}/new_message", {"mesg": json.dumps(mesg)})
         try:
             url_parts(str(url), 3)
         except BadRequest as exc:
             raise PeerError(f"prep answered {url!r}, not a message URL") from exc
         self.job.write_note("relay_id", str(url))
-        if not self.force and self.job.host and str(url).startswith(self.job.host):
-            raise RelayLoop(f"relay loop: {self.target} answered with {url}, on this host")
         self.job.say("run", f"prepared {url}")
         return str(url)
 
     def upload_attachments(self, url: str) -> None:
-        for path in self.job.attachments():
+        paths = self.job.attachments()
+        if paths and not self.known_prep:
+            self.check_still_prep(url)
+        for path in paths:
             want = local_md5(path)
             have = self.far_attachments.get(path.name) or {}
             if isinstance(have, dict) and have.get("md5") == want:
@@ -135,6 +141,45 @@ class Relay:
                 raise PeerError(f"attachment {path.name}: MD5 mismatch (ours {want}, "
                                 f"far end got {echoed}); not committed")
             self.job.say("run", f"attached {path.name} ({path.stat().st_size} bytes)")
+
+    def check_still_prep(self, url: str) -> None:
+        """A far end that ignored ``_method: prep`` has queued the message already."""
+        state = self.far_state(url)[0]
+        if state != "prep":
+            raise RelayIncomplete(f"far end queued {url} at once ({state}, not prep): it runs "
+                                  "without its attachments; not relayed")
+
+    def commit(self, url: str) -> None:
+        try:
+            self.peer.post_form(url, {"_method": "commit"})
+        except PeerUnknown as exc:
+            raise PeerError(f"{url} vanished before its commit; preparing again") from exc
+        except PeerRefused:
+            if self.far_state(url)[0] not in COMMITTED_STATES:
+                raise  # RQ says "cannot find message" for one it has already committed
+
+    def verify(self, url: str) -> None:
+        """Relayed only when the far end shows the message committed and whole."""
+        state, info = self.far_state(url)
+        if state not in COMMITTED_STATES:
+            raise PeerError(f"{url} is {state!r} after its commit; trying again")
+        far = info.get("_attachments") or {}
+        for path in self.job.attachments():
+            want, have = local_md5(path), far.get(path.name) or {}
+            got = have.get("md5") if isinstance(have, dict) else None
+            if got != want:
+                raise RelayIncomplete(
+                    f"far message {url} is {state} without attachment {path.name} "
+                    f"(far MD5 {got or 'none'}, ours {want}); not relayed")
+
+    def far_state(self, url: str) -> tuple[str | None, dict[str, Any]]:
+        """The far message's state and JSON (``state.json`` asked when the JSON lacks it)."""
+        info = self.peer.get_json(f"{url}.json")
+        info = info if isinstance(info, dict) else {}
+        state = info.get("state")
+        if not isinstance(state, str):
+            state = state_of(self.peer.get_json(f"{url}/state.json"))
+        return state, info
 
     def hold(self, step: str) -> None:
         """Fault injection for tests: stop after ``step`` once, until killed."""
@@ -194,7 +239,7 @@ def main() -> int:
         return Relay(job).run()
     except PeerError as exc:
         return job.resend(str(exc))
-    except (PeerRefused, PeerUnknown, RelayLoop) as exc:
+    except (PeerRefused, PeerUnknown, RelayLoop, RelayIncomplete) as exc:
         job.say("err", str(exc))
         return 0
 

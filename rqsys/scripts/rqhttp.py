@@ -2,7 +2,8 @@
 
 Requests are form posts answered with RQ's ``["ok", x]`` / ``["fail", why]``
 JSON, JSON gets, and multipart attachment uploads that stream the file with
-``sendfile(2)`` (a 1 GB attachment is never read into memory).
+``sendfile(2)`` (a 1 GB attachment is never read into memory).  Every post
+carries ``x_format=json``: RQ answers HTML (a redirect) without it.
 """
 
 from __future__ import annotations
@@ -98,9 +99,11 @@ class Peer:
         return reply.json()
 
     def upload(self, url: str, path: Path, field: str = "filedata") -> Any:
-        """POST ``path`` as multipart ``field``, streamed; the ``x`` of ``["ok", x]``."""
+        """POST ``path`` as multipart ``field`` (after ``x_format=json``: RQ answers
+        HTML without it), streamed; the ``x`` of ``["ok", x]``."""
         boundary = uuid.uuid4().hex
-        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; "
+        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"x_format\"\r\n\r\n"
+                f"json\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; "
                 f"filename=\"{path.name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
                 ).encode()
         tail = f"\r\n--{boundary}--\r\n".encode()

@@ -1,8 +1,13 @@
-"""Request bodies: bounded form / JSON parsing and the message a client sends."""
+"""Request bodies: bounded form / JSON / multipart parsing and the message a client sends.
+
+Forms may use Rack's nested names as RQ's own pages do (``mesg[param1]``,
+``queue[name]``, ``queue[coalesce_params][]``); :func:`nested` rebuilds them.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -14,33 +19,61 @@ from rqsys.web.answers import TooLarge
 MAX_BODY = 2 << 20  # a message is at most 1 MB of JSON; attachments go by multipart
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
                "orig_msg_id", "force_remote")
+RQ_FORM_FIELDS = (*FORM_FIELDS, "count", "post_run_webhook", "_method")
+_NESTED = re.compile(r"\[([^\[\]]*)\]")
+
+Pairs = list[tuple[str, Any]]
 
 
 def read_params(req: falcon.Request) -> dict[str, Any]:
-    """Query and body parameters (urlencoded form or a JSON object) in one dict."""
-    params: dict[str, Any] = dict(req.params)
+    """Query and body parameters (form, multipart form or a JSON object) in one dict."""
+    return dict(read_pairs(req))
+
+
+def read_pairs(req: falcon.Request) -> Pairs:
+    """Query and body parameters in order, repeated names kept (for ``name[]``)."""
+    pairs: Pairs = list(parse_qsl(req.query_string, keep_blank_values=True))
+    ctype = (req.content_type or "").split(";")[0].strip().lower()
+    if ctype == "multipart/form-data":
+        _check_length(req)
+        return pairs + _multipart_fields(req)
     raw = _read_bounded(req)
     if not raw:
-        return params
-    ctype = (req.content_type or "").split(";")[0].strip().lower()
+        return pairs
     if ctype == "application/json":
-        params.update(_json_body(raw))
-    elif ctype in ("application/x-www-form-urlencoded", ""):
-        params.update(_form_body(raw))
-    else:
-        raise BadRequest(f"unsupported content type {ctype[:60]!r} "
-                         "(use a form or application/json)")
-    return params
+        return pairs + list(_json_body(raw).items())
+    if ctype in ("application/x-www-form-urlencoded", ""):
+        return pairs + _form_body(raw)
+    raise BadRequest(f"unsupported content type {ctype[:60]!r} "
+                     "(use a form, a multipart form or application/json)")
 
 
-def _read_bounded(req: falcon.Request) -> bytes:
+def _check_length(req: falcon.Request) -> None:
     length = req.content_length
     if length is not None and length > MAX_BODY:
         raise TooLarge(f"request body of {length} bytes is over the limit of {MAX_BODY}")
+
+
+def _read_bounded(req: falcon.Request) -> bytes:
+    _check_length(req)
     raw = req.bounded_stream.read(MAX_BODY + 1)
     if len(raw) > MAX_BODY:
         raise TooLarge(f"request body is over the limit of {MAX_BODY} bytes")
     return bytes(raw)
+
+
+def _multipart_fields(req: falcon.Request) -> Pairs:
+    """The text fields of a multipart form (file parts are skipped: no route wants them)."""
+    fields: Pairs = []
+    try:
+        for part in req.get_media():
+            if part.filename:
+                part.stream.read()
+                continue
+            fields.append((part.name, part.get_text() or ""))
+    except falcon.MediaMalformedError as exc:
+        raise BadRequest(f"malformed multipart form: {exc.description or exc.title}") from exc
+    return fields
 
 
 def _json_body(raw: bytes) -> dict[str, Any]:
@@ -53,10 +86,10 @@ def _json_body(raw: bytes) -> dict[str, Any]:
     return {"mesg": data}
 
 
-def _form_body(raw: bytes) -> dict[str, str]:
+def _form_body(raw: bytes) -> Pairs:
     try:
         text = raw.decode("utf-8")
-        return dict(parse_qsl(text, keep_blank_values=True, strict_parsing=False))
+        return list(parse_qsl(text, keep_blank_values=True, strict_parsing=False))
     except UnicodeDecodeError as exc:
         raise BadRequest(f"form is not UTF-8: {exc}") from exc
 
@@ -68,14 +101,44 @@ def _parse_json(raw: bytes | str, what: str) -> Any:
         raise BadRequest(f"{what} is not valid JSON: {exc}") from exc
 
 
-def message_from(params: dict[str, Any]) -> dict[str, Any]:
-    """The message: ``mesg`` (JSON text or object), else the form's ``mesg_*`` fields."""
+def nested(pairs: Pairs, prefix: str) -> dict[str, Any]:
+    """Rack's reading of ``prefix[a]=1``, ``prefix[b][]=2``, ``prefix[c][d]=3``."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if not key.startswith(prefix + "["):
+            continue
+        path = _NESTED.findall(key[len(prefix):])
+        if path:
+            _put(found, path, value)
+    return found
+
+
+def _put(into: dict[str, Any], path: list[str], value: Any) -> None:
+    head, rest = path[0], path[1:]
+    if not rest:
+        into[head] = value
+    elif rest == [""]:
+        bucket = into.setdefault(head, [])
+        if isinstance(bucket, list):
+            bucket.append(value)
+    else:
+        child = into.setdefault(head, {})
+        if isinstance(child, dict):
+            _put(child, rest, value)
+
+
+def message_from(params: dict[str, Any], pairs: Pairs | None = None) -> dict[str, Any]:
+    """The message: ``mesg`` (JSON text or object), RQ's ``mesg[field]`` form fields,
+    or our form's ``mesg_*`` fields."""
     if "mesg" in params:
         mesg = params["mesg"]
         msg = _parse_json(mesg, "mesg") if isinstance(mesg, str) else mesg
         if not isinstance(msg, dict):
             raise BadRequest("mesg must be a JSON object")
         return msg
+    rq_form = nested(pairs or list(params.items()), "mesg")
+    if rq_form:
+        return {k: v for k, v in rq_form.items() if k in RQ_FORM_FIELDS and v != ""}
     return _from_form_fields(params)
 
 
@@ -87,7 +150,7 @@ def _from_form_fields(params: dict[str, Any]) -> dict[str, Any]:
             continue
         msg[field] = _typed(field, str(value))
     if not msg:
-        raise BadRequest("no message: send mesg=<JSON> or mesg_* form fields")
+        raise BadRequest("no message: send mesg=<JSON>, mesg[field] or mesg_* form fields")
     return msg
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import falcon
 
@@ -19,10 +20,19 @@ POST_METHODS = ("delete", "destroy", "commit")
 
 
 def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
-    """RQ's message JSON: the message's fields plus state, status and _attachments."""
+    """RQ's message JSON: the message's fields, ``state``, ``status`` as RQ words it
+    (``"<state> - <text>"``) and ``_attachments`` (md5 and size; no server paths)."""
     got = web.call(queue, "get", msg_id=msg_id)
+    attachments = {name: {k: v for k, v in info.items() if k != "path"}
+                   for name, info in got["attachments"].items()}
     return dict(got["msg"], msg_id=msg_id, url=web.msg_url(queue, msg_id), state=got["state"],
-                status=got["status"], _attachments=got["attachments"])
+                status=rq_status_text(got["state"], got["status"]),
+                status_text=got["status"], _attachments=attachments)
+
+
+def rq_status_text(state: str, text: str) -> str:
+    """RQ's message status: the state, then `` - `` and the script's last words."""
+    return f"{state} - {text}" if text else state
 
 
 class MessageResource:
@@ -102,7 +112,9 @@ class AttachNew:
                           md5=got.md5)
         finally:
             os.close(got.fd)
-        resp.media = ["ok", f"{got.md5}-Attached successfully"]
+        query = dict(parse_qsl(req.query_string))  # the body was the upload itself
+        ok(req, resp, f"{got.md5}-Attached successfully", query,
+           page=self.web.msg_path(queue, msg_id))
 
 
 class AttachFile:

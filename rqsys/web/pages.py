@@ -33,7 +33,16 @@ def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
     headers = ["Queue", "Admin", *STATES, "Status", "Actions"]
     body = "<h1>Queues</h1>" + (table(headers, rows, numeric=range(2, 2 + len(STATES))) if rows else
                                 '<p class="muted">No queues yet.</p>')
-    _render(web, resp, "Queues", [], body)
+    unreachable = sum(row[1] == badge("?") for row in rows)
+    _render(web, resp, "Queues", [], body + _operational(unreachable))
+
+
+def _operational(unreachable: int) -> str:
+    """The line RQ's monitoring (and its tests) look for on the home page."""
+    if not unreachable:
+        return '<p class="meta" id="qmgr">QUEUE MGR is OPERATIONAL</p>'
+    return (f'<p class="meta error" id="qmgr">QUEUE MGR is DEGRADED: {unreachable} '
+            "queue daemon(s) not answering</p>")
 
 
 def _dashboard_row(web: Web, name: str) -> list[str]:
@@ -135,7 +144,7 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
                  msg: dict[str, Any]) -> None:
     msg_id, state = msg["msg_id"], msg["state"]
     fields = [[e(k), f"<code>{e(json.dumps(v))}</code>"] for k, v in sorted(msg.items())
-              if k not in ("_attachments", "status", "state")]
+              if k not in ("_attachments", "status", "status_text", "state")]
     body = (f'<h1>Message <span class="mono">{e(msg_id)}</span> '
             f'<span id="msg-state" class="badge {e(state)}">{e(state)}</span></h1>'
             f'<p>Status: <span class="mono" id="msg-status">{e(msg.get("status", ""))}</span></p>'

@@ -10,8 +10,10 @@ from typing import Any
 import falcon
 
 from rqsys import config
-from rqsys.errors import BadRequest, RQError
-from rqsys.store import check_queue_name
+from rqsys.errors import BadRequest, NotFound, RQError, SpawnError, Unavailable
+from rqsys.message import split_method
+from rqsys.spawn import script_argv
+from rqsys.store import QUEUE_NAME_RE, STATES, check_queue_name
 from rqsys.web import body, pages
 from rqsys.web.answers import Forbidden, ok
 from rqsys.web.context import Web, split_suffix
@@ -23,11 +25,51 @@ MAX_DONE_LIMIT = 1000
 
 
 def queue_summary(web: Web, name: str) -> dict[str, Any]:
-    """Counts per state, admin state and status line (from the daemon: O(1))."""
-    got = web.call(name, "counts")
-    return {"name": name, "url": config.base_url(web.sysconfig) + f"q/{name}",
-            "admin_state": got["admin"], "status": got["status"],
-            "num_workers": got["num_workers"], "counts": got["counts"]}
+    """RQ's ``/q/<q>.json``: status, uptime and ``<state>_size`` counts (a DOWN
+    queue: status only), with rqsys's own fields beside them.  Counts come
+    from the daemon (O(1)); a daemon that cannot be reached is DOWN, as in RQ."""
+    try:
+        got = web.call(name, "counts")
+    except Unavailable as exc:
+        return {"status": "DOWN", "name": name, "error": str(exc)}
+    status = rq_status(got)
+    summary: dict[str, Any] = {"status": status}
+    if status != "DOWN":
+        summary["uptime"] = _uptime(web, name, got)
+        summary.update({f"{s}_size": got["counts"].get(s, 0) for s in STATES})
+    summary.update(name=name, url=config.base_url(web.sysconfig) + f"q/{name}",
+                   admin_state=got["admin"], status_line=got["status"],
+                   num_workers=got["num_workers"], counts=got["counts"])
+    return summary
+
+
+def rq_status(got: dict[str, Any]) -> str:
+    """RQ's combined status: the oper status (SCRIPTERROR) over the admin one."""
+    if got.get("oper") not in (None, "UP"):
+        return str(got["oper"])
+    if str(got.get("status", "")).startswith("SCRIPTERROR"):
+        return "SCRIPTERROR"
+    return str(got["admin"])
+
+
+def _uptime(web: Web, name: str, got: dict[str, Any]) -> int:
+    """Seconds the queue daemon has run (from its answer, else from /proc)."""
+    if "uptime" in got:
+        return int(got["uptime"])
+    return process_age(int(web.call(name, "ping")["pid"]))
+
+
+def process_age(pid: int) -> int:
+    """Seconds since ``pid`` started (0 when /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        with open("/proc/uptime") as up:
+            since_boot = float(up.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat(5)
+    return max(0, int(since_boot - started))
 
 
 class QueueList:
@@ -38,8 +80,9 @@ class QueueList:
         resp.media = self.web.layout.queue_names()
 
     def on_get_txt(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """RQ's list: one ``q/<name>.txt`` line per queue (what check_rq follows)."""
         resp.content_type = falcon.MEDIA_TEXT
-        resp.text = "".join(f"{name}\n" for name in self.web.layout.queue_names())
+        resp.text = "".join(f"q/{name}.txt\n" for name in self.web.layout.queue_names())
 
 
 class QueueResource:
@@ -51,19 +94,24 @@ class QueueResource:
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         name, suffix = split_suffix(name)
         check_queue_name(name)
+        if suffix and not self.web.layout.queue_dir(name).is_dir():
+            raise NotFound(f"no queue named {name}")
         if suffix == ".json":
             resp.media = queue_summary(self.web, name)
         elif suffix == ".txt":
             resp.content_type = falcon.MEDIA_TEXT
-            resp.text = _summary_text(queue_summary(self.web, name))
+            resp.text = summary_text(queue_summary(self.web, name))
         else:
             pages.queue_page(self.web, req, resp, name)
 
 
-def _summary_text(summary: dict[str, Any]) -> str:
-    lines = [f"{key}: {summary[key]}" for key in ("name", "admin_state", "status",
-                                                   "num_workers")]
-    lines += [f"{state}: {n}" for state, n in summary["counts"].items()]
+def summary_text(summary: dict[str, Any]) -> str:
+    """RQ's ``/q/<q>.txt`` lines (``status: UP``, ``uptime: N``, ``prep: N``, ...)."""
+    lines = [f"status: {summary['status']}"]
+    if "uptime" in summary:
+        lines.append(f"uptime: {summary['uptime']}")
+        lines += [f"{s}: {summary[f'{s}_size']}" for s in STATES]
+        lines.append(f"num_workers: {summary['num_workers']}")
     return "\n".join(lines) + "\n"
 
 
@@ -98,7 +146,8 @@ def _int_param(value: str | None, name: str, default: int) -> int:
 
 
 class NewMessage:
-    """``POST /q/<q>/new_message`` (``mesg`` JSON or ``mesg_*`` fields); GET: the form."""
+    """``POST /q/<q>/new_message``: ``mesg`` JSON (RQ: ``_method`` inside it), RQ's
+    ``mesg[field]`` form or our ``mesg_*`` fields; GET: the form."""
 
     def __init__(self, web: Web) -> None:
         self.web = web
@@ -108,11 +157,12 @@ class NewMessage:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         check_queue_name(name)
-        params = body.read_params(req)
-        method = params.get("_method") or "commit"
+        pairs = body.read_pairs(req)
+        params = dict(pairs)
+        outer = str(params.get("_method") or "commit")  # rqsys < 0.2 sent it beside mesg
+        msg, method = split_method(body.message_from(params, pairs), outer)
         if method not in CREATE_METHODS:
             raise BadRequest(f"_method must be commit, prep or single_que, not {method!r:.40}")
-        msg = body.message_from(params)
         got = self.web.call(name, "create", msg=msg, **CREATE_METHODS[method])
         ok(req, resp, self.web.msg_url(name, got["msg_id"]), params,
            page=self.web.msg_path(name, got["msg_id"]))
@@ -137,7 +187,9 @@ class AdminOper:
 
 
 class NewQueue:
-    """``POST /new_queue`` (name, script, num_workers) when ``allow_new_queue`` is set."""
+    """``POST /new_queue`` when ``allow_new_queue`` is set: RQ's form (``queue[name]``,
+    ``queue[script]``, ``queue[num_workers]``, ``queue[exec_prefix]``,
+    ``queue[env_vars][K]``, ``queue[coalesce_params][]``, ...) or plain fields."""
 
     def __init__(self, web: Web) -> None:
         self.web = web
@@ -145,22 +197,45 @@ class NewQueue:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         if not self.web.sysconfig.get("allow_new_queue"):
             raise Forbidden("new queues are not allowed here (allow_new_queue is false)")
-        params = body.read_params(req)
-        name = check_queue_name(str(params.get("name", "")))
+        pairs = body.read_pairs(req)
+        params = dict(pairs)
+        fields = body.nested(pairs, "queue") or params
+        name = str(fields.get("name", ""))
+        if not QUEUE_NAME_RE.match(name):
+            raise BadRequest(f"queue name has invalid characters: {name[:80]!r}")
         if name in self.web.layout.queue_names():
-            raise BadRequest(f"queue {name} already exists")
-        overlay = {"num_workers": _int_param(params.get("num_workers"), "num_workers", 1)}
-        cfg = config.queue_config(name, _script(params), overlay, source="new_queue")
+            raise BadRequest(f"queue {name} already created")
+        overlay = queue_overlay(fields)
+        script = self._script(str(fields.get("script", "")), overlay.get("exec_prefix", ""))
+        cfg = config.queue_config(name, script, overlay, source="new_queue")
         self.web.layout.create_queue_dir(name, cfg)
         _tell_supervisor()
-        ok(req, resp, config.base_url(self.web.sysconfig) + f"q/{name}", params)
+        url = config.base_url(self.web.sysconfig) + f"q/{name}"
+        ok(req, resp, url, params, page=self.web.queue_path(name))
+
+    def _script(self, script: str, exec_prefix: str) -> str:
+        """The script's path, a relative one taken from the root (RQ's working directory)."""
+        path = os.path.normpath(os.path.join(self.web.layout.root, script))
+        try:
+            script_argv(path, exec_prefix)
+        except SpawnError as exc:
+            raise BadRequest(f"queue not created: {exc}") from exc
+        return path
 
 
-def _script(params: dict[str, Any]) -> str:
-    script = str(params.get("script", ""))
-    if not os.path.isabs(script) or not os.access(script, os.X_OK):
-        raise BadRequest(f"script must be an absolute path to an executable: {script[:200]!r}")
-    return script
+def queue_overlay(fields: dict[str, Any]) -> dict[str, Any]:
+    """Queue settings from form text: numbers converted, empty fields left out."""
+    overlay: dict[str, Any] = {}
+    if fields.get("num_workers") not in (None, ""):
+        overlay["num_workers"] = _int_param(str(fields["num_workers"]), "num_workers", 1)
+    for key in ("coalesce_params", "blocking_params"):
+        if isinstance(fields.get(key), list):
+            overlay[key] = [_int_param(str(v), key, 0) for v in fields[key] if v != ""]
+    if fields.get("exec_prefix"):
+        overlay["exec_prefix"] = str(fields["exec_prefix"])
+    if isinstance(fields.get("env_vars"), dict):
+        overlay["env_vars"] = {str(k): str(v) for k, v in fields["env_vars"].items()}
+    return overlay
 
 
 def _tell_supervisor() -> None:
