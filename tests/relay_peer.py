@@ -1,13 +1,20 @@
 """A tiny RQ peer for relay tests: RQ's HTTP contract for prep/attach/commit, on disk.
 
 Run as ``python relay_peer.py DIR ADDR PORT`` (inside a test namespace).  It
-keeps each message under ``DIR/q/<queue>/<id>/`` (``msg.json``, ``state``,
-``attach/<name>``) so the test reads what arrived, and it misbehaves on
-request: ``DIR/faults.json`` may hold ``{"fail_503": N}`` (answer 503 N
-times), ``{"corrupt": true}`` (damage each upload), ``{"drop_commit": N}``
-(commit, then close without answering, N times), ``{"attach_503": N}``
-(refuse N uploads), ``{"no_state": true}`` (message JSON without ``state``:
-ask ``<msg>/state.json``, which answers ``["ok", state]``).
+speaks RQ's dialect as RQ's ``code/main.rb`` does: ``_method`` is read from
+*inside* the ``mesg`` JSON (a ``_method`` form field beside it is ignored),
+a post without ``x_format=json`` is answered with an HTML redirect, and a
+commit or upload for a message not in prep is ``["fail", "cannot find
+message"]`` with status 200.  It keeps each message under
+``DIR/q/<queue>/<id>/`` (``msg.json``, ``state``, ``attach/<name>``) so the
+test reads what arrived, and it misbehaves on request: ``DIR/faults.json``
+may hold ``{"fail_503": N}`` (answer 503 N times), ``{"corrupt": true}``
+(damage each upload), ``{"drop_commit": N}`` (commit, then close without
+answering, N times), ``{"attach_503": N}`` (refuse N uploads),
+``{"no_state": true}`` (message JSON without ``state``: ask
+``<msg>/state.json``, which answers ``["ok", state]``), ``{"ignore_prep":
+true}`` (an RQ that queues at once whatever ``_method`` says),
+``{"lose_attachments": true}`` (the commit drops what was uploaded).
 """
 
 from __future__ import annotations
@@ -106,17 +113,32 @@ class Peer(BaseHTTPRequestHandler):
     def form(self) -> dict[str, str]:
         return {k: v[0] for k, v in parse_qs(self.read_all().decode()).items()}
 
+    def html_redirect(self) -> None:
+        """What RQ answers a post without x_format=json: a page, not JSON."""
+        body = b"<html><body>Redirecting</body></html>"
+        self.send_response(302)
+        self.send_header("Location", "/")
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def new_message(self, queue: str) -> None:
         form = self.form()
         if queue not in QUEUES:
             self.answer(404, ["fail", f"no queue named {queue}"])
             return
         msg = json.loads(form["mesg"])
+        method = msg.pop("_method", "commit")  # RQ: prms.fetch('_method', 'commit')
         msg_id = time.strftime("%Y%m%d.%H%M.%S.000.") + str(next(IDS))
         mdir = self.msg_dir(queue, msg_id)
         (mdir / "attach").mkdir(parents=True)
         (mdir / "msg.json").write_text(json.dumps(msg))
-        (mdir / "state").write_text("prep" if form.get("_method") == "prep" else "que")
+        prep = method == "prep" and not self.fault("ignore_prep")
+        (mdir / "state").write_text("prep" if prep else "que")
+        if form.get("x_format", "json") != "json":
+            self.html_redirect()
+            return
         self.answer(200, ["ok", f"{self.url}q/{queue}/{msg_id}"])
 
     def attach(self, queue: str, msg_id: str) -> None:
@@ -127,21 +149,32 @@ class Peer(BaseHTTPRequestHandler):
             return
         if not (mdir / "state").exists() or (mdir / "state").read_text() != "prep":
             self.read_all()
-            self.answer(404, ["fail", "no such message in prep"])
+            self.answer(200, ["fail", "cannot find message"])
             return
-        name, md5 = self.receive_file(mdir / "attach")
+        fields, name, md5 = self.receive_file(mdir / "attach")
         if self.fault("corrupt"):
             md5 = corrupt(mdir / "attach" / name)
+        if fields.get("x_format") != "json":
+            self.html_redirect()
+            return
         self.answer(200, ["ok", f"{md5}-Attached successfully"])
 
-    def receive_file(self, adir: Path) -> tuple[str, str]:
-        """Stream the single multipart part (our relay's format) into ``adir``."""
+    def receive_file(self, adir: Path) -> tuple[dict[str, str], str, str]:
+        """Stream a multipart upload: text fields, then one file part, into ``adir``."""
         left = int(self.headers["Content-Length"])
         boundary = self.headers["Content-Type"].split("boundary=")[1]
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += self.rfile.read(1)
-        left -= len(head)
+        fields: dict[str, str] = {}
+        while True:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += self.rfile.read(1)
+            left -= len(head)
+            if b'filename="' in head:
+                break
+            field = head.split(b'name="')[1].split(b'"')[0].decode()
+            value = self.rfile.readline()  # "json\r\n"
+            left -= len(value)
+            fields[field] = value.decode().strip()
         name = head.split(b'filename="')[1].split(b'"')[0].decode()
         tail = len(f"\r\n--{boundary}--\r\n")
         digest = hashlib.md5()
@@ -153,19 +186,28 @@ class Peer(BaseHTTPRequestHandler):
                 out.write(chunk)
                 size -= len(chunk)
         self.rfile.read(tail)
-        return name, digest.hexdigest()
+        return fields, name, digest.hexdigest()
 
     def commit(self, queue: str, msg_id: str) -> None:
         form = self.form()
         mdir = self.msg_dir(queue, msg_id)
-        if form.get("_method") != "commit" or not (mdir / "state").exists():
-            self.answer(404, ["fail", "no such message"])
+        if form.get("_method") != "commit":
+            self.answer(400, ["fail", "400 - Invalid method param"])
+            return
+        if not (mdir / "state").exists() or (mdir / "state").read_text() != "prep":
+            self.answer(200, ["fail", "cannot find message"])
             return
         (mdir / "state").write_text("que")
+        if self.fault("lose_attachments"):
+            for path in (mdir / "attach").iterdir():
+                path.unlink()
         if self.fault("drop_commit"):
             self.close_connection = True
             return  # committed, but the answer is lost
-        self.answer(200, ["ok", f"{self.url}q/{queue}/{msg_id}"])
+        if form.get("x_format") != "json":
+            self.html_redirect()
+            return
+        self.answer(200, ["ok", "msg commited"])
 
 
 def corrupt(path: Path) -> str:

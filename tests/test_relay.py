@@ -207,10 +207,57 @@ def test_loop_back_to_origin_is_err(w: World) -> None:
     assert w.arrived() == []
 
 
-def test_relay_to_this_host_is_err(w: World) -> None:
+def test_relay_to_this_hosts_relay_queue_ends_the_copy_in_a_loop_err(w: World) -> None:
+    # Given a message whose dest is this very host's relay queue: RQ relays it (every
+    # URL goes through the relay), and the copy that arrives here names this host
     msg_id = w.send(f"{w.a.url}q/relay")
+    got = w.wait_state(msg_id, "relayed")
+    copy_id = got["status"].rsplit("/", 1)[1]
+    # Then the copy, about to go round again, ends in err as a loop
+    copy = w.wait_state(copy_id, "err")
+    assert "relay loop" in copy["status"] and w.a.url in copy["status"]
+
+
+def test_posts_speak_rqs_dialect(w: World) -> None:
+    # Given the peer, strict as RQ: _method read inside mesg, HTML without x_format=json
+    msg_id = w.send(f"{w.peer_url}q/work", {"f.txt": b"abc"}, param2="two")
+    got = w.wait_state(msg_id, "relayed")
+    # Then the message was prepared (attachment arrived before the commit) and committed
+    (far,) = w.arrived()
+    assert w.far_state(far) == "que" and (far / "attach" / "f.txt").read_bytes() == b"abc"
+    sent = json.loads((far / "msg.json").read_text())
+    assert "_method" not in sent and sent["param2"] == "two"
+    assert got["status"] == f"{w.peer_url}q/work/{far.name}"
+
+
+def test_far_end_that_queues_at_once_is_err_not_relayed(w: World) -> None:
+    # Given a far end that ignores _method=prep (it queues and runs the message at once)
+    w.faults(ignore_prep=True)
+    msg_id = w.send(f"{w.peer_url}q/work", {"data.bin": b"x" * 5000})
+    # Then the relay never says relayed: the far message runs without its attachment
     got = w.wait_state(msg_id, "err")
-    assert "relay loop" in got["status"] and "is this host" in got["status"]
+    assert "at once" in got["status"] and "without its attachments" in got["status"]
+    (far,) = w.arrived()
+    assert w.far_state(far) == "que" and not list((far / "attach").iterdir())
+
+
+def test_plain_message_to_a_far_end_that_queues_at_once_is_relayed(w: World) -> None:
+    # Without attachments the far end holds the message whole: the refused commit
+    # ("cannot find message") is checked against the far state, and it is relayed
+    w.faults(ignore_prep=True)
+    msg_id = w.send(f"{w.peer_url}q/work", param1="p")
+    got = w.wait_state(msg_id, "relayed")
+    (far,) = w.arrived()
+    assert got["status"].endswith(far.name) and w.far_state(far) == "que"
+
+
+def test_far_end_that_loses_attachments_at_commit_is_err(w: World) -> None:
+    # Given a far end that takes the upload, commits, but then holds no attachment
+    w.faults(lose_attachments=True)
+    msg_id = w.send(f"{w.peer_url}q/work", {"data.bin": b"y" * 5000})
+    # Then the check after the commit finds it missing: err with the reason
+    got = w.wait_state(msg_id, "err")
+    assert "without attachment data.bin" in got["status"] and "not relayed" in got["status"]
 
 
 @pytest.mark.parametrize("dest, why", [
