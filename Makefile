@@ -1,36 +1,88 @@
 # rqsys: `make run` runs the example queues in embedded mode (web on :3333);
-# `make test` runs ruff, mypy and the whole test suite. Both install first.
+# `make test` runs ruff, mypy and the whole test suite; `make deb` builds the
+# Debian package.  Each first installs what it needs (Debian packages when
+# run as root: .ci/install-debs, which waits for another apt holding the lock).
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
+PIP   := $(PY) -m pip -q --disable-pip-version-check
 PORT  ?= 3333
 ROOT  ?= $(CURDIR)/run-root
-DEBS  := python3-venv libsystemd-dev pkg-config gcc systemd systemd-container \
-         mandoc scdoc iproute2 curl chromium chromium-driver nix-bin
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 
-.PHONY: install run test lint bench clean
+# Running: a venv, and compilers and headers for the cffi spawn helper and
+# systemd-python (built from source by pip), scdoc for the man pages.
+RUN_DEBS  := python3-venv python3-dev gcc libc6-dev libsystemd-dev pkg-config scdoc
+# Building the .deb (debian/control's Build-Depends) and checking it.
+DEB_DEBS  := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all-dev \
+             python3-cffi python3-setuptools python3-wheel scdoc lintian
+# Only the tests: systemd booted in containers, man pages, network namespaces,
+# curl, a browser, the Nix module's checks, and the .deb.
+TEST_DEBS := systemd systemd-container man-db mandoc iproute2 curl \
+             chromium chromium-driver nix-bin $(DEB_DEBS)
+
+VERSION  := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
+ARCH     := $(shell dpkg --print-architecture 2>/dev/null || uname -m)
+DEB      := build/deb/rqsys_$(VERSION)_$(ARCH).deb
+DEB_TREE := debian rqsys man units setup.py pyproject.toml MANIFEST.in README.md
+DEB_SKIP := --exclude=__pycache__ --exclude='*.so' --exclude=_rqspawn.c --exclude='*.egg-info'
+# dpkg-buildpackage with Debian's own python3 and nothing of the caller's
+# environment (a venv or pyenv first on PATH would build for another Python).
+DEB_ENV  := env -i HOME="$$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
+
+.PHONY: install install-test run test lint bench deb conformance test-powercut clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/build_spawn.py
-	@bash .ci/install-debs $(DEBS)
+	@bash .ci/install-debs $(RUN_DEBS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	@$(PIP) install --upgrade pip
+	@$(PIP) install -e .
+	@touch $@
+
+install-test: $(VENV)/.installed-test
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	@bash .ci/install-debs $(TEST_DEBS)
+	@$(PIP) install -e '.[test]'
 	@touch $@
 
 run: install
-	$(VENV)/bin/rqsys serve --root $(ROOT) --scandir $(CURDIR)/scandir-examples --port $(PORT)
+	@mkdir -p $(ROOT)
+	@echo "rqsys: web UI on http://localhost:$(PORT)/ - Ctrl-C stops it (log: $(ROOT)/serve.log)"
+	@$(VENV)/bin/rqsys serve --root $(ROOT) --scandir $(CURDIR)/scandir-examples \
+	  --port $(PORT) >>$(ROOT)/serve.log 2>&1 || { tail -n 20 $(ROOT)/serve.log; exit 1; }
 
-lint: install
+lint: install-test
 	$(VENV)/bin/ruff check rqsys tests bench
 	$(VENV)/bin/mypy rqsys
 
 test: lint
 	$(VENV)/bin/pytest -q tests
 
-bench: install
+bench: install-test
 	$(PY) bench/run_all.py
+
+deb: $(DEB)
+
+$(DEB): $(shell find $(DEB_TREE) -type f -not -path '*/__pycache__/*' -not -name '*.so' \
+                 -not -name _rqspawn.c 2>/dev/null)
+	@bash .ci/install-debs $(DEB_DEBS)
+	@rm -rf build/deb && mkdir -p build/deb/src
+	@tar -c $(DEB_SKIP) $(DEB_TREE) | tar -x -C build/deb/src
+	@cd build/deb/src && $(DEB_ENV) dpkg-buildpackage -b -us -uc >../build.log 2>&1 \
+	  || { tail -n 40 ../build.log; echo "make deb: failed, see build/deb/build.log"; exit 1; }
+	@lintian --fail-on error $@ 2>&1 | grep -v "^running with root privileges"; \
+	  exit $${PIPESTATUS[0]}
+	@echo $@
+
+# RQ's own test suite, run against this checkout (where shared/ has it).
+conformance: install
+	@if [ -f ../shared/rq-suite/run.sh ]; then bash ../shared/rq-suite/run.sh "$(CURDIR)"; \
+	  else echo "conformance: ../shared/rq-suite/run.sh is not here"; exit 1; fi
+
+test-powercut: install-test
+	$(PY) tests/powercut/run.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info run-root

@@ -72,6 +72,8 @@ def data_files() -> list[tuple[str, list[str]]]:
 
 
 setup(
+    # Here and not in pyproject.toml: see the comment on "dynamic" there.
+    license="MIT",
     cffi_modules=["rqsys/_native/build_spawn.py:ffibuilder"],
     data_files=data_files(),
     cmdclass={"install_data": InstallDataWithMan},
