@@ -196,6 +196,13 @@ def remove_dir(path: Path, doomed: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
+def remove_renamed(parent: Path, doomed: Path) -> None:
+    """The second half of :func:`remove_dir`, once ``path`` was renamed to
+    ``doomed`` by :func:`rename`: fsync the directory it left, then delete it."""
+    fsync_path(parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def unlink_durably(path: Path) -> None:
     """Remove a file and fsync its directory (FileNotFoundError if missing)."""
     path.unlink()

@@ -12,13 +12,13 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rqsys.errors import BadRequest
 from rqsys.store import durable
-from rqsys.store.durable import write_file_durably
 
 STATES = ("prep", "que", "run", "done", "err", "relayed")
 SHARDED_STATES = ("done", "relayed")  # sharded by the hour: they grow without bound
@@ -60,12 +60,13 @@ def check_attach_name(name: Any) -> str:
 class IdMaker:
     """Makes RQ-style ids ``YYYYmmdd.HHMM.SS.mmm.<n>`` (UTC), strictly increasing."""
 
-    def __init__(self, clock=time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._last_ms = 0
         self._n = 0
 
     def next_id(self) -> str:
+        """The next id: now, or one more than the last in the same millisecond."""
         now_ms = int(self._clock() * 1000)
         if now_ms > self._last_ms:
             self._last_ms, self._n = now_ms, 0
@@ -85,6 +86,8 @@ class Layout:
 
     @classmethod
     def from_root(cls, root: str | os.PathLike[str] | None = None) -> Layout:
+        """The layout of ``root``, else $RQ_ROOT, else /var/lib/rq (sockets in
+        $RQ_SOCKET_DIR, else /run/rq for the system root, else ``<root>/sock``)."""
         base = Path(root or os.environ.get("RQ_ROOT") or DEFAULT_ROOT).absolute()
         sock = os.environ.get("RQ_SOCKET_DIR")
         if not sock:
@@ -135,7 +138,7 @@ class Layout:
 
     def mark_queue(self, name: str, mark: str, text: str) -> None:
         """Write a marker file (DISABLED_MARK, SCANDIR_MARK) into a queue's directory."""
-        write_file_durably(self.queue_dir(name) / mark, text.encode())
+        durable.write_file_durably(self.queue_dir(name) / mark, text.encode())
         self._adopt(self.queue_dir(name) / mark)
 
     def _adopt(self, *paths: Path) -> None:
@@ -153,6 +156,7 @@ class Layout:
             os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
     def make_dirs(self) -> None:
+        """Make the root's top-level directories (those missing)."""
         for path in (self.root, self.config_file.parent, self.scandir, self.timers,
                      self.trash, self.queues):
             path.mkdir(parents=True, exist_ok=True)
@@ -163,7 +167,7 @@ class Layout:
         for state in STATES:
             (qdir / state).mkdir(parents=True, exist_ok=True)
         (qdir / TMP_DIR).mkdir(exist_ok=True)
-        write_file_durably(qdir / "config.json", json.dumps(config, indent=2).encode())
+        durable.write_file_durably(qdir / "config.json", json.dumps(config, indent=2).encode())
         self._adopt(qdir, qdir / TMP_DIR, qdir / "config.json", *(qdir / st for st in STATES))
         return qdir
 

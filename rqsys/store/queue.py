@@ -8,9 +8,11 @@ pruning and the admin state.  The renames and syncs themselves are in
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,20 @@ class QueueStore(QueueView):
             durable.remove_dir(self.msg_dir(state, msg_id), doomed)
         except FileNotFoundError as exc:
             raise NotFound(f"no message {msg_id} in {self.name}") from exc
+
+    def delete_later(self, msg_id: str, state: str) -> Callable[[], None]:
+        """A delete in two halves, for a daemon that must not wait on the disk:
+        rename the message out of its state now (NotFound if it is not
+        there), and return the rest, to run on another thread: it syncs the
+        directory the message left and removes its files; once it has
+        returned, the delete is durable (as after :meth:`delete`)."""
+        src = self.msg_dir(state, msg_id)
+        doomed = self.qdir / TMP_DIR / f"deleted.{msg_id}.{os.getpid()}"
+        try:
+            durable.rename(src, doomed)
+        except FileNotFoundError as exc:
+            raise NotFound(f"no message {msg_id} in {self.name}") from exc
+        return functools.partial(durable.remove_renamed, src.parent, doomed)
 
     # -- message files -------------------------------------------------------
     def write_count(self, state: str, msg_id: str, count: int) -> None:

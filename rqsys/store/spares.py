@@ -69,41 +69,60 @@ class SpareMaker:
         return self._stopped or len(self._ready) <= self._count - self._batch
 
     def _fill(self) -> None:
+        """The thread: make a batch whenever enough spares have been taken."""
         seq = itertools.count(1)
-        while True:
-            with self._changed:
-                self._changed.wait_for(self._wants_batch)
-                if self._stopped:
-                    return
-                wanted = self._count - len(self._ready)
+        while (wanted := self._wait_for_demand()) is not None:
             paths = [f"{self._tmp_dir}/{SPARE_PREFIX}{os.getpid()}.{next(seq)}"
                      for _ in range(wanted)]
-            try:
-                self._make(paths)
-            except OSError:  # disk full or queue removed: try again later
-                for path in paths:
-                    shutil.rmtree(path, ignore_errors=True)
+            if self._make_batch(paths):
+                with self._changed:
+                    self._ready.extend(paths)
+            else:
                 time.sleep(SPARE_RETRY)
-                continue
-            with self._changed:
-                self._ready.extend(paths)
+
+    def _wait_for_demand(self) -> int | None:
+        """How many spares to make next; None once stopped."""
+        with self._changed:
+            self._changed.wait_for(self._wants_batch)
+            return None if self._stopped else self._count - len(self._ready)
 
     @staticmethod
-    def _make(paths: list[str]) -> None:
-        """Make spares, then fsync their blank msg files: each spare's entry
-        in ``.tmp/`` and its msg's block are durable before it is handed
-        out, so a create has only its message's bytes to write (see
-        durable.write_msg).  (Not syncfs: that would flush the whole file system.)"""
-        msg_fds: list[int] = []
+    def _make_batch(paths: list[str]) -> bool:
+        """Make spares; on failure (disk full, queue removed) remove them and say so."""
         try:
+            _make(paths)
+        except OSError:
             for path in paths:
-                os.mkdir(path)
-                os.mkdir(f"{path}/job")
-                for name in ("status", "job/stdio.log"):
-                    os.close(os.open(f"{path}/{name}", NEW_FILE, 0o644))
-                msg_fds.append(os.open(f"{path}/msg", NEW_FILE, 0o644))
-                os.write(msg_fds[-1], b" " * MSG_BLANK)
-            durable.fsync_fds(msg_fds)
-        finally:
-            for fd in msg_fds:
-                os.close(fd)
+                shutil.rmtree(path, ignore_errors=True)
+            return False
+        return True
+
+
+def _make(paths: list[str]) -> None:
+    """Make spares, then fsync their blank msg files: each spare's entry in
+    ``.tmp/`` and its msg's block are durable before it is handed out, so a
+    create has only its message's bytes to write (see durable.write_msg).
+    (Not syncfs: that would flush the whole file system.)"""
+    msg_fds: list[int] = []
+    try:
+        for path in paths:
+            msg_fds.append(_make_one(path))
+        durable.fsync_fds(msg_fds)
+    finally:
+        for fd in msg_fds:
+            os.close(fd)
+
+
+def _make_one(path: str) -> int:
+    """One spare directory with its files; returns its blank msg, still open."""
+    os.mkdir(path)
+    os.mkdir(f"{path}/job")
+    for name in ("status", "job/stdio.log"):
+        os.close(os.open(f"{path}/{name}", NEW_FILE, 0o644))
+    fd = os.open(f"{path}/msg", NEW_FILE, 0o644)
+    try:
+        os.write(fd, b" " * MSG_BLANK)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd

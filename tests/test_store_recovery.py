@@ -1,0 +1,145 @@
+"""Unit tests of recovery at start, spare directories and the que snapshot,
+on a real file system."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from rqsys.errors import NotFound
+from rqsys.store import SPARE_BATCH, SPARE_DIRS, QueueStore
+
+
+@pytest.fixture
+def store(layout):
+    layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
+    return QueueStore(layout.queue_dir("q"))
+
+
+def test_recover_moves_run_back_keeps_prep_cleans_tmp(store):
+    running = store.create({"dest": "q"})
+    store.move(running, "que", "run")
+    prep = store.create({"dest": "q"}, state="prep")
+    store.stage({"dest": "q"})  # a create that never finished
+    assert store.recover() == [running]
+    assert store.find(running) == "que" and store.find(prep) == "prep"
+    assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_recover_completes_publishes_cut_short(store):
+    # A crash after the msg was written and synced, before the move into que/
+    tmp = store.qdir / ".tmp"
+    good, broken, unfinished = (store.stage({"dest": "q"}, state) for state in
+                                ("que", "prep", "que"))
+    Path(good.tmp, "msg").write_text(json.dumps(good.msg))
+    Path(broken.tmp, "msg").write_text('{"dest": "q", "par')
+    assert Path(good.tmp) == tmp / f"{good.msg_id}.que"
+    store.recover()
+    assert store.find(good.msg_id) == "que"
+    assert store.read_msg("que", good.msg_id)["msg_id"] == good.msg_id
+    for gone in (broken, unfinished):
+        with pytest.raises(NotFound):
+            store.find(gone.msg_id)
+    assert list(tmp.iterdir()) == []
+
+
+def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
+    # Given the thread that keeps 16 spare directories ready, each with the
+    # files a message needs, its msg blank
+    tmp = store.qdir / ".tmp"
+    store.spares.start()
+    wait_for(lambda: len(store.spares) == SPARE_DIRS)
+    spare = next(tmp.iterdir())
+    assert spare.name.startswith("spare.")
+    assert {p.relative_to(spare).as_posix() for p in spare.rglob("*")} == {
+        "msg", "status", "job", "job/stdio.log"}
+    assert (spare / "msg").read_bytes().strip() == b""
+    # When a message is created, it takes one of them (renamed, not made),
+    # its msg written over the blank one
+    msg_id = store.create({"dest": store.name, "param1": "x" * 2000})
+    assert store.read_msg("que", msg_id)["param1"] == "x" * 2000
+    assert (store.msg_dir("que", msg_id) / "job" / "stdio.log").exists()
+    assert len(list(tmp.iterdir())) == SPARE_DIRS - 1
+    # and once a batch has been taken, the thread makes a batch
+    for _ in range(SPARE_BATCH - 1):
+        store.create({"dest": store.name})
+    wait_for(lambda: len(store.spares) == SPARE_DIRS)
+    # Then, the thread stopped, recovery removes the unused spares like any
+    # stray temp directory
+    store.spares.stop()
+    store.recover()
+    assert list(tmp.iterdir()) == []
+
+
+def test_recovery_places_a_spare_holding_a_published_message(store):
+    # Given a que create that took a spare, whose msg was made durable when
+    # the daemon was killed before moving it into que/
+    store.spares.start()
+    wait_for(lambda: len(store.spares) == SPARE_DIRS)
+    published = store.stage({"dest": "q", "param1": "kept"})
+    assert Path(published.tmp).name.startswith("spare.")
+    store.publish([published])
+    torn = store.stage({"dest": "q"})
+    Path(torn.tmp, "msg").write_text('{"dest": "q", "msg_id": "2026')
+    store.spares.stop()
+    # When the daemon starts again
+    store.recover()
+    # Then the published message is in que/ under its id; the torn one and the
+    # empty spares are gone
+    assert store.read_msg("que", published.msg_id)["param1"] == "kept"
+    assert list(store.ids("que")) == [published.msg_id]
+    assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_creates_without_a_ready_spare_make_their_directory(store):
+    # Given no spare thread running
+    # When messages are created
+    ids = [store.create({"dest": store.name, "param1": str(i)}) for i in range(3)]
+    # Then each has its own directory and msg, nothing is left in .tmp/
+    assert [store.read_msg("que", i)["param1"] for i in ids] == ["0", "1", "2"]
+    assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_recovery_counts_the_run_a_crash_cut_short(store):
+    # Given a message that was running (its msg still holds the count before the run)
+    msg_id = store.create({"dest": store.name, "count": 2})
+    store.move(msg_id, "que", "run")
+    # When the daemon restarts
+    store.recover()
+    # Then the interrupted run counts: the message is back in que with count 3
+    assert store.read_msg("que", msg_id)["count"] == 3
+
+
+def test_que_snapshot_is_used_only_when_it_matches_que_and_is_taken_once(store):
+    # Given a clean stop that saved the two queued messages
+    ids = [store.create({"dest": "q", "param1": str(n)}) for n in range(2)]
+    store.save_que_snapshot({i: store.read_msg("que", i) for i in ids})
+    # When the next start takes it
+    msgs = store.take_que_snapshot()
+    # Then it holds exactly que/, and it is gone: a later start reads que/ itself
+    assert msgs is not None and sorted(msgs) == sorted(ids)
+    assert msgs[ids[1]]["param1"] == "1"
+    assert not (store.qdir / "que.snapshot").exists()
+    assert store.take_que_snapshot() is None
+
+
+def test_a_stale_que_snapshot_is_removed_and_ignored(store):
+    # Given a snapshot saved before one more message reached que/
+    kept = store.create({"dest": "q"})
+    store.save_que_snapshot({kept: store.read_msg("que", kept)})
+    store.create({"dest": "q"})
+    # When it is taken, Then it is not used, and not left for later
+    assert store.take_que_snapshot() is None
+    assert not (store.qdir / "que.snapshot").exists()
+
+
+def test_recovery_finishes_a_prep_publish_into_prep(store):
+    # Given a prep create whose msg was synced when the daemon died
+    staged = store.stage({"dest": "q"}, "prep")
+    store.publish([staged])
+    # When the daemon starts again, Then it is in prep/, not que/
+    assert store.recover() == []
+    assert store.find(staged.msg_id) == "prep"
