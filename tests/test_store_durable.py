@@ -12,6 +12,7 @@ import pytest
 from conftest import wait_for
 
 import rqsys.store
+from rqsys.errors import NotFound
 from rqsys.store import QueueStore, durable
 from rqsys.store.tunables import MSG_BLANK, SPARE_DIRS
 
@@ -185,3 +186,18 @@ def test_remove_dir_of_a_missing_message_changes_nothing(tmp_path):
     with pytest.raises(FileNotFoundError):
         durable.remove_dir(tmp_path / "que" / "m", tmp_path / "doomed")
     assert not (tmp_path / "doomed").exists()
+
+
+def test_delete_later_renames_now_and_syncs_in_the_half_it_returns(store, syncs):
+    msg_id = store.create({"dest": "q"})
+    syncs.clear()
+    finish = store.delete_later(msg_id, "que")
+    # the message left que/ at once, nothing synced yet
+    assert [s[0] for s in syncs] == ["rename"]
+    with pytest.raises(NotFound):
+        store.find(msg_id)
+    finish()
+    assert syncs[1:] == [("fsync", f"{store.qdir}/que")]
+    assert os.listdir(store.qdir / ".tmp") == []
+    with pytest.raises(NotFound):
+        store.delete_later(msg_id, "que")
