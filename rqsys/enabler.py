@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
 from typing import Protocol
 
+from rqsys import systemd
 from rqsys.client import QueueClient
 from rqsys.errors import RQError
 from rqsys.events import EventLog
@@ -137,8 +137,8 @@ def _reload_over_socket(layout: Layout, name: str, log: EventLog) -> None:
 
 
 def systemd_booted() -> bool:
-    """sd_booted(): is systemd the init system here?"""
-    return Path("/run/systemd/system").is_dir()
+    """sd_booted(3): is systemd the init system here?"""
+    return systemd.booted()
 
 
 def choose(layout: Layout, log: EventLog, environ: dict[str, str] | None = None) -> Enabler:

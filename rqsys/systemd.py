@@ -1,6 +1,9 @@
-"""systemd integration: inherited sockets, sd_notify, watchdog, journald.
+"""systemd integration: inherited sockets, sd_notify, watchdog (over systemd-python).
 
 Everything degrades to a no-op without systemd (embedded mode on a laptop).
+systemd-python does the socket hand-over, READY=1 and ``booted()``; the two
+hand-written pieces left are each explained where they are: the loop's
+notifications (:meth:`Notifier.send`) and the watchdog interval.
 """
 
 from __future__ import annotations
@@ -8,37 +11,46 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
+
+import systemd.daemon
 
 from rqsys.errors import ConfigError
 
-LISTEN_FDS_START = 3
-_CHILD_SCRUB = ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
-                "WATCHDOG_USEC", "WATCHDOG_PID")
+_LISTEN_VARS = ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
+_CHILD_SCRUB = ("NOTIFY_SOCKET", *_LISTEN_VARS, "WATCHDOG_USEC", "WATCHDOG_PID")
 
 
 def listen_sockets() -> dict[str, socket.socket]:
     """Sockets handed over by systemd (or our supervisor), keyed by fd name.
 
-    Honours LISTEN_PID, and removes the LISTEN_* variables so that children
-    do not inherit them.
+    libsystemd honours LISTEN_PID (fds meant for another process are not
+    ours) and makes the fds close-on-exec.  The LISTEN_* variables are
+    removed so that children do not inherit them: libsystemd unsets them in
+    the C environment, and os.environ, a copy taken at start, loses them too.
     """
     try:
-        if int(os.environ.get("LISTEN_PID", "0")) != os.getpid():
-            return {}
-        count = int(os.environ.get("LISTEN_FDS", "0"))
-    except ValueError:
-        return {}
-    names = os.environ.get("LISTEN_FDNAMES", "").split(":")
-    for var in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+        named = _listen_fds_with_names()
+    except OSError:
+        named = {}  # a LISTEN_FDS that is not a number: nothing was handed to us
+    for var in _LISTEN_VARS:
         os.environ.pop(var, None)
-    found = {}
-    for i in range(count):
-        fd = LISTEN_FDS_START + i
-        name = names[i] if i < len(names) and names[i] else f"fd{i}"
-        os.set_inheritable(fd, False)
-        found[name] = socket.socket(fileno=fd)
-    return found
+    return {name: socket.socket(fileno=fd) for fd, name in named.items()}
+
+
+def _listen_fds_with_names() -> dict[int, str]:
+    """{fd: name}; an fd without a usable name is called ``fd<i>``."""
+    try:
+        named = systemd.daemon.listen_fds_with_names(unset_environment=False)
+    except OSError:  # LISTEN_FDNAMES does not have one name per fd
+        named = dict.fromkeys(systemd.daemon.listen_fds(unset_environment=False), "")
+    start = systemd.daemon.LISTEN_FDS_START
+    return {fd: name if name not in ("", "unknown") else f"fd{fd - start}"
+            for fd, name in named.items()}
+
+
+def booted() -> bool:
+    """sd_booted(3): is systemd the init system here?"""
+    return bool(systemd.daemon.booted())
 
 
 def default_idle_timeout(environ: dict[str, str] | None = None) -> float:
@@ -62,29 +74,41 @@ def child_environ(base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class Notifier:
-    """sd_notify(3) over NOTIFY_SOCKET; silent when there is none."""
+    """sd_notify(3) to this process's unit over NOTIFY_SOCKET; silent when there is none."""
 
-    def __init__(self, environ: dict[str, str] | None = None) -> None:
-        env = os.environ if environ is None else environ
-        self.address = env.get("NOTIFY_SOCKET", "")
+    def __init__(self) -> None:
+        self.address = os.environ.get("NOTIFY_SOCKET", "")
         if self.address.startswith("@"):
-            self.address = "\0" + self.address[1:]
-        self.watchdog_interval = _watchdog_interval(env)
+            self.address = "\0" + self.address[1:]  # the abstract namespace
+        self.watchdog_interval = _watchdog_interval()
         self._last_watchdog = 0.0
         self._last_status = ""
 
     def send(self, *assignments: str) -> None:
+        """Send from the event loop: never blocks, drops what does not fit.
+
+        Hand-written because systemd.daemon.notify (sd_notify(3)) blocks
+        while the reader's queue is full (net.unix.max_dgram_qlen datagrams,
+        10 by default): a reader that fell behind would stall every client
+        of the loop, and no STATUS or WATCHDOG line is worth that.
+        """
         if not self.address:
             return
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             try:
-                # never block the event loop on a reader that fell behind
                 sock.sendto("\n".join(assignments).encode(), socket.MSG_DONTWAIT, self.address)
             except OSError:
-                pass  # systemd gone or not listening: nothing to tell
+                pass  # systemd gone, not listening or behind: nothing to tell
 
     def ready(self, status: str = "") -> None:
-        self.send("READY=1", *([f"STATUS={status}"] if status else []))
+        """READY=1, once, before the loop serves: systemd is waiting to read it."""
+        if not self.address:
+            return
+        try:
+            systemd.daemon.notify("\n".join(["READY=1", *([f"STATUS={status}"] if status
+                                                         else [])]))
+        except OSError:
+            pass  # systemd gone or not listening: nothing to tell
 
     def status(self, text: str) -> None:
         if text != self._last_status:
@@ -111,10 +135,14 @@ class Notifier:
             self.send("WATCHDOG=1")
 
 
-def _watchdog_interval(env: Any) -> float:
+def _watchdog_interval() -> float:
+    """Half of WATCHDOG_USEC when it is meant for this process, in seconds (0: none).
+
+    Hand-written: systemd-python has no sd_watchdog_enabled(3).
+    """
     try:
-        usec = int(env.get("WATCHDOG_USEC", "0"))
-        pid = int(env.get("WATCHDOG_PID", str(os.getpid())))
+        usec = int(os.environ.get("WATCHDOG_USEC", "0"))
+        pid = int(os.environ.get("WATCHDOG_PID", str(os.getpid())))
     except ValueError:
         return 0.0
     return usec / 2e6 if usec > 0 and pid == os.getpid() else 0.0
