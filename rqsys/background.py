@@ -1,11 +1,16 @@
-"""Slow work a queue daemon hands to a thread, so that its loop never waits.
+"""Slow work a queue daemon hands to threads, so that its loop never waits.
 
-Checking an attachment means reading it whole (its MD5) and perhaps copying
-it: seconds for a gigabyte, during which the loop would answer nobody.  The
-loop submits such a job with a callback; one worker thread (started at the
-first job) runs the jobs in turn; when one ends, the thread wakes the loop
-through a pipe in its selector, and the loop runs the callback itself, so
-every change to the daemon's state still happens on the loop.
+Checking an attachment means reading it whole (its MD5): seconds for a
+gigabyte.  Making a commit or a resend durable means an fsync.  Asking
+another queue daemon to take a copy may take as long as that daemon hangs.
+The loop submits such a job with a callback, in a *lane*; each lane has one
+thread (started at its first job) that runs the lane's jobs in turn, so jobs
+of one lane keep their order and a job that hangs holds up its own lane only:
+a hung peer daemon (its own lane, ``peer:<queue>``) never delays the hashing
+of an attachment (``files``) or the fsync a commit waits for (``sync``).
+When a job ends, its thread wakes the loop through a pipe in its selector,
+and the loop runs the callback itself, so every change to the daemon's state
+still happens on the loop.
 """
 
 from __future__ import annotations
@@ -18,61 +23,72 @@ from collections.abc import Callable
 from typing import Any
 
 Then = Callable[[Any, "BaseException | None"], None]  # then(result, error), on the loop
+Job = tuple[Callable[[], Any], Then]
+
+FILES = "files"  # copying, syncing and hashing attachments
+SYNC = "sync"  # the fsyncs an answer waits for (commit, delete, admin state, resend)
+
+
+def peer_lane(queue_name: str) -> str:
+    """The lane of calls to another queue daemon (one hung daemon holds up only its own)."""
+    return f"peer:{queue_name}"
 
 
 class Background:
-    """One worker thread for slow jobs, and a pipe that says one has ended."""
+    """Threads for slow jobs, one per lane, and a pipe that says a job has ended."""
 
     def __init__(self) -> None:
-        self._todo: queue.SimpleQueue[tuple[Callable[[], Any], Then] | None] = queue.SimpleQueue()
-        self._ended: collections.deque[tuple[Then, Any, BaseException | None]] = (
+        self._lanes: dict[str, queue.SimpleQueue[Job | None]] = {}
+        self._ended: collections.deque[tuple[str, Then, Any, BaseException | None]] = (
             collections.deque())
-        self._unfinished = 0  # submitted, not yet called back (loop side only)
-        self._thread: threading.Thread | None = None
+        self._unfinished: collections.Counter[str] = collections.Counter()  # loop side only
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def fileno(self) -> int:
         """Readable when a job has ended (register it with the loop's selector)."""
         return self._wake_r
 
-    def busy(self) -> bool:
-        """Whether a job has not been called back yet."""
-        return self._unfinished > 0
+    def busy(self, *lanes: str) -> bool:
+        """Whether a job (of one of ``lanes``, or of any) has not been called back yet."""
+        return any(self._unfinished[lane] for lane in lanes or self._unfinished)
 
-    def submit(self, work: Callable[[], Any], then: Then) -> None:
-        """Run ``work()`` on the thread; ``then(result, error)`` runs on the loop after."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="rq-background", daemon=True)
-            self._thread.start()
-        self._unfinished += 1
-        self._todo.put((work, then))
+    def submit(self, work: Callable[[], Any], then: Then, lane: str = FILES) -> None:
+        """Run ``work()`` on ``lane``'s thread; ``then(result, error)`` runs on the loop after."""
+        todo = self._lanes.get(lane)
+        if todo is None:
+            todo = self._lanes[lane] = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(lane, todo), name=f"rq-{lane}",
+                             daemon=True).start()
+        self._unfinished[lane] += 1
+        todo.put((work, then))
 
     def run_finished(self) -> None:
-        """On the loop: call back the jobs that have ended, in order."""
+        """On the loop: call back the jobs that have ended, in the order they ended."""
         try:
             while os.read(self._wake_r, 4096):
                 pass
         except BlockingIOError:
             pass
         while self._ended:
-            then, result, error = self._ended.popleft()
-            self._unfinished -= 1
+            lane, then, result, error = self._ended.popleft()
+            self._unfinished[lane] -= 1
             then(result, error)
 
     def close(self) -> None:
-        """Let the thread end after the jobs it has; the daemon exits right
-        after, which ends it sooner (their clients get no answer: nothing of
-        theirs was stored).  The pipe stays open until the process ends: the
+        """Let the threads end after the jobs they have; the daemon exits right
+        after, which ends them sooner (their clients get no answer: nothing of
+        theirs was stored).  The pipe stays open until the process ends: a
         thread may still write to it."""
-        self._todo.put(None)
+        for todo in self._lanes.values():
+            todo.put(None)
 
-    def _work(self) -> None:
-        while (job := self._todo.get()) is not None:
+    def _work(self, lane: str, todo: queue.SimpleQueue[Job | None]) -> None:
+        while (job := todo.get()) is not None:
             work, then = job
             try:
-                self._ended.append((then, work(), None))
+                self._ended.append((lane, then, work(), None))
             except Exception as exc:  # handed to the loop's callback
-                self._ended.append((then, None, exc))
+                self._ended.append((lane, then, None, exc))
             try:
                 os.write(self._wake_w, b"\0")
             except BlockingIOError:

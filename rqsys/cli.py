@@ -270,7 +270,7 @@ def run_serve(layout: Layout, args: argparse.Namespace) -> int:
 
 
 def run_queue(layout: Layout, args: argparse.Namespace) -> int:
-    from rqsys import queued
+    from rqsys import daemon as queued
 
     return queued.main(layout, args.name)
 

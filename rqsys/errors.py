@@ -35,3 +35,7 @@ class SpawnError(RQError):
 
 class Unavailable(RQError):
     """A queue daemon could not be reached."""
+
+
+class InternalError(RQError):
+    """A bug in rqsys, not the client's fault."""

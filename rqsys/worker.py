@@ -8,6 +8,7 @@ non-zero status or a signal, is err.  The last terminal line wins.
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 from dataclasses import dataclass, field
@@ -38,9 +39,23 @@ class Worker:
     terminal: Command | None = None
     status: str = ""
     stop_reason: str = ""  # "stopping" (daemon stop) or "destroy"
-    dups: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _buf: bytearray = field(default_factory=bytearray)
     _cutting: bool = False
+    _replies: collections.deque[list[str]] = field(default_factory=collections.deque)
+
+    def expect_reply(self) -> list[str]:
+        """A place for the answer to a ``dup``, filled (with one line) when it comes."""
+        slot: list[str] = []
+        self._replies.append(slot)
+        return slot
+
+    def ready_replies(self) -> list[str]:
+        """Answers to write on fd 4 now: the script reads them in the order it
+        asked, so one that came early waits for those asked before it."""
+        ready = []
+        while self._replies and self._replies[0]:
+            ready.append(self._replies.popleft()[0])
+        return ready
 
     def read_lines(self) -> tuple[list[Command | ProtocolError], bool]:
         """Read what the script wrote on fd 3: (parsed lines, eof)."""

@@ -80,10 +80,10 @@ def test_oversized_request_line(layout, q):
 @pytest.mark.parametrize(("msg", "words"), [
     ({"colour": "blue"}, "colour"),
     ({"param1": 5}, "param1"),
-    ({"due": "tomorrow"}, "due"),
+    ({"due": ["tomorrow"]}, "due"),  # a string is read as RQ does ("tomorrow": 0)
     ({"max_count": 0}, "max_count"),
     ({"count": -1}, "count"),
-    ({"force_remote": "yes"}, "force_remote"),
+    ({"force_remote": 1}, "force_remote"),  # a string is read as RQ does ("yes": true)
     ({"post_run_webhook": ["ftp://x"]}, "post_run_webhook"),
     ("not an object", "object"),
     ({"dest": "other"}, "is not queue q"),

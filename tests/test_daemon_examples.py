@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from daemon_util import job_file, settle
 
-from rqsys import config, scan
+from rqsys import config, scandir
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "scandir-examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "run").is_file())
@@ -35,7 +35,7 @@ def test_there_are_the_promised_examples():
 @pytest.mark.parametrize("name", NAMES)
 def test_example_runs_to_done(layout, daemon, name):
     for each in NAMES:
-        scan.install_queue(layout, each, EXAMPLES / each)
+        scandir.install_queue(layout, each, EXAMPLES / each)
     procs = {each: daemon(each) for each in ({name, "hello"})}
     msg_id = procs[name].call("create", msg=form_message(name))["msg_id"]
     reply = settle(procs[name], msg_id, timeout=20)

@@ -1,0 +1,36 @@
+"""The queue daemon: one process per queue, the sole writer of its directory.
+
+Its rooms, each a module:
+
+* ``loop``        the event loop in fixed phases; start-up, idle, stop, reload, STATUS=
+* ``server``      the listening socket, connections, framing, dispatch over the op table
+* ``schema``      the JSON Schema of every request, checked before any handler runs
+* ``ops``         the table of operations, and the handlers of the simple ones
+* ``intake``      create, clone, a local dup, attachments, the group commit
+* ``runner``      starting scripts, their environment, status lines, dups, exits
+* ``transitions`` the only place a message changes state; it owns the counts
+* ``outbound``    anything that talks to another queue daemon: dups, webhooks (off the loop)
+* ``context``     what every room reads of the queue: name, config, admin state
+* ``tunables``    limits, timeouts and intervals, in one place
+
+Slow work runs on background threads (``rqsys.background``): attachments are
+hashed on one lane, the fsyncs an answer waits for on another, each peer
+daemon is called on a lane of its own; spare message directories are made
+on the store's thread.  The loop itself never waits on any of them, nor on
+another process.  A clean stop with many queued messages leaves
+``que.snapshot`` for a fast next start (see ``rqsys.store``).
+"""
+
+from __future__ import annotations
+
+from rqsys.store import Layout
+from rqsys.systemd import listen_sockets
+
+
+def main(layout: Layout, name: str) -> int:
+    """``rqsys queue NAME``: run one queue daemon until stopped (or idle)."""
+    from rqsys.daemon.loop import QueueDaemon
+
+    sockets = listen_sockets()
+    listener = next(iter(sockets.values()), None)
+    return QueueDaemon(layout, name, listener).run()

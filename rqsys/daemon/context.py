@@ -1,0 +1,63 @@
+"""What every room of the daemon reads about its queue: name, config, admin state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rqsys import config
+from rqsys.client import route
+from rqsys.errors import BadRequest, QueueDown
+from rqsys.message import is_remote
+from rqsys.store import Layout
+
+
+@dataclass
+class QueueContext:
+    """The queue a daemon serves, as the loop last read it (a reload replaces
+    ``config`` and ``sysconfig``; an adminoper changes ``admin``)."""
+
+    layout: Layout
+    name: str
+    sysconfig: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    admin: str = "UP"
+    stopping: bool = False
+
+    @classmethod
+    def load(cls, layout: Layout, name: str) -> QueueContext:
+        return cls(layout, name, config.load_system_config(layout),
+                   config.load_queue_config(layout, name))
+
+    def reload(self) -> None:
+        """Re-read both configs; on an error (RQError) the old ones stay."""
+        cfg = config.load_queue_config(self.layout, self.name)
+        self.sysconfig = config.load_system_config(self.layout)
+        self.config = cfg
+
+    def url(self, msg_id: str) -> str:
+        """A message's full id: its URL."""
+        return config.message_url(self.sysconfig, self.name, msg_id)
+
+    def check_accepting(self, strict: bool = False) -> None:
+        """QueueDown unless new messages are taken (``strict``: not when PAUSEd either)."""
+        if self.stopping:
+            raise QueueDown(f"queue {self.name} is stopping")
+        if self.admin == "DOWN" or (strict and self.admin == "PAUSE"):
+            raise QueueDown(f"queue {self.name} is {self.admin}")
+
+    def check_dest(self, msg: dict[str, Any]) -> None:
+        """BadRequest unless ``msg`` is for this queue (a relay takes remote ones);
+        a URL naming this queue on this host becomes its plain name."""
+        dest = msg["dest"]
+        remote = is_remote(dest) or msg.get("force_remote")
+        if (remote and self.name == "relay") or dest == self.name:
+            return
+        if is_remote(dest) and route(dest, self.sysconfig) == self.name:
+            msg["dest"] = self.name
+            return
+        raise BadRequest(f"dest {dest!r} is not queue {self.name}")
+
+    def route(self, dest: str, force_remote: bool) -> str:
+        """The local queue that takes a message for ``dest``."""
+        return route(dest, self.sysconfig, force_remote)

@@ -1,0 +1,230 @@
+"""New messages coming in: create, clone, a local dup, attachments, and the
+group commit that makes a turn's new messages durable before any is answered.
+
+A new message is staged in ``.tmp/`` (a spare directory for que) and waits
+in ``pending``; once per loop turn ``publish_pending`` makes all of them
+durable together (one fsync, or one syncfs for several), renames them into
+place and only then answers.  Files sent with a request are copied if need
+be, synced and hashed on the background ``files`` lane; the request is
+answered when they are checked against the MD5 the client sent.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from rqsys.background import FILES, Background
+from rqsys.daemon.context import QueueContext
+from rqsys.daemon.server import Reply, Request
+from rqsys.daemon.transitions import Transitions
+from rqsys.errors import BadRequest, StoreError
+from rqsys.events import EventLog
+from rqsys.message import new_message
+from rqsys.store import QueueStore, Staged, Upload
+
+Published = Callable[[BaseException | None], None]  # after the group commit: error or None
+Incoming = tuple[str, str, Upload, int]  # an attachment on its way in: name, md5 sent, file, fd
+COPIED_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count",
+                 "force_remote", "post_run_webhook", "relay_via")  # relay_via: loop detection
+
+
+def copy_fields(source: dict[str, Any], dest: str, orig_url: str) -> dict[str, Any]:
+    """A new message copying ``source`` (a clone or a dup) for ``dest``."""
+    msg = {k: source[k] for k in COPIED_FIELDS if k in source}
+    msg.update(dest=dest, count=0, due=0, orig_msg_id=source.get("orig_msg_id") or orig_url)
+    return msg
+
+
+class Intake:
+    """Takes new messages and their files in, and publishes them once per turn."""
+
+    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+                 background: Background, log: EventLog) -> None:
+        self.ctx, self.store, self.ledger = ctx, store, ledger
+        self.background, self.log = background, log
+        self.pending: list[tuple[Staged, str, Published]] = []
+
+    # ------------------------------------------------------------ requests
+    def create(self, r: Request) -> Reply | None:
+        """New message in ``que`` (default) or ``prep``; answered by the group
+        commit (after its attachments are checked, if it has any)."""
+        state = r.args.get("state", "que")
+        self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
+        msg = new_message(r.args.get("msg"), self.ctx.name)
+        self.ctx.check_dest(msg)
+        if r.args.get("single") and state == "que":
+            existing = self.ledger.schedule.find_same_params(msg)
+            if existing:
+                return self._created(existing)
+        staged = self.store.stage(msg, state)
+        specs = r.args.get("attachments") or []
+        if not specs and not r.fds:
+            self._await_publish(staged, state, r)
+            return None
+        try:
+            uploads = self._take_uploads(specs, r.fds)
+        except Exception:
+            self.store.discard(staged)
+            raise
+
+        def place(actual: list[str]) -> None:
+            adir = staged.attach_dir()
+            for (name, md5, upload, _fd), got in zip(uploads, actual, strict=True):
+                self.store.place_upload(upload, adir, name, md5, got, sync=False)
+            self._await_publish(staged, state, r)
+
+        self._check_uploads(r, uploads, place, undo=lambda: self.store.discard(staged))
+        return None
+
+    def attach(self, r: Request) -> None:
+        """Attach the one open file sent with the request to a prep message;
+        answered once the file is checked, off the loop."""
+        msg_id = r.args["msg_id"]
+        if len(r.fds) != 1:
+            raise BadRequest("attach needs exactly one open file")
+        self._require_prep(msg_id)
+        uploads = self._take_uploads([{"name": r.args["name"], "md5": r.args["md5"]}], r.fds)
+
+        def place(actual: list[str]) -> Reply:
+            self._require_prep(msg_id)  # it may have been committed or deleted meanwhile
+            name, md5, upload, _fd = uploads[0]
+            path = self.store.place_upload(upload, self.store.prep_attach_dir(msg_id), name, md5,
+                                           actual[0], sync=True)
+            return {"ok": True, "md5": md5, "size": path.stat().st_size, "name": name}
+
+        self._check_uploads(r, uploads, place)
+
+    def clone(self, r: Request) -> None:
+        """A new queued copy of a message (attachments hard-linked)."""
+        msg_id = r.args["msg_id"]
+        self.ctx.check_accepting()
+        source = self.ledger.running.get(msg_id)
+        state = "run" if source is not None else self.store.find(msg_id)
+        if source is None:
+            source = self.store.read_msg(state, msg_id)
+        staged = self._stage_copy(copy_fields(source, self.ctx.name, self.ctx.url(msg_id)),
+                                  state, msg_id)
+        self._await_publish(staged, "que", r)
+
+    def dup_here(self, msg: dict[str, Any], src_id: str,
+                 published: Callable[[str, BaseException | None], None]) -> None:
+        """A running message's dup to this same queue: ``published(url, error)``
+        once it is durable (or could not be stored)."""
+        self.ctx.check_accepting(strict=True)
+        staged = self._stage_copy(msg, "run", src_id)
+
+        def then(error: BaseException | None) -> None:
+            published(self.ctx.url(staged.msg_id), error)
+
+        self.pending.append((staged, "que", then))
+
+    def _stage_copy(self, msg: dict[str, Any], state: str, src_id: str) -> Staged:
+        staged = self.store.stage(msg)
+        try:
+            self.store.link_attachments(state, src_id, staged)
+        except Exception:
+            self.store.discard(staged)
+            raise
+        return staged
+
+    def _require_prep(self, msg_id: str) -> None:
+        if self.store.find(msg_id) != "prep":
+            raise BadRequest(f"message {msg_id} is not in prep")
+
+    def _created(self, msg_id: str) -> Reply:
+        return {"ok": True, "msg_id": msg_id, "url": self.ctx.url(msg_id)}
+
+    def _await_publish(self, staged: Staged, state: str, r: Request) -> None:
+        def then(error: BaseException | None) -> None:
+            r.fail(error) if error else r.answer(self._created(staged.msg_id))
+
+        self.pending.append((staged, state, then))
+
+    # ------------------------------------------------------------ attachments
+    def _take_uploads(self, specs: list[dict[str, Any]], fds: list[int]) -> list[Incoming]:
+        """Start taking in the files (their names and md5 are checked by the
+        request's schema).  Takes the fds out of ``fds``: they stay open
+        until the files are checked (see _check_uploads)."""
+        if len(specs) != len(fds):
+            raise BadRequest(f"{len(specs)} attachments described but {len(fds)} files sent")
+        uploads: list[Incoming] = []
+        try:
+            for spec, fd in zip(specs, fds, strict=True):
+                uploads.append((spec["name"], spec["md5"], self.store.new_upload(fd), fd))
+        except OSError:
+            for _name, _md5, upload, _fd in uploads:
+                self.store.drop_upload(upload)
+            raise
+        fds.clear()
+        return uploads
+
+    def _check_uploads(self, r: Request, uploads: list[Incoming],
+                       place: Callable[[list[str]], Reply | None],
+                       undo: Callable[[], None] | None = None) -> None:
+        """Copy if need be, sync and hash the uploads on the ``files`` lane
+        (seconds for large files: the loop goes on meanwhile); then, on the
+        loop, ``place`` them and answer with what it returns (None: the group
+        commit answers)."""
+        def work() -> list[str]:
+            return [self.store.fill_upload(upload, fd) for _n, _m, upload, fd in uploads]
+
+        def done(actual: list[str], error: BaseException | None) -> None:
+            _close_fds([fd for _n, _m, _u, fd in uploads])
+            try:
+                if error is not None:
+                    raise error
+                reply = place(actual)
+            except Exception as exc:  # whatever it was, the client hears it, the loop goes on
+                for _name, _md5, upload, _fd in uploads:
+                    self.store.drop_upload(upload)
+                if undo is not None:
+                    undo()
+                r.fail(exc)
+                return
+            if reply is not None:
+                r.answer(reply)
+
+        self.background.submit(work, done, FILES)
+
+    # ------------------------------------------------------------ group commit
+    def publish_pending(self) -> None:
+        """Group commit: make this turn's new messages durable, move them into
+        place (a rename: whoever looks in que/ after the answer finds them
+        there), then answer."""
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        for state in ("que", "prep"):
+            group = [p for p in batch if p[1] == state]
+            if group:
+                self._publish(group, state)
+
+    def _publish(self, group: list[tuple[Staged, str, Published]], state: str) -> None:
+        staged = [one for one, _state, _then in group]
+        try:
+            self.store.publish(staged)
+        except OSError as exc:
+            for one, _state, then in group:
+                self.store.discard(one)
+                then(StoreError(f"not stored: {exc}"))
+            return
+        self._place(staged, state)
+        for _one, _state, then in group:
+            then(None)
+
+    def _place(self, staged: list[Staged], state: str) -> None:
+        try:
+            self.ledger.placed(staged, state)
+        except OSError as exc:  # durable in .tmp/: recovery places them at the next start
+            self.log.event("err", f"new messages left in .tmp/ until restart: {exc}")
+            return
+        # Spares are made from the first create on, not at start: a daemon
+        # started for one request (socket activation) does not wait for them.
+        self.store.spares.start()
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)

@@ -1,0 +1,220 @@
+"""The daemon's event loop: start-up, the fixed phases of a turn, idle, stop,
+reload and the STATUS= line (supervisor's ``runforever`` shape).
+
+A turn: wait in the selector (listening socket, client connections, each
+script's status pipe and pidfd, the signal wake-up socket, the background
+threads' wake-up pipe) until the next due message or timer; run what is
+ready; publish the turn's new messages in one group commit and answer their
+clients; act on signal flags; start due messages; flush the batched
+directory fsyncs (at most every ``store.FLUSH_INTERVAL``); tell systemd.
+Signal handlers only set flags.
+"""
+
+from __future__ import annotations
+
+import selectors
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rqsys.background import SYNC, Background, peer_lane
+from rqsys.daemon import ops, schema, tunables
+from rqsys.daemon.context import QueueContext
+from rqsys.daemon.intake import Intake
+from rqsys.daemon.outbound import Outbound
+from rqsys.daemon.runner import Runner
+from rqsys.daemon.server import Handler, Server
+from rqsys.daemon.transitions import Transitions
+from rqsys.errors import RQError
+from rqsys.events import EventLog
+from rqsys.output import ScriptOutput
+from rqsys.scheduler import Schedule
+from rqsys.signals import STOP_SIGNALS, SignalFlags
+from rqsys.special import WEBHOOK_QUEUE
+from rqsys.store import Layout, QueueStore
+from rqsys.systemd import Notifier, default_idle_timeout
+from rqsys.unixsock import listen_unix
+
+ExtraOps = Mapping[str, tuple[Handler, dict[str, Any]]]
+ALWAYS_REGISTERED = 3  # the listener, the signal socket, the background pipe
+WEBHOOK_LANE = peer_lane(WEBHOOK_QUEUE)
+
+
+class QueueDaemon:
+    """One queue's daemon: builds the rooms and runs the loop.
+
+    ``extra_ops`` adds operations to the socket protocol, each a handler and
+    the JSON Schema of its requests (``{"op": (handler, schema)}``): the
+    hook through which tests register an op that fails on purpose.
+    """
+
+    def __init__(self, layout: Layout, name: str, listener: socket.socket | None = None,
+                 notifier: Notifier | None = None, log: EventLog | None = None,
+                 extra_ops: ExtraOps | None = None) -> None:
+        self.ctx = QueueContext.load(layout, name)
+        self.store = QueueStore(layout.queue_dir(name))
+        self.notifier = notifier or Notifier()
+        self.log = log or EventLog(name)
+        self.default_idle = default_idle_timeout()
+        self.selector = selectors.DefaultSelector()
+        self.background = Background()
+        self.schedule = Schedule(self.ctx.config["blocking_params"],
+                                 self.ctx.config["coalesce_params"])
+        self.ledger = Transitions(self.store, self.schedule, self.log,
+                                  lambda work, then: self.background.submit(work, then, SYNC))
+        self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log)
+        self.runner = Runner(self.ctx, self.store, self.ledger, self.selector,
+                             ScriptOutput(name, self.selector, self.log.journal), self.log,
+                             self.intake, Outbound(self.ctx, self.store, self.background,
+                                                   self.log))
+        self.server = self._server(extra_ops or {})
+        self.listener = listener
+        self.stopping_until: float | None = None
+        self.idle_since = time.monotonic()
+        self._status_sent, self._status_stale, self._status_at = "", False, 0.0
+
+    def _server(self, extra_ops: ExtraOps) -> Server:
+        handlers = ops.Ops(self.ctx, self.store, self.ledger, self.runner, self.background,
+                           self.log, self.reload, self.status_line)
+        table, schemas = ops.table(handlers, self.intake), dict(schema.OPS)
+        for op, (handler, op_schema) in extra_ops.items():
+            table[op], schemas[op] = handler, op_schema
+        return Server(self.selector, table, schemas, self.log)
+
+    # ---------------------------------------------------------------- start-up
+    def start(self) -> None:
+        """Recover the store, load que/, open the socket, then tell READY=1."""
+        self.ledger.load()
+        self.ctx.admin = self.store.admin_state()
+        self.server.listen(self.listener or listen_unix(
+            self.ctx.layout.socket_path(self.ctx.name)))
+        self.signals = SignalFlags()
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
+        self.selector.register(self.background, selectors.EVENT_READ,
+                               lambda _key, _mask: self.background.run_finished())
+        self.notifier.ready(self.status_line())
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> int:
+        self.start()
+        while True:
+            for key, mask in self.selector.select(self._timeout()):
+                key.data(key, mask)
+            self.intake.publish_pending()
+            if self._handle_flags():
+                break
+            self.runner.start_due()
+            self.store.flush()
+            self._report()
+            if self._idle_expired():
+                self.log.event("daemon", "idle: exiting until the next request")
+                break
+        self._shut_down()
+        return 0
+
+    def _shut_down(self) -> None:
+        self.store.spares.stop()
+        self.background.close()
+        self.runner.output.close_all()
+        self.store.flush(force=True)
+        if len(self.schedule) >= tunables.SNAPSHOT_MIN:
+            self.store.save_que_snapshot(self.schedule.msgs)
+        self.notifier.stopping()
+
+    def _timeout(self) -> float:
+        if self.intake.pending:  # creates taken in after this turn's group commit
+            return 0.0
+        now = time.monotonic()
+        waits = [tunables.LONGEST_WAIT, self.runner.next_wait(), self.store.flush_due(),
+                 self.notifier.watchdog_due(now)]
+        if self._status_stale:
+            waits.append(self._status_at - now)
+        if self.stopping_until is not None:
+            waits.append(min(tunables.STOP_POLL, self.stopping_until - now))
+        idle = self._idle_timeout()
+        if idle and self._is_idle():
+            waits.append(self.idle_since + idle - now)
+        return max(0.0, min(w for w in waits if w is not None))
+
+    def _report(self) -> None:
+        """STATUS= to systemd when it changed, at most every STATUS_INTERVAL."""
+        now = time.monotonic()
+        line = self.status_line()
+        self._status_stale = line != self._status_sent
+        if self._status_stale and now >= self._status_at:
+            self.notifier.status(line)
+            self._status_sent, self._status_stale = line, False
+            self._status_at = now + tunables.STATUS_INTERVAL
+        self.notifier.kick_watchdog(now)
+
+    def status_line(self) -> str:
+        count = self.ledger.count
+        text = (f"que {count('que')}, run {count('run')}/{self.ctx.config['num_workers']}, "
+                f"done {count('done')}, err {count('err')}")
+        if self.runner.script_error:
+            return f"SCRIPTERROR ({self.runner.script_error}): {text}"
+        return text if self.ctx.admin == "UP" else f"{self.ctx.admin}: {text}"
+
+    # ---------------------------------------------------------------- idle
+    def _is_idle(self) -> bool:
+        busy = (self.runner.workers or len(self.schedule) or self.intake.pending
+                or self.background.busy())
+        others = len(self.selector.get_map()) > ALWAYS_REGISTERED  # clients, scripts
+        return not busy and not others and self.stopping_until is None
+
+    def _idle_timeout(self) -> float:
+        """The queue's own idle_timeout, else the unit's RQ_IDLE_TIMEOUT."""
+        return float(self.ctx.config["idle_timeout"] or self.default_idle)
+
+    def _idle_expired(self) -> bool:
+        idle = self._idle_timeout()
+        if not self._is_idle():
+            self.idle_since = time.monotonic()
+            return False
+        return bool(idle) and time.monotonic() - self.idle_since >= idle
+
+    # ---------------------------------------------------------------- signals
+    def _handle_flags(self) -> bool:
+        """Act on signals; True when the loop should end."""
+        flags = self.signals.take()
+        if signal.SIGHUP in flags:
+            self.reload()
+        if flags & STOP_SIGNALS and self.stopping_until is None:
+            self._begin_stop()
+        if self.stopping_until is None:
+            return False
+        if self.runner.workers and time.monotonic() >= self.stopping_until:
+            self.runner.kill_all()
+        return self._settled()
+
+    def _settled(self) -> bool:
+        """Nothing is left that must end before the daemon does: scripts, the
+        syncs an answer or a move waits for, webhook calls.  (Dups to other
+        queues and attachments being hashed are dropped: their scripts and
+        clients are gone, and nothing of theirs was stored.)"""
+        return not self.runner.workers and not self.background.busy(SYNC, WEBHOOK_LANE)
+
+    def _begin_stop(self) -> None:
+        self.log.event("daemon", f"stopping; {len(self.runner.workers)} script(s) told to stop")
+        self.notifier.stopping()
+        self.stopping_until = time.monotonic() + float(self.ctx.config["stop_grace"])
+        self.ctx.stopping = True
+        self.server.stop_listening()
+        self.runner.stop_all()
+
+    def reload(self) -> None:
+        """Re-read the queue config; running scripts are not disturbed."""
+        self.notifier.reloading()
+        try:
+            self.ctx.reload()
+        except RQError as exc:
+            self.log.event("err", f"reload failed, keeping the old config: {exc}")
+        else:
+            self.schedule.blocking = list(self.ctx.config["blocking_params"])
+            self.schedule.coalesce = list(self.ctx.config["coalesce_params"])
+            self.runner.reconfigured()
+            self.log.event("daemon", "configuration reloaded")
+        self.notifier.send("READY=1")

@@ -1,0 +1,167 @@
+"""The socket operations, and the table that names every one of them.
+
+The simple requests are answered here; those that take new messages in
+(``create``, ``attach``, ``clone``) are ``intake``'s.  Each handler gets a
+``server.Request`` already checked against its op's schema (``schema``).
+A request whose change must be durable before its answer (commit,
+delete, adminoper, run_now) returns None and is answered from the background
+``sync`` lane's callback, so the loop never waits for the disk.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rqsys.background import SYNC, Background
+from rqsys.daemon import tunables
+from rqsys.daemon.context import QueueContext
+from rqsys.daemon.intake import Intake
+from rqsys.daemon.runner import Runner
+from rqsys.daemon.schema import ADMIN_OPERS
+from rqsys.daemon.server import Handler, Reply, Request
+from rqsys.daemon.transitions import Transitions
+from rqsys.errors import BadRequest
+from rqsys.events import EventLog
+from rqsys.store import QueueStore
+
+ALREADY_COMMITTED = ("que", "run", "done", "relayed")  # a commit of these is answered ok
+
+
+def table(ops: Ops, intake: Intake) -> dict[str, Handler]:
+    """Every operation of the socket protocol, and who answers it."""
+    return {
+        "ping": ops.ping, "counts": ops.counts, "config": ops.config, "list": ops.list,
+        "get": ops.get, "state": ops.state, "status": ops.status,
+        "create": intake.create, "attach": intake.attach, "clone": intake.clone,
+        "commit": ops.commit, "run_now": ops.run_now,
+        "delete": ops.delete, "destroy": ops.destroy, "prune": ops.prune,
+        "adminoper": ops.adminoper, "reload": ops.reload,
+    }
+
+
+class Ops:
+    """The handlers of the simple requests."""
+
+    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+                 runner: Runner, background: Background, log: EventLog,
+                 reload: Callable[[], None], status_line: Callable[[], str]) -> None:
+        self.ctx, self.store, self.ledger, self.runner = ctx, store, ledger, runner
+        self.background, self.log = background, log
+        self._reload, self._status_line = reload, status_line
+
+    # ------------------------------------------------------------ reading
+    def ping(self, r: Request) -> Reply:
+        return {"ok": True, "queue": self.ctx.name, "pid": os.getpid()}
+
+    def counts(self, r: Request) -> Reply:
+        return {"ok": True, "counts": self.ledger.counts(), "admin": self.ctx.admin,
+                "num_workers": self.ctx.config["num_workers"], "status": self._status_line()}
+
+    def config(self, r: Request) -> Reply:
+        return {"ok": True, "config": self.ctx.config, "admin": self.ctx.admin}
+
+    def list(self, r: Request) -> Reply:
+        state = r.args.get("state", "que")
+        offset = int(r.args.get("offset", 0))
+        limit = min(int(r.args.get("limit", 50)), tunables.MAX_LIST)
+        return {"ok": True, "ids": self.ledger.page(state, offset, limit),
+                "total": self.ledger.count(state)}
+
+    def get(self, r: Request) -> Reply:
+        msg_id = r.args["msg_id"]
+        worker = self.runner.workers.get(msg_id)
+        state = "run" if worker else self.store.find(msg_id)
+        msg = dict(worker.msg) if worker else self.store.read_msg(state, msg_id)
+        status = worker.status if worker else self.store.read_status(state, msg_id)
+        return {"ok": True, "msg": msg, "state": state, "status": status,
+                "url": self.ctx.url(msg_id), "attachments": self._attachments(state, msg_id)}
+
+    def _attachments(self, state: str, msg_id: str) -> dict[str, Any]:
+        found = {}
+        for path in self.store.attachments(state, msg_id):
+            found[path.name] = {"md5": self.store.attachment_md5(path),
+                                "size": path.stat().st_size, "path": str(path)}
+        return found
+
+    def state(self, r: Request) -> Reply:
+        msg_id = r.args["msg_id"]
+        return {"ok": True, "state": "run" if msg_id in self.runner.workers
+                else self.store.find(msg_id)}
+
+    def status(self, r: Request) -> Reply:
+        msg_id = r.args["msg_id"]
+        worker = self.runner.workers.get(msg_id)
+        state = "run" if worker else self.store.find(msg_id)
+        status = worker.status if worker else self.store.read_status(state, msg_id)
+        return {"ok": True, "state": state, "status": status}
+
+    # ------------------------------------------------------------ changing
+    def commit(self, r: Request) -> Reply | None:
+        msg_id = r.args["msg_id"]
+        self.ctx.check_accepting()
+        reply = {"ok": True, "msg_id": msg_id, "url": self.ctx.url(msg_id)}
+        state = self.store.find(msg_id)
+        if state in ALREADY_COMMITTED:
+            return {**reply, "already": state}
+        self.ledger.commit(msg_id, _when_durable(r, reply))
+        return None
+
+    def run_now(self, r: Request) -> None:
+        self.ledger.run_now(r.args["msg_id"], _when_durable(r, {"ok": True}))
+
+    def delete(self, r: Request) -> None:
+        self.ledger.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
+
+    def destroy(self, r: Request) -> Reply | None:
+        """Delete a message; a running one has its whole process group killed first."""
+        worker = self.runner.workers.get(r.args["msg_id"])
+        if worker is None:
+            self.ledger.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
+            return None
+        self.runner.destroy(worker)
+        return {"ok": True, "killed": True}
+
+    def prune(self, r: Request) -> Reply:
+        """The cleaner's request: drop done/relayed older than ``days``, acknowledged
+        errs, and, given ``prep_days``, prep messages untouched that long."""
+        days = _days(r.args.get("days", 3), "days")
+        prep_days = r.args.get("prep_days")
+        if prep_days is not None:
+            prep_days = _days(prep_days, "prep_days")
+        return {"ok": True, "removed": self.ledger.prune(time.time(), days, prep_days)}
+
+    def adminoper(self, r: Request) -> None:
+        """up, down, pause or resume: in force once durable (then answered)."""
+        admin = ADMIN_OPERS[r.args["oper"]]
+
+        def saved(_result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                r.fail(error)
+                return
+            self.ctx.admin = admin
+            self.log.event("daemon", f"admin state {admin}")
+            r.answer({"ok": True, "admin": admin})
+
+        self.background.submit(lambda: self.store.set_admin_state(admin), saved, SYNC)
+
+    def reload(self, r: Request) -> Reply:
+        self._reload()
+        return {"ok": True}
+
+
+def _when_durable(r: Request, reply: Reply) -> Callable[[BaseException | None], None]:
+    """The callback that answers ``r`` once its change is on disk (or failed)."""
+    def done(error: BaseException | None) -> None:
+        r.fail(error) if error is not None else r.answer(reply)
+
+    return done
+
+
+def _days(value: Any, what: str) -> float:
+    days = float(value)
+    if not days >= 0:  # NaN too, which the schema's minimum lets through
+        raise BadRequest(f"prune needs {what} >= 0")
+    return days

@@ -1,0 +1,264 @@
+"""Running queue scripts: starting them (environment, fds), their status
+lines and dup requests on fd 3, the answers on fd 4, and their exits.
+
+Each script's status pipe and pidfd sit in the loop's selector.  Where a
+message goes when its script ends is the ledger's business
+(``transitions``); a dup to another queue is ``outbound``'s, to this queue
+``intake``'s; both answer later, and the answers are written on fd 4 in the
+order the script asked.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import time
+from typing import Any
+
+from rqsys import config
+from rqsys.daemon import tunables
+from rqsys.daemon.context import QueueContext
+from rqsys.daemon.intake import Intake, copy_fields
+from rqsys.daemon.outbound import Outbound
+from rqsys.daemon.transitions import Msg, Transitions
+from rqsys.errors import ProtocolError, RQError, SpawnError
+from rqsys.events import EventLog
+from rqsys.message import param_key
+from rqsys.output import ScriptOutput
+from rqsys.protocol import Command
+from rqsys.spawn import script_argv, spawn
+from rqsys.store import QueueStore
+from rqsys.systemd import child_environ
+from rqsys.worker import Worker
+
+
+class Runner:
+    """The queue's running scripts (at most ``num_workers``)."""
+
+    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+                 selector: selectors.BaseSelector, output: ScriptOutput, log: EventLog,
+                 intake: Intake, outbound: Outbound) -> None:
+        self.ctx, self.store, self.ledger, self.selector = ctx, store, ledger, selector
+        self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
+        self.workers: dict[str, Worker] = {}
+        self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
+        self._script_check_at = 0.0
+        self._fd_worker: dict[int, Worker] = {}
+        self._env_cache: dict[str, str] | None = None
+
+    # ------------------------------------------------------------ starting
+    def can_start(self) -> bool:
+        return (self.ctx.admin == "UP" and not self.ctx.stopping
+                and len(self.workers) < self.ctx.config["num_workers"] and self._script_ready())
+
+    def next_wait(self) -> float | None:
+        """Seconds until a script may start (a message is due, or the script
+        is to be checked again); None when nothing waits for time."""
+        if self.script_error:
+            return self._script_check_at - time.monotonic()
+        if self.can_start():
+            due = self.ledger.schedule.next_due()
+            if due is not None:
+                return due - time.time()
+        return None
+
+    def start_due(self) -> None:
+        """Start scripts for due messages while workers are free."""
+        now = time.time()
+        due = self.ledger.schedule.next_due()
+        if due is None or due > now:
+            return
+        busy = self._busy_keys()
+        while self.can_start():
+            try:
+                path, argv = script_argv(self.ctx.config["script"], self.ctx.config["exec_prefix"])
+            except SpawnError as exc:
+                self._set_script_error(str(exc))
+                return
+            picked = self.ledger.start_next(now, busy)
+            if picked is None:
+                return
+            self._start(path, argv, *picked)
+            key = param_key(picked[2], self.ledger.schedule.blocking)
+            if key is not None:
+                busy.add(key)
+
+    def _busy_keys(self) -> set[tuple[str, ...]]:
+        keys = (param_key(w.msg, self.ledger.schedule.blocking) for w in self.workers.values())
+        return {k for k in keys if k is not None}
+
+    def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
+        job = self.store.job_dir(msg_id)
+        out = self.output.open(f"{job}/stdio.log", msg_id, msg["count"])
+        try:
+            child = spawn(argv, path, self._script_env(msg_id, msg, argv[-1], job), job, out)
+        except SpawnError as exc:
+            self.ledger.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
+            self._set_script_error(str(exc))
+            return
+        finally:
+            os.close(out)
+        worker = Worker(msg_id, msg, child)
+        self.ledger.coalesce(msg_id, msg)
+        self.workers[msg_id] = worker
+        self.selector.register(child.status_r, selectors.EVENT_READ, self._on_status)
+        self.selector.register(child.pidfd, selectors.EVENT_READ, self._on_exit)
+        self._fd_worker[child.status_r] = self._fd_worker[child.pidfd] = worker
+        self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
+                       RQ_COUNT=msg["count"])
+
+    def _script_ready(self) -> bool:
+        """False while the script is missing or not executable (SCRIPTERROR)."""
+        if not self.script_error:
+            return True
+        if time.monotonic() < self._script_check_at:
+            return False
+        try:
+            script_argv(self.ctx.config["script"], self.ctx.config["exec_prefix"])
+        except SpawnError as exc:
+            return self._set_script_error(str(exc))
+        self.log.event("daemon", "script is executable again; SCRIPTERROR cleared")
+        self.script_error = ""
+        return True
+
+    def _set_script_error(self, why: str) -> bool:
+        if not self.script_error:
+            self.log.event("err", f"SCRIPTERROR: {why}; messages stay queued")
+        self.script_error = why
+        self._script_check_at = time.monotonic() + tunables.SCRIPT_RECHECK
+        return False
+
+    def reconfigured(self) -> None:
+        """After a reload: check a SCRIPTERROR script again now; a new environment."""
+        self._script_check_at = 0.0
+        self._env_cache = None
+
+    # ------------------------------------------------------------ environment
+    def _queue_env(self) -> dict[str, str]:
+        """The part of a script's environment that is the same for every run."""
+        if self._env_cache is None:
+            sysconfig, cfg, name = self.ctx.sysconfig, self.ctx.config, self.ctx.name
+            base = config.base_url(sysconfig)
+            self._env_cache = {**child_environ(), **cfg["env_vars"],
+                               "RQ_SCRIPT": cfg["script"], "RQ_HOST": base,
+                               "RQ_DEST": f"{base}q/{name}/", "RQ_DEST_QUEUE": name,
+                               "RQ_WRITE": "3", "RQ_READ": "4",
+                               "RQ_PORT": str(sysconfig["port"]),
+                               "RQ_ENV": str(sysconfig["env"]), "RQ_VER": _version()}
+        return self._env_cache
+
+    def _script_env(self, msg_id: str, msg: Msg, real: str, job: str) -> dict[str, str]:
+        """The environment of one run; ``real`` is the resolved script path."""
+        env = dict(self._queue_env())
+        env.update({
+            "RQ_REALSCRIPT": real,
+            "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self.ctx.url(msg_id), "RQ_MSG_DIR": job,
+            "RQ_COUNT": str(msg["count"]),
+            "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",
+            "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),
+        })
+        for n in range(1, 5):
+            env[f"RQ_PARAM{n}"] = str(msg.get(f"param{n}", ""))
+        return env
+
+    # ------------------------------------------------------------ fd 3 and fd 4
+    def _on_status(self, key: Any, _mask: int) -> None:
+        worker = self._fd_worker.get(key.fd)
+        if worker is None:
+            return  # its exit was handled earlier in this same select() batch
+        lines, eof = worker.read_lines()
+        for item in lines:
+            self._apply(worker, item)
+        if eof:
+            self._unwatch(key.fd)
+
+    def _unwatch(self, fd: int) -> None:
+        if fd in self._fd_worker:
+            self.selector.unregister(fd)
+            del self._fd_worker[fd]
+
+    def _apply(self, worker: Worker, item: Command | ProtocolError) -> None:
+        if isinstance(item, ProtocolError):
+            self.log.warn(f"bad status line ignored: {item}", worker.msg_id)
+            return
+        if item.kind == "dup":
+            self._dup(worker, item)
+            return
+        worker.status = item.text
+        if item.terminal:
+            worker.terminal = item
+        self.store.write_status("run", worker.msg_id, item.text)
+
+    def _dup(self, worker: Worker, cmd: Command) -> None:
+        """Copy the running message (attachments hard-linked) to ``cmd.dest``;
+        the answer goes to fd 4 when it comes (``ok <url>`` or ``fail <why>``)."""
+        slot = worker.expect_reply()
+
+        def then(url: Any, error: BaseException | None) -> None:
+            why = self.outbound.describe(error) if error is not None else ""
+            slot.append(f"fail {why.splitlines()[0] if why else 'error'}\n" if error
+                        else f"ok {url}\n")
+            self._write_replies(worker)
+
+        try:
+            target = self.ctx.route(cmd.dest, bool(worker.msg.get("force_remote")))
+            msg = copy_fields(worker.msg, cmd.dest, self.ctx.url(worker.msg_id))
+            if cmd.due:
+                msg["due"] = time.time() + cmd.due
+            if target == self.ctx.name:
+                self.intake.dup_here(msg, worker.msg_id, then)
+            else:
+                self.outbound.dup(target, msg, self.store.attachments("run", worker.msg_id),
+                                  then)
+        except (RQError, OSError) as exc:
+            then(None, exc)
+
+    def _write_replies(self, worker: Worker) -> None:
+        if self.workers.get(worker.msg_id) is not worker:
+            return  # it has ended: its fd 4 is closed (and the number maybe reused)
+        for line in worker.ready_replies():
+            try:
+                os.write(worker.child.reply_w, line.encode())
+            except OSError:
+                self.log.warn("script does not read fd 4; dup answer dropped", worker.msg_id)
+
+    # ------------------------------------------------------------ exits
+    def _on_exit(self, key: Any, _mask: int) -> None:
+        worker = self._fd_worker[key.fd]
+        pid, wait_status = os.waitpid(worker.child.pid, os.WNOHANG)
+        if pid == 0:
+            return
+        lines, _eof = worker.read_lines()
+        for item in lines:
+            self._apply(worker, item)
+        self._unwatch(worker.child.status_r)
+        self._unwatch(worker.child.pidfd)
+        worker.child.signal_group(signal.SIGTERM)  # background children left behind
+        worker.child.close()
+        del self.workers[worker.msg_id]
+        outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
+        for msg_id, msg, ended in self.ledger.end(worker.msg_id, outcome, worker.status):
+            if msg.get("post_run_webhook"):
+                self.outbound.webhook(msg_id, msg, ended)
+
+    def destroy(self, worker: Worker) -> None:
+        """Kill a running message's whole process group; it is deleted when it exits."""
+        worker.stop_reason = "destroy"
+        worker.child.signal_group(signal.SIGKILL)
+
+    def stop_all(self) -> None:
+        """The daemon stops: TERM every script; their messages go back to que."""
+        for worker in self.workers.values():
+            worker.stop_reason = worker.stop_reason or "stopping"
+            worker.child.signal_group(signal.SIGTERM)
+
+    def kill_all(self) -> None:
+        for worker in self.workers.values():
+            worker.child.signal_group(signal.SIGKILL)
+
+
+def _version() -> str:
+    from rqsys import __version__
+
+    return __version__

@@ -1,0 +1,95 @@
+"""The shape of every socket request: one JSON Schema per operation.
+
+Written here rather than in ``rqsys/schemas/`` so that ids, attachment names
+and states are checked with the very patterns and lists the store uses (one
+copy of each).  A message's own fields are checked by ``message.json`` when
+it is made (``rqsys.message.new_message``).  The validators are compiled
+once, at import.  An error names the field: ``invalid message id: '..'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+
+from rqsys.errors import BadRequest
+from rqsys.store import ATTACH_NAME_RE, MSG_ID_RE, STATES
+
+ADMIN_OPERS = {"up": "UP", "resume": "UP", "down": "DOWN", "pause": "PAUSE"}
+
+MSG_ID = {"title": "message id", "type": "string", "pattern": MSG_ID_RE.pattern}
+ATTACH_NAME = {"title": "attachment name", "type": "string", "pattern": ATTACH_NAME_RE.pattern,
+               "not": {"pattern": r"\.\."}}
+MD5 = {"title": "md5 (32 lowercase hex digits)", "type": "string", "pattern": "^[0-9a-f]{32}$"}
+COUNT = {"type": "integer", "minimum": 0}
+DAYS = {"type": "number", "minimum": 0}
+FLAG = {"type": "boolean"}
+ATTACHMENT = {"type": "object", "properties": {"name": ATTACH_NAME, "md5": MD5},
+              "required": ["name", "md5"], "additionalProperties": False}
+
+
+def request(required: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:
+    """The schema of one request: ``op`` and ``fields``, nothing else."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+            "properties": {"op": {"type": "string"}, **fields},
+            "required": ["op", *required], "additionalProperties": False}
+
+
+WITH_ID = request(("msg_id",), msg_id=MSG_ID)
+
+OPS: dict[str, dict[str, Any]] = {
+    "ping": request(), "counts": request(), "config": request(), "reload": request(),
+    **dict.fromkeys(("get", "state", "status", "commit", "delete", "destroy", "clone",
+                     "run_now"), WITH_ID),
+    "create": request(
+        msg={"title": "message"},  # its fields: message.json, when it is made
+        state={"title": "state for a new message", "enum": ["que", "prep"]},
+        single=FLAG, refuse_paused=FLAG,
+        attachments={"title": "attachments", "type": "array", "items": ATTACHMENT}),
+    "attach": request(("msg_id", "name", "md5"), msg_id=MSG_ID, name=ATTACH_NAME, md5=MD5),
+    "list": request(state={"title": "state", "enum": list(STATES)}, offset=COUNT, limit=COUNT),
+    "adminoper": request(("oper",), oper={"title": "admin operation",
+                                          "enum": list(ADMIN_OPERS)}),
+    "prune": request(days=DAYS, prep_days={"anyOf": [DAYS, {"type": "null"}]}),
+}
+
+
+def _compile(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+_COMPILED = {op: _compile(schema) for op, schema in OPS.items()}
+
+
+class Checker:
+    """Checks requests against their op's schema (extra ops' schemas compiled here)."""
+
+    def __init__(self, schemas: Mapping[str, dict[str, Any]]) -> None:
+        self._validators = {op: _COMPILED[op] if schemas[op] is OPS.get(op) else _compile(s)
+                            for op, s in schemas.items()}
+
+    def check(self, op: str, args: dict[str, Any]) -> None:
+        """BadRequest naming the field, unless ``args`` is a valid ``op`` request."""
+        error = jsonschema.exceptions.best_match(self._validators[op].iter_errors(args))
+        if error is not None:
+            raise BadRequest(_describe(op, error))
+
+
+def _describe(op: str, error: jsonschema.ValidationError) -> str:
+    field_schema = error.schema if isinstance(error.schema, dict) else {}
+    title = field_schema.get("title")
+    if title and error.validator == "enum":
+        choices = ", ".join(str(c) for c in field_schema["enum"])
+        return f"unknown {title} {str(error.instance)[:40]!r} ({choices})"
+    if title:
+        return f"invalid {title}: {_short(repr(error.instance))}"
+    field = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+    return f"bad request: {op}: {field}: {_short(error.message)}"
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

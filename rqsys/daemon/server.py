@@ -1,0 +1,211 @@
+"""The daemon's socket server: listener, connections, framing, and dispatch
+over an explicit table of operations.
+
+Framing is ``rqsys.wire``'s.  A request is checked against its op's JSON
+Schema (``schema``) before its handler sees it.  A handler answers at once
+(returns the answer) or later (returns None and calls ``request.answer``);
+a connection's next request waits for the answer before, so answers keep
+the order of the requests.  An ``RQError`` is answered as itself; any other
+exception is a bug in rqsys: logged with its traceback and answered as an
+``InternalError``, and the connection goes on with its next request.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rqsys import wire
+from rqsys.daemon import schema
+from rqsys.errors import BadRequest, InternalError, ProtocolError, RQError, StoreError
+from rqsys.events import EventLog
+
+Reply = dict[str, Any]
+
+
+@dataclass
+class Request:
+    """One request as a handler gets it."""
+
+    op: str
+    args: dict[str, Any]  # the request's JSON object, checked against the op's schema
+    fds: list[int]  # files sent with it; a handler keeping one removes it from the list
+    answer: Callable[[Reply], None]  # for an answer that comes later
+    errors: Callable[[str, BaseException], Reply]  # the answer to an exception
+
+    def fail(self, exc: BaseException) -> None:
+        """Answer later with the error ``exc`` (an exception that is no RQError is a bug)."""
+        self.answer(self.errors(self.op, exc))
+
+
+Handler = Callable[[Request], "Reply | None"]
+
+
+class Connection:
+    """A client connection: its input lines and pending output."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.lines = wire.LineBuffer()
+        self.out = bytearray()
+        self.closing = False
+        self.waiting = False  # a request's answer comes later; the next ones wait
+
+
+class Server:
+    """Accepts clients on the listening socket and runs their requests."""
+
+    def __init__(self, selector: selectors.BaseSelector, ops: Mapping[str, Handler],
+                 schemas: Mapping[str, dict[str, Any]], log: EventLog) -> None:
+        self.selector, self.log = selector, log
+        self.ops = dict(ops)
+        self.checker = schema.Checker(schemas)
+        missing = set(self.ops) ^ set(schemas)
+        if missing:
+            raise InternalError(f"operations and schemas differ: {sorted(missing)}")
+        self.listener: socket.socket | None = None
+        self._conn_of: dict[int, Connection] = {}
+
+    def listen(self, listener: socket.socket) -> None:
+        self.listener = listener
+        listener.setblocking(False)
+        self.selector.register(listener, selectors.EVENT_READ, self._accept)
+
+    def stop_listening(self) -> None:
+        """Take no new connections (they wait in the backlog for the next daemon)."""
+        if self.listener is not None:
+            self.selector.unregister(self.listener)
+            self.listener = None
+
+    def connections(self) -> int:
+        return len(self._conn_of)
+
+    # ------------------------------------------------------------ connections
+    def _accept(self, _key: Any, _mask: int) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            self.selector.register(sock, selectors.EVENT_READ, self._conn_event)
+            self._conn_of[sock.fileno()] = Connection(sock)
+
+    def _conn_event(self, key: Any, mask: int) -> None:
+        conn = self._conn_of[key.fd]
+        if mask & selectors.EVENT_WRITE:
+            self._flush(conn)
+        if mask & selectors.EVENT_READ and conn.sock.fileno() >= 0:
+            self._readable(conn)
+
+    def _readable(self, conn: Connection) -> None:
+        try:
+            data, fds = wire.recv(conn.sock)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            self._close(conn)
+            return
+        if conn.closing:  # an error was answered: the rest of the input is dropped
+            _close_fds(fds)
+            return
+        try:
+            conn.lines.feed(data, fds)
+        except ProtocolError as exc:
+            _close_fds(conn.lines.fds)
+            conn.lines = wire.LineBuffer()
+            self._reply(conn, wire.error_reply(exc))
+            conn.closing = True
+            return
+        self._run_lines(conn)
+
+    def _run_lines(self, conn: Connection) -> None:
+        """Run the connection's complete requests in order; one whose answer
+        comes later holds back the rest."""
+        while not conn.waiting and (got := conn.lines.next_line()) is not None:
+            line, fds = got
+            try:
+                reply = self._dispatch(conn, line, fds)
+            finally:
+                _close_fds(fds)  # those a handler kept for later it took out of the list
+            if reply is None:
+                conn.waiting = True  # the handler answers later, through request.answer
+            else:
+                self._reply(conn, reply)
+
+    # ------------------------------------------------------------ dispatch
+    def _dispatch(self, conn: Connection, line: bytes, fds: list[int]) -> Reply | None:
+        op = "?"
+        try:
+            args = wire.decode(line)
+            op = str(args.get("op"))
+            handler = self.ops.get(op)
+            if handler is None:
+                raise BadRequest(f"unknown operation {op[:40]!r}")
+            self.checker.check(op, args)
+            return handler(Request(op, args, fds, lambda reply: self._answer(conn, reply),
+                                   self.error_reply))
+        except Exception as exc:
+            return self.error_reply(op, exc)
+
+    def error_reply(self, op: str, exc: BaseException) -> Reply:
+        """The answer to an exception: an RQError as itself, a failing disk as
+        a StoreError, anything else as the bug it is."""
+        if isinstance(exc, RQError):
+            return wire.error_reply(exc)
+        if isinstance(exc, OSError):  # not the client's fault, nor a bug
+            self.log.event("err", f"{op}: store error: {exc}")
+            return wire.error_reply(StoreError(f"store error: {exc.strerror or exc}"))
+        trace = "".join(traceback.format_exception(exc))
+        self.log.event("err", f"internal error in {op}: {exc!r}\n{trace}")
+        return wire.error_reply(InternalError(
+            f"internal error: {type(exc).__name__} in {op[:40]} (see the queue's log)"))
+
+    def _answer(self, conn: Connection, reply: Reply) -> None:
+        """Send an answer that came later, then run the requests after it."""
+        conn.waiting = False
+        self._reply(conn, reply)
+        if conn.sock.fileno() >= 0:
+            self._run_lines(conn)
+
+    def _reply(self, conn: Connection, reply: Reply) -> None:
+        conn.out += wire.encode(reply)
+        self._flush(conn)
+
+    def _flush(self, conn: Connection) -> None:
+        try:
+            while conn.out:
+                del conn.out[: conn.sock.send(conn.out)]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._close(conn)
+            return
+        if conn.closing and not conn.out:
+            self._close(conn)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        if self.selector.get_key(conn.sock).events != events:
+            self.selector.modify(conn.sock, events, self._conn_event)
+
+    def _close(self, conn: Connection) -> None:
+        fd = conn.sock.fileno()
+        if fd < 0:
+            return
+        self.selector.unregister(conn.sock)
+        self._conn_of.pop(fd, None)
+        conn.sock.close()
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+    fds.clear()

@@ -1,0 +1,284 @@
+"""Where a message changes state: the only place in the daemon that moves one.
+
+A message's state is the store directory it is in (``rqsys.store.STATES``);
+``new`` is a message staged in ``.tmp/`` and ``gone`` a deleted one.  Each
+method below is one transition, commented ``src → dest``: it checks that the
+message is where the transition starts (its guard), moves it in the store and
+keeps the daemon's picture in step: the que in memory (``Schedule``), the
+messages running, and the counts of the other states, which only this class
+changes.
+
+    new  → que | prep            placed        a create, clone or dup
+    prep → que                   commit
+    que  → run                   start_next    a script starts (coalesce: its riders)
+    run  → que                   unstart       the script could not be started
+    run  → que                   end           resend, or requeued at stop (rewrite first)
+    run  → done | err | relayed  end
+    que  → err                   load          unreadable at start (and run → que, recovery)
+    que  → que                   run_now       due now (rewrite first)
+    any  → gone                  delete, prune, end (destroyed while running)
+
+Durability is the store's table (``rqsys.store``): a rewrite of ``msg`` that
+must be on disk before the move (resend) or the answer (run_now), and the
+directory syncs an answer waits for (commit), are handed to the background
+``sync`` lane, so the loop never waits for the disk; meanwhile the message is
+*busy*: no other transition takes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rqsys.errors import BadRequest, InternalError, RQError
+from rqsys.events import EventLog
+from rqsys.message import param_key
+from rqsys.scheduler import Schedule
+from rqsys.store import STATES, QueueStore, Staged
+from rqsys.store.durable import fsync_dirs
+from rqsys.worker import Outcome
+
+Msg = dict[str, Any]
+Ended = tuple[str, Msg, Outcome]  # a message that reached done, err or relayed
+Done = Callable[[BaseException | None], None]  # called on the loop once it is durable
+Offload = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
+
+COUNTED = ("prep", "done", "err", "relayed")  # counted here; que and run are in memory
+MOVES = frozenset({  # every rename between two states the daemon makes
+    ("prep", "que"), ("que", "run"), ("run", "que"), ("run", "done"), ("run", "err"),
+    ("run", "relayed"), ("que", "err")})
+
+
+class Transitions:
+    """The daemon's ledger: every state change of its messages, and the counts."""
+
+    def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog,
+                 offload: Offload) -> None:
+        self.store, self.schedule, self.log = store, schedule, log
+        self._offload = offload  # runs work on the sync lane, then a callback on the loop
+        self.running: dict[str, Msg] = {}  # run/: messages whose script runs
+        self._riders: dict[str, list[tuple[str, Msg]]] = {}  # coalesced with a running one
+        self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
+        self._counts = dict.fromkeys(COUNTED, 0)
+
+    # ------------------------------------------------------------ reading
+    def count(self, state: str) -> int:
+        if state == "que":
+            return len(self.schedule)
+        if state == "run":
+            return len(self.running)
+        return self._counts[state]
+
+    def counts(self) -> dict[str, int]:
+        return {state: self.count(state) for state in STATES}
+
+    def page(self, state: str, offset: int, limit: int) -> list[str]:
+        """Ids in ``state``: que in due order, run by id, the others newest first."""
+        if state == "que":
+            return self.schedule.ordered_ids()[offset:offset + limit]
+        if state == "run":
+            return sorted(self.running)[offset:offset + limit]
+        return self.store.newest(state, offset, limit)
+
+    def busy(self, msg_id: str) -> str:
+        """Why no client may move the message now ("" when it may)."""
+        if msg_id in self.running:
+            return f"message {msg_id} is running: destroy it instead"
+        for primary, riders in self._riders.items():
+            if any(rider == msg_id for rider, _msg in riders):
+                return f"message {msg_id} runs coalesced with {primary}: destroy that one"
+        why = self._busy.get(msg_id)
+        return f"message {msg_id} is {why}: try again" if why else ""
+
+    # ------------------------------------------------------------ start-up
+    def load(self) -> None:
+        """At start: recovery (run → que, in the store), que/ into memory, the counts."""
+        for msg_id in self.store.recover():
+            self.log.event("recovered", "was running at the last stop; requeued", msg_id)
+        snapshot = self.store.take_que_snapshot()
+        if snapshot is not None:
+            for msg_id, msg in snapshot.items():
+                self.schedule.add(msg_id, msg)
+        else:
+            for msg_id, read in self.store.read_all("que"):
+                self._load_one(msg_id, read)
+        self._counts = {state: self.store.count(state) for state in COUNTED}
+
+    def _load_one(self, msg_id: str, msg: Msg | RQError) -> None:
+        if not isinstance(msg, RQError):
+            self.schedule.add(msg_id, msg)
+            return
+        # que → err: a message nobody can read cannot run
+        self.log.event("err", f"unreadable queued message moved to err: {msg}", msg_id)
+        self.store.write_status("que", msg_id, f"unreadable message: {msg}")
+        self._move(msg_id, "que", "err")
+
+    # ------------------------------------------------------------ creation
+    def placed(self, batch: list[Staged], state: str) -> None:
+        """new → que | prep: published messages renamed into place (OSError:
+        they stay durable in ``.tmp/``, where recovery finds them)."""
+        _guard(state in ("que", "prep"), f"a new message cannot go to {state}")
+        self.store.place(batch, state)
+        for staged in batch:
+            if state == "prep":
+                self._counts["prep"] += 1
+            else:
+                self.schedule.add(staged.msg_id, staged.msg)
+            self.log.event("created", f"in {state}", staged.msg_id)
+
+    def commit(self, msg_id: str, done: Done) -> None:
+        """prep → que; ``done`` is called once the move is durable."""
+        state = self.store.find(msg_id)
+        if state != "prep":
+            raise BadRequest(f"message {msg_id} is in {state}, not prep")
+        self._move(msg_id, "prep", "que")
+        self._counts["prep"] -= 1
+        self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
+        dirs = [self.store.state_dir("prep"), self.store.state_dir("que")]
+        self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
+
+    # ------------------------------------------------------------ running
+    def start_next(self, now: float, busy_keys: set[tuple[str, ...]]
+                   ) -> tuple[str, Msg, Msg] | None:
+        """que → run: the next due message whose blocking key is free, as
+        (id, msg as queued, msg with this run counted); None when none is due."""
+        picked = self.schedule.pop_ready(now, busy_keys)
+        if picked is None:
+            return None
+        msg_id, queued = picked
+        _guard(msg_id not in self.running, f"{msg_id} is running already")
+        msg = dict(queued, count=int(queued.get("count", 0)) + 1)
+        self._move(msg_id, "que", "run")  # the new count is written when it ends
+        self.running[msg_id] = msg
+        return msg_id, queued, msg
+
+    def coalesce(self, msg_id: str, msg: Msg) -> None:
+        """que → run: due queued messages with ``msg``'s coalesce params ride along."""
+        riders = self.schedule.take_coalesced(msg, time.time())
+        for rider_id, _rider in riders:
+            self._move(rider_id, "que", "run")
+            self.store.write_status("run", rider_id, f"coalesced with {msg_id}")
+        if riders:
+            self._riders[msg_id] = riders
+
+    def unstart(self, msg_id: str, queued: Msg, why: str) -> None:
+        """run → que: its script could not be started; it waits as it was."""
+        _guard(self.running.pop(msg_id, None) is not None, f"{msg_id} is not running")
+        self.store.write_status("run", msg_id, why)
+        self._move(msg_id, "run", "que")
+        self.schedule.add(msg_id, queued)
+
+    def end(self, msg_id: str, outcome: Outcome, written: str) -> list[Ended]:
+        """run → done | err | relayed | que | gone, with its riders; returns
+        those that ended in done, err or relayed (``written``: the status
+        line the script left, not written again)."""
+        msg = self.running.pop(msg_id, None)
+        _guard(msg is not None, f"{msg_id} is not running")
+        assert msg is not None
+        self.schedule.release(param_key(msg, self.schedule.blocking))
+        ended = self._settle(msg_id, msg, outcome, written)
+        for rider_id, rider in self._riders.pop(msg_id, []):
+            ended += self._settle(rider_id, rider, _rider_outcome(msg_id, outcome))
+        return ended
+
+    def _settle(self, msg_id: str, msg: Msg, outcome: Outcome,
+                written: str | None = None) -> list[Ended]:
+        if outcome.state == "deleted":  # run → gone: destroyed while running
+            self._offload(self.store.delete_later(msg_id, "run"), self._log_failed(msg_id))
+            self.log.event("deleted", "destroyed while running", msg_id)
+            return []
+        if outcome.text != written:
+            self.store.write_status("run", msg_id, outcome.text)
+        if outcome.state == "que":
+            self._requeue(msg_id, msg, outcome)
+            return []
+        # run → done | err | relayed
+        _guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
+        self.store.write_count("run", msg_id, int(msg.get("count", 0)))
+        self._move(msg_id, "run", outcome.state)
+        self._counts[outcome.state] += 1
+        self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+        return [(msg_id, msg, outcome)]
+
+    def _requeue(self, msg_id: str, msg: Msg, outcome: Outcome) -> None:
+        """run → que (resend, or the daemon stopping): the msg with its new
+        count and due is made durable off the loop first, then moved."""
+        msg = dict(msg, due=time.time() + outcome.delay if outcome.delay else 0)
+        self._busy[msg_id] = "being requeued"
+
+        def moved(_result: Any, error: BaseException | None) -> None:
+            del self._busy[msg_id]
+            if error is not None:
+                self.log.event("err", f"new count and due not saved: {error}", msg_id)
+            self._move(msg_id, "run", "que")
+            self.schedule.add(msg_id, msg)
+            self.log.event("resend", outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+
+        self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)
+
+    # ------------------------------------------------------------ client requests
+    def run_now(self, msg_id: str, done: Done) -> None:
+        """que → que, due now: out of the que until its rewritten msg is durable."""
+        msg = self.schedule.remove(msg_id)
+        if msg is None:
+            raise BadRequest(f"message {msg_id} is not queued")
+        msg = dict(msg, due=0)
+        self._busy[msg_id] = "being rescheduled"
+
+        def rescheduled(_result: Any, error: BaseException | None) -> None:
+            del self._busy[msg_id]
+            self.schedule.add(msg_id, msg)
+            done(error)
+
+        self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
+
+    def delete(self, msg_id: str, done: Done) -> None:
+        """prep | que | done | err | relayed → gone (a running one is destroyed
+        instead); ``done`` is called once the delete is durable."""
+        why = self.busy(msg_id)
+        if why:
+            raise BadRequest(why)
+        state = self.store.find(msg_id)
+        finish = self.store.delete_later(msg_id, state)  # its sync and rmtree: off the loop
+        self.schedule.remove(msg_id)
+        if state in COUNTED:
+            self._counts[state] -= 1
+        self.log.event("deleted", f"deleted from {state}", msg_id)
+        self._offload(finish, lambda _result, error: done(error))
+
+    def prune(self, now: float, days: float, prep_days: float | None) -> dict[str, int]:
+        """done | relayed (ended ``days`` ago), acknowledged err, and prep
+        untouched ``prep_days`` → gone: the cleaner's request."""
+        removed = {state: self.store.prune(state, now - days * 86400)
+                   for state in ("done", "relayed")}
+        removed["err"] = self.store.prune_acked("err")
+        if prep_days is not None:
+            removed["prep"] = self.store.prune_untouched("prep", now - prep_days * 86400)
+        for state, count in removed.items():
+            self._counts[state] -= count
+        self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
+        return removed
+
+    def _log_failed(self, msg_id: str) -> Callable[[Any, BaseException | None], None]:
+        def then(_result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self.log.event("err", f"not removed until the next start: {error}", msg_id)
+        return then
+
+    def _move(self, msg_id: str, src: str, dest: str) -> None:
+        _guard((src, dest) in MOVES, f"no transition {src} → {dest}")
+        self.store.move(msg_id, src, dest)
+
+
+def _rider_outcome(primary: str, outcome: Outcome) -> Outcome:
+    """A rider ends as its primary did; when the primary was destroyed, it waits again."""
+    if outcome.state == "deleted":
+        return Outcome("que", "requeued")
+    return Outcome(outcome.state, f"coalesced with {primary}: {outcome.text}", outcome.delay)
+
+
+def _guard(ok: bool, why: str) -> None:
+    """A transition the daemon itself asked for must be possible: else a bug."""
+    if not ok:
+        raise InternalError(f"transition refused: {why}")
