@@ -16,8 +16,12 @@ The protocol (unix stream socket, ``/run/rq/<q>.sock`` or ``<root>/sock/<q>.sock
   against their MD5, which the daemon does on a thread of its own.
 * A line longer than MAX_LINE, or one that is not a JSON object, is answered
   with an error and the connection is closed; the daemon never dies of it.
+* A request that does not match its operation's JSON Schema is answered with
+  a ``BadRequest`` naming the field; a bug in the daemon with an
+  ``InternalError`` (and logged); the connection goes on in both cases.
 
-The operations are listed in ``rqsys.queued.QueueDaemon`` (``op_*`` methods).
+The operations are the table in ``rqsys.daemon.ops``; the shape of each
+request is its schema in ``rqsys.daemon.schema``.
 """
 
 from __future__ import annotations

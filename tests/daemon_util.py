@@ -73,3 +73,16 @@ def _has_msg(spare):
         return bool((spare / "msg").read_bytes().strip())
     except FileNotFoundError:
         return False  # still being made
+
+
+def drain(background, timeout: float = 10.0) -> None:
+    """Run a Background's callbacks, as the daemon's loop would, until none is due."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    while background.busy():
+        left = deadline - time.monotonic()
+        assert left > 0, "background jobs did not end in time"
+        if select.select([background], [], [], left)[0]:
+            background.run_finished()

@@ -23,14 +23,15 @@ another process.  A clean stop with many queued messages leaves
 
 from __future__ import annotations
 
+from rqsys.daemon.loop import QueueDaemon
 from rqsys.store import Layout
 from rqsys.systemd import listen_sockets
+
+__all__ = ["QueueDaemon", "main"]
 
 
 def main(layout: Layout, name: str) -> int:
     """``rqsys queue NAME``: run one queue daemon until stopped (or idle)."""
-    from rqsys.daemon.loop import QueueDaemon
-
     sockets = listen_sockets()
     listener = next(iter(sockets.values()), None)
     return QueueDaemon(layout, name, listener).run()

@@ -1,0 +1,231 @@
+"""Unit tests of the daemon's ledger (rqsys.daemon.transitions) on a real
+store in a temp dir: every transition moves the message on disk and in the
+daemon's picture (que, running, counts) together, and refuses what it must."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from daemon_util import drain
+
+from rqsys.background import SYNC, Background
+from rqsys.daemon.transitions import Transitions
+from rqsys.errors import BadRequest, InternalError, NotFound
+from rqsys.events import EventLog
+from rqsys.scheduler import Schedule
+from rqsys.store import QueueStore
+from rqsys.worker import Outcome
+
+
+class Ledger:
+    """A Transitions over a fresh queue, with the background it offloads to."""
+
+    def __init__(self, layout, coalesce=()):
+        layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
+        self.store = QueueStore(layout.queue_dir("q"))
+        self.background = Background()
+        self.schedule = Schedule([], list(coalesce))
+        self.t = Transitions(self.store, self.schedule, EventLog("q", journal=False),
+                             lambda work, then: self.background.submit(work, then, SYNC))
+        self.t.load()
+
+    def new(self, state="que", **fields):
+        staged = self.store.stage({"dest": "q", "count": 0, "due": 0, **fields}, state)
+        self.store.publish([staged])
+        self.t.placed([staged], state)
+        return staged.msg_id
+
+    def run(self, **fields):
+        """A new message taken from que to run: (id, msg as it runs)."""
+        msg_id = self.new(**fields)
+        picked = self.t.start_next(time.time(), set())
+        assert picked is not None and picked[0] == msg_id
+        return msg_id, picked[2]
+
+    def where(self, msg_id):
+        try:
+            return self.store.find(msg_id)
+        except NotFound:
+            return "gone"
+
+
+@pytest.fixture
+def ledger(layout):
+    return Ledger(layout)
+
+
+def test_new_messages_are_placed_in_que_or_prep(ledger):
+    que, prep = ledger.new(), ledger.new("prep")
+    assert (ledger.where(que), ledger.where(prep)) == ("que", "prep")
+    assert que in ledger.schedule and prep not in ledger.schedule
+    assert ledger.t.counts() == {"prep": 1, "que": 1, "run": 0, "done": 0, "err": 0,
+                                 "relayed": 0}
+
+
+def test_commit_moves_prep_to_que_and_answers_once_durable(ledger):
+    msg_id = ledger.new("prep")
+    answers = []
+    ledger.t.commit(msg_id, answers.append)
+    # The move is made at once, in memory and on disk; the answer waits for the sync
+    assert ledger.where(msg_id) == "que" and msg_id in ledger.schedule
+    assert ledger.t.count("prep") == 0 and answers == []
+    drain(ledger.background)
+    assert answers == [None]
+
+
+def test_commit_of_a_message_not_in_prep_is_refused(ledger):
+    msg_id = ledger.new()
+    with pytest.raises(BadRequest, match="not prep"):
+        ledger.t.commit(msg_id, print)
+
+
+def test_start_counts_the_run_and_moves_que_to_run(ledger):
+    msg_id, msg = ledger.run()
+    assert ledger.where(msg_id) == "run" and msg["count"] == 1
+    assert ledger.t.running == {msg_id: msg} and ledger.t.count("run") == 1
+    assert ledger.t.count("que") == 0
+    assert ledger.t.start_next(time.time(), set()) is None
+
+
+def test_a_message_not_due_is_not_started(ledger):
+    ledger.new(due=time.time() + 3600)
+    assert ledger.t.start_next(time.time(), set()) is None
+
+
+def test_unstart_puts_it_back_as_it_was(ledger):
+    msg_id, _msg = ledger.run()
+    ledger.t.unstart(msg_id, {"dest": "q", "count": 0, "due": 0}, "SCRIPTERROR: gone")
+    assert ledger.where(msg_id) == "que" and ledger.schedule.msgs[msg_id]["count"] == 0
+    assert ledger.store.read_status("que", msg_id) == "SCRIPTERROR: gone"
+    assert ledger.t.running == {}
+
+
+@pytest.mark.parametrize("state", ["done", "err", "relayed"])
+def test_end_moves_run_to_its_final_state(ledger, state):
+    msg_id, msg = ledger.run()
+    ended = ledger.t.end(msg_id, Outcome(state, "said so"), written="")
+    assert ended == [(msg_id, msg, Outcome(state, "said so"))]
+    assert ledger.where(msg_id) == state and ledger.t.count(state) == 1
+    assert ledger.store.read_status(state, msg_id) == "said so"
+    assert ledger.store.read_msg(state, msg_id)["count"] == 1
+
+
+def test_resend_is_busy_until_its_new_due_is_durable_then_queued(ledger):
+    msg_id, _msg = ledger.run()
+    before = time.time()
+    assert ledger.t.end(msg_id, Outcome("que", "later", delay=60), written="later") == []
+    # Still in run/ while its msg is rewritten: no client may move it meanwhile
+    assert ledger.where(msg_id) == "run" and ledger.t.busy(msg_id)
+    with pytest.raises(BadRequest, match="being requeued"):
+        ledger.t.delete(msg_id, print)
+    drain(ledger.background)
+    assert ledger.where(msg_id) == "que" and not ledger.t.busy(msg_id)
+    on_disk = ledger.store.read_msg("que", msg_id)
+    assert on_disk["count"] == 1 and before + 59 < on_disk["due"] < time.time() + 61
+    assert ledger.schedule.msgs[msg_id] == on_disk
+
+
+def test_riders_end_with_the_message_they_were_coalesced_with(layout):
+    ledger = Ledger(layout, coalesce=[1])
+    first = ledger.new(param1="x")
+    riders = [ledger.new(param1="x") for _ in range(2)]
+    other = ledger.new(param1="y")
+    picked = ledger.t.start_next(time.time(), set())
+    assert picked is not None and picked[0] == first
+    ledger.t.coalesce(first, picked[2])
+    assert [ledger.where(i) for i in riders] == ["run", "run"]
+    assert ledger.t.busy(riders[0]).endswith(f"coalesced with {first}: destroy that one")
+    assert other in ledger.schedule and ledger.t.count("run") == 1
+    ended = ledger.t.end(first, Outcome("done", "ran"), written="ran")
+    assert [e[0] for e in ended] == [first, *riders]
+    for rider in riders:
+        assert ledger.store.read_status("done", rider) == f"coalesced with {first}: ran"
+    assert ledger.t.count("done") == 3
+
+
+def test_riders_of_a_destroyed_message_wait_again(layout):
+    ledger = Ledger(layout, coalesce=[1])
+    first, rider = ledger.new(param1="x"), ledger.new(param1="x")
+    picked = ledger.t.start_next(time.time(), set())
+    ledger.t.coalesce(first, picked[2])
+    ledger.t.end(first, Outcome("deleted", "destroyed"), written="")
+    drain(ledger.background)
+    assert ledger.where(first) == "gone" and ledger.where(rider) == "que"
+    assert rider in ledger.schedule and ledger.t.counts()["que"] == 1
+
+
+@pytest.mark.parametrize("state", ["prep", "que", "done"])
+def test_delete(ledger, state):
+    if state == "done":
+        msg_id, _msg = ledger.run()
+        ledger.t.end(msg_id, Outcome("done", "ok"), written="ok")
+    else:
+        msg_id = ledger.new(state)
+    answers = []
+    ledger.t.delete(msg_id, answers.append)
+    # Gone at once from its state and from the counts; answered once durable
+    assert ledger.where(msg_id) == "gone" and msg_id not in ledger.schedule
+    assert ledger.t.count(state) == 0 and answers == []
+    drain(ledger.background)
+    assert answers == [None]
+    assert [p.name for p in (ledger.store.qdir / ".tmp").iterdir()
+            if p.name.startswith("deleted.")] == []
+
+
+def test_a_running_message_is_not_deleted(ledger):
+    msg_id, _msg = ledger.run()
+    with pytest.raises(BadRequest, match="destroy it instead"):
+        ledger.t.delete(msg_id, print)
+    with pytest.raises(NotFound):
+        ledger.t.delete("20200101.0000.00.000.0", print)
+
+
+def test_run_now_is_out_of_the_que_until_durable(ledger):
+    msg_id = ledger.new(due=time.time() + 3600)
+    answers = []
+    ledger.t.run_now(msg_id, answers.append)
+    assert msg_id not in ledger.schedule and "rescheduled" in ledger.t.busy(msg_id)
+    assert ledger.t.start_next(time.time(), set()) is None
+    drain(ledger.background)
+    assert answers == [None] and ledger.schedule.msgs[msg_id]["due"] == 0
+    assert ledger.store.read_msg("que", msg_id)["due"] == 0
+    with pytest.raises(BadRequest, match="not queued"):
+        ledger.t.run_now(ledger.new("prep"), print)
+
+
+def test_prune_keeps_the_counts(ledger):
+    ids = []
+    for state in ("done", "err"):
+        msg_id, _msg = ledger.run()
+        ledger.t.end(msg_id, Outcome(state, "x"), written="x")
+        ids.append(msg_id)
+    (ledger.store.msg_dir("err", ids[1]) / "ack").write_text("")
+    ledger.new("prep")
+    removed = ledger.t.prune(time.time() + 86400, 0, prep_days=0)
+    assert removed == {"done": 1, "relayed": 0, "err": 1, "prep": 1}
+    assert ledger.t.counts() == dict.fromkeys(("prep", "que", "run", "done", "err",
+                                               "relayed"), 0)
+
+
+def test_load_requeues_runs_and_moves_unreadable_messages_to_err(layout):
+    first = Ledger(layout)
+    running, _msg = first.run()
+    broken = first.new()
+    (first.store.msg_dir("que", broken) / "msg").write_text("{not json")
+    # When a new daemon loads the same queue
+    again = Ledger(layout)
+    assert again.where(running) == "que" and running in again.schedule
+    assert again.store.read_msg("que", running)["count"] == 1  # the cut-short run counted
+    assert again.where(broken) == "err" and again.t.count("err") == 1
+    assert "unreadable" in again.store.read_status("err", broken)
+    assert json.loads((again.store.msg_dir("que", running) / "msg").read_text())["dest"] == "q"
+
+
+def test_a_transition_the_daemon_should_never_ask_for_is_a_bug(ledger):
+    msg_id = ledger.new()
+    with pytest.raises(InternalError, match="not running"):
+        ledger.t.end(msg_id, Outcome("done", "x"), written="")
+    with pytest.raises(InternalError, match="cannot go to done"):
+        ledger.t.placed([], "done")
