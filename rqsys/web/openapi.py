@@ -13,24 +13,42 @@ FAIL = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems":
         "description": '["fail", why]'}
 OK_STRING = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2,
              "description": '["ok", value]'}
-MESSAGE = {"type": "object", "additionalProperties": False, "properties": {
-    "dest": {"type": "string"}, "src": {"type": "string"},
-    **{f"param{i}": {"type": "string"} for i in range(1, 5)},
-    "due": {"type": "number", "minimum": 0}, "max_count": {"type": "integer", "minimum": 1},
-    "orig_msg_id": {"type": "string"}, "force_remote": {"type": "boolean"}}}
+NUMBER_TEXT = {"type": "string", "pattern": "^ *[+-]?[0-9]"}
+MESSAGE = {"type": "object", "additionalProperties": False,
+           "description": "The mesg JSON. RQ's clients put _method inside it and may send "
+                          "numbers as strings (converted as RQ's to_i / to_f do).",
+           "properties": {
+               "dest": {"type": "string"}, "src": {"type": "string"},
+               **{f"param{i}": {"type": "string"} for i in range(1, 5)},
+               "due": {"oneOf": [{"type": "number", "minimum": 0}, NUMBER_TEXT]},
+               "count": {"oneOf": [{"type": "integer", "minimum": 0}, NUMBER_TEXT]},
+               "max_count": {"oneOf": [{"type": "integer", "minimum": 1}, NUMBER_TEXT]},
+               "orig_msg_id": {"type": "string"},
+               "force_remote": {"oneOf": [{"type": "boolean"}, {"type": "string"}]},
+               "post_run_webhook": {"oneOf": [{"type": "array", "items": {"type": "string"}},
+                                              {"type": "string"}]},
+               "relay_via": {"type": "array", "items": {"type": "string"}},
+               "_method": {"enum": ["commit", "prep", "single_que"]}}}
+STATES = ["prep", "que", "run", "done", "err", "relayed"]
 MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_attachments"],
                 "properties": {
                     "msg_id": {"type": "string"}, "url": {"type": "string"},
-                    "state": {"enum": ["prep", "que", "run", "done", "err", "relayed"]},
-                    "status": {"type": "string"},
+                    "state": {"enum": STATES},
+                    "status": {"type": "string", "description": "RQ's '<state> - <text>'"},
+                    "status_text": {"type": "string", "description": "the script's last words"},
                     "_attachments": {"type": "object", "additionalProperties": {
-                        "type": "object", "required": ["md5", "size", "path"],
-                        "properties": {"md5": {"type": "string"}, "size": {"type": "integer"},
-                                       "path": {"type": "string"}}}}}}
-SUMMARY = {"type": "object", "required": ["name", "admin_state", "status", "counts"],
-           "properties": {"name": {"type": "string"}, "url": {"type": "string"},
+                        "type": "object", "required": ["md5", "size"],
+                        "properties": {"md5": {"type": "string"},
+                                       "size": {"type": "integer"}}}}}}
+SUMMARY = {"type": "object", "required": ["status"],
+           "description": "RQ's shape (a DOWN queue: status only), rqsys's fields beside",
+           "properties": {"status": {"enum": ["UP", "PAUSE", "DOWN", "SCRIPTERROR"]},
+                          "uptime": {"type": "integer", "minimum": 0},
+                          **{f"{s}_size": {"type": "integer"} for s in STATES},
+                          "name": {"type": "string"}, "url": {"type": "string"},
                           "admin_state": {"enum": ["UP", "PAUSE", "DOWN"]},
-                          "status": {"type": "string"}, "num_workers": {"type": "integer"},
+                          "status_line": {"type": "string"}, "error": {"type": "string"},
+                          "num_workers": {"type": "integer"},
                           "counts": {"type": "object",
                                      "additionalProperties": {"type": "integer"}}}}
 FORM_POST: dict[str, Any] = {"type": "object", "properties": {
@@ -74,24 +92,35 @@ TEXT = {"type": "string"}
 
 def _paths() -> dict[str, Any]:
     qm = [QUEUE, MSG_ID]
-    mesg_form = _with({"mesg": {"type": "string", "description": "the message as JSON text"},
+    mesg_form = _with({"mesg": {"type": "string", "contentMediaType": "application/json",
+                                "contentSchema": MESSAGE,
+                                "description": "the message as JSON text; RQ's _method "
+                                               "(commit | prep | single_que) goes inside it"},
                        **{f"mesg_{f}": {"type": "string"} for f in (
                            "src", "param1", "param2", "param3", "param4")},
                        "mesg_max_count": {"type": "string", "pattern": "^[0-9]{1,5}$"},
-                       "_method": {"enum": ["commit", "prep", "single_que"]}})
+                       "_method": {"enum": ["commit", "prep", "single_que"],
+                                   "description": "outside mesg: what older rqsys sent"}})
+    new_queue = _with({"queue[name]": {"type": "string"}, "queue[script]": {"type": "string"},
+                       "queue[num_workers]": {"type": "string"},
+                       "queue[exec_prefix]": {"type": "string"},
+                       "name": {"type": "string"}, "script": {"type": "string"},
+                       "num_workers": {"type": "integer"}})
     return {
         "/": _get([], HTML, "Dashboard (HTML)", "text/html"),
         "/q.json": _get([], {"type": "array", "items": {"type": "string"}}, "Queue names"),
-        "/q.txt": _get([], TEXT, "Queue names, one a line", "text/plain"),
-        "/q/{name}.json": _get([QUEUE], SUMMARY, "Queue summary: counts, admin state"),
-        "/q/{name}.txt": _get([QUEUE], TEXT, "Queue summary as text", "text/plain"),
+        "/q.txt": _get([], TEXT, "RQ's queue list: one q/<name>.txt line each", "text/plain"),
+        "/q/{name}.json": _get([QUEUE], SUMMARY, "RQ's queue summary: status, uptime, sizes"),
+        "/q/{name}.txt": _get([QUEUE], TEXT, "RQ's summary lines (status: UP, uptime: N, "
+                                             "prep: N, ...)", "text/plain"),
         "/q/{name}/config.json": _get([QUEUE], {"type": "object"}, "Effective queue config"),
         "/q/{name}/done.json": {"get": {
             "summary": "Newest done message ids", "parameters": [QUEUE, {
                 "name": "limit", "in": "query", "required": False,
                 "schema": {"type": "integer", "minimum": 0, "maximum": 1000}}],
             "responses": _answers({"type": "array", "items": {"type": "string"}})}},
-        "/q/{name}/new_message": _post([QUEUE], mesg_form, "Create a message (mesg=<JSON>)"),
+        "/q/{name}/new_message": _post([QUEUE], mesg_form,
+                                       "Create a message (mesg=<JSON>, _method inside)"),
         "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {
             "enum": ["up", "down", "pause", "resume"]}}), "Set the admin state"),
         "/q/{name}/{mid}.json": _get(qm, MESSAGE_JSON, "A message with state and status"),
@@ -117,14 +146,14 @@ def _paths() -> dict[str, Any]:
                                                "An attachment", "application/octet-stream"),
         "/q/{name}/{mid}/attach/new": _post(qm, {
             "type": "object", "required": ["filedata"],
-            "properties": {"filedata": {"type": "string", "format": "binary"}}},
-            "Attach a file to a prep message", ctype="multipart/form-data"),
+            "properties": {"x_format": {"enum": ["json", "html"]},
+                           "filedata": {"type": "string", "format": "binary"}}},
+            "Attach a file to a prep message (answers '<md5>-Attached successfully')",
+            ctype="multipart/form-data"),
         "/q/{name}/{mid}/clone": _post(qm, FORM_POST, "Clone a message"),
         "/q/{name}/{mid}/run_now": _post(qm, FORM_POST, "Make a queued message due now"),
-        "/new_queue": _post([], _with({"name": {"type": "string"},
-                                       "script": {"type": "string"},
-                                       "num_workers": {"type": "integer"}}),
-                            "Create a queue (allow_new_queue)"),
+        "/new_queue": _post([], new_queue, "Create a queue (allow_new_queue): RQ's "
+                                           "queue[...] form fields or plain ones"),
     }
 
 
