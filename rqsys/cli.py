@@ -157,7 +157,7 @@ def _add_msg_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--count", type=int, help="runs so far (kept, as RQ keeps it)")
     parser.add_argument("--max_count", type=int, help="runs allowed with resend (default 15)")
     parser.add_argument("--force_remote", action="store_true", help="send through relay")
-    parser.add_argument("--relay-ok", "--relay_ok", dest="relay_ok", action="store_true",
+    parser.add_argument("--relay-ok", dest="relay_ok", action="store_true",
                         help="RQ's consent to relay a URL dest; accepted, URLs always relay")
     parser.add_argument("--attach", action="append", metavar="PATH",
                         help="attach a file (repeatable)")
