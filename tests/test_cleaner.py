@@ -19,7 +19,7 @@ from conftest import wait_for
 
 from rqsys import config
 from rqsys.errors import BadRequest
-from rqsys.scripts.install import install_special_queues
+from rqsys.special import install_special_queues
 from rqsys.store import Layout, QueueStore
 
 DAY = 86400

@@ -23,7 +23,7 @@ import pytest
 from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
 
-from rqsys.scripts.install import special_config
+from rqsys.special import special_config
 
 PEER = Path(__file__).with_name("relay_peer.py")
 PEER_PORT = 8080

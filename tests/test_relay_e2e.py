@@ -26,7 +26,7 @@ import pytest
 from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
 
-from rqsys.scripts.install import special_config
+from rqsys.special import special_config
 from rqsys.store import STATES, QueueStore, file_md5
 
 RQ = [str(Path(sys.executable).parent / "rq")]

@@ -10,11 +10,10 @@ import pytest
 
 from rqsys.errors import BadRequest
 from rqsys.scripts.cleaner import parse_days
-from rqsys.scripts.install import SPECIAL_QUEUES, install_special_queues
 from rqsys.scripts.jobkit import Job
 from rqsys.scripts.relay import Relay, RelayLoop, state_of, target_queue_url, url_parts
 from rqsys.scripts.rqhttp import Peer, PeerError, PeerRefused, PeerUnknown, Reply, rq_answer
-from rqsys.scripts.webhook import webhook_message
+from rqsys.special import SPECIAL_QUEUES, install_special_queues, webhook_message
 from rqsys.store import Layout
 
 HOST = "http://a.example:3333/"
