@@ -57,3 +57,15 @@ def test_line_feeding_across_chunks_and_overlong_lines():
     assert [c.text for c in got] == ["abc", "x"]
     got = wk._feed(b"run " + b"z" * (MAX_LINE * 2) + b"\ndone y\n")
     assert got[0].kind == "run" and "was cut" in str(got[1]) and got[2].text == "y"
+
+
+def test_dup_answers_are_written_in_the_order_the_script_asked():
+    wk = worker()
+    first, second, third = wk.expect_reply(), wk.expect_reply(), wk.expect_reply()
+    # The second answer comes first (a fast peer): it waits for the first
+    second.append("ok http://h/q/b/2\n")
+    assert wk.ready_replies() == []
+    first.append("fail queue a: timed out\n")
+    assert wk.ready_replies() == ["fail queue a: timed out\n", "ok http://h/q/b/2\n"]
+    third.append("ok http://h/q/c/3\n")
+    assert wk.ready_replies() == ["ok http://h/q/c/3\n"] and wk.ready_replies() == []
