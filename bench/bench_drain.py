@@ -1,0 +1,226 @@
+"""Drain scaling and the queue daemon's cost per message (issue 15).
+
+Gate, then drain: N no-op messages (``echo done >&3``) are queued while the
+queue cannot start them, then released, and timed until the last has ended.
+Beside rqsys, in the same run and on the same script:
+
+* the raw ceiling: Python ``posix_spawn`` of the script, N slots in flight;
+* task-spooler (Debian ``task-spooler``, ``tsp -S N``), gated by N jobs that
+  block on a FIFO until released.
+
+For rqsys it also prints the daemon's own CPU per message (utime + stime of
+every thread from ``/proc``, a figure steady even when wall-clock rates
+wobble), how much of each message's wall time the loop thread was busy, and,
+when strace is installed, the daemon's system calls per message (every
+thread, not the scripts).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_queue import Daemon, make_queue, report
+from scratch import make_scratch
+
+from rqsys.client import QueueClient
+from rqsys.store import Layout
+
+N = 800  # task-spooler's server takes at most 1,000 clients, one per queued job
+ROUNDS = 3  # each figure is the median of this many gated drains
+SLOTS = (2, 8)
+STRACE_N = 1000
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """utime + stime of a process (all threads) or of one of its threads."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+# ----------------------------------------------------------------- the ceiling
+def ceiling(script: Path, slots: int, n: int) -> float:
+    """runs/s of posix_spawn with fd 3 on a pipe, ``slots`` in flight."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    actions = [(os.POSIX_SPAWN_DUP2, write_end, 3)]
+    running, started = 0, time.perf_counter()
+    for _ in range(n):
+        if running == slots:
+            os.wait()
+            running -= 1
+        os.posix_spawn(str(script), [str(script)], os.environ, file_actions=actions)
+        running += 1
+        _drain(read_end)
+    for _ in range(running):
+        os.wait()
+    elapsed = time.perf_counter() - started
+    os.close(read_end)
+    os.close(write_end)
+    return n / elapsed
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 65536):
+            pass
+    except BlockingIOError:
+        pass
+
+
+# ----------------------------------------------------------------- task-spooler
+def task_spooler(scratch: Path, slots: int, n: int) -> float | None:
+    """jobs/s of ``tsp -S slots`` over n jobs, gated; None without tsp."""
+    tsp = shutil.which("tsp") or shutil.which("ts")
+    if tsp is None:
+        return None
+    scratch.mkdir()
+    env = dict(os.environ, TS_SOCKET=str(scratch / f"tsp-{slots}.sock"),
+               TS_MAXFINISHED=str(n + slots + 10), TMPDIR=str(scratch))
+    gate = scratch / f"gate-{slots}"
+    os.mkfifo(gate)
+    job = scratch / "tsp-job"
+    job.write_text("#!/bin/sh\necho done\n")
+    job.chmod(0o755)
+
+    def tsp_run(*args: str) -> None:
+        subprocess.run([tsp, *args], env=env, check=True, stdout=subprocess.DEVNULL)
+
+    tsp_run("-S", str(slots))
+    for _ in range(slots):
+        tsp_run("-n", "sh", "-c", f"cat {gate} > /dev/null")
+    for _ in range(n):
+        tsp_run("-n", str(job))
+    _wait_running(tsp, env, slots)
+    started = time.perf_counter()
+    os.close(os.open(gate, os.O_WRONLY))  # every gate job reads EOF and ends
+    tsp_run("-w")  # waits for the last job
+    elapsed = time.perf_counter() - started
+    tsp_run("-K")
+    return n / elapsed
+
+
+def _wait_running(tsp: str, env: dict[str, str], slots: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listing = subprocess.run([tsp], env=env, capture_output=True, text=True).stdout
+        if listing.count(" running ") >= slots:
+            return
+        time.sleep(0.05)
+    raise RuntimeError("task-spooler gate jobs did not start")
+
+
+# ----------------------------------------------------------------- rqsys
+def rqsys_drain(daemon: Daemon, layout: Layout, name: str, n: int,
+                strace_out: Path | None = None) -> dict[str, float]:
+    """Gate (pause), queue n, resume; rate and the daemon's cost per message."""
+    pid = daemon.proc.pid
+    with QueueClient(layout, name) as client:
+        client.call("adminoper", oper="pause")
+        done = client.call("counts")["counts"]["done"]
+        for _ in range(n):
+            client.call("create", msg={})
+        tracer = _strace(pid, strace_out) if strace_out else None
+        cpu0, loop0 = cpu_seconds(pid), cpu_seconds(pid, pid)
+        started = time.perf_counter()
+        client.call("adminoper", oper="up")
+        while client.call("counts")["counts"]["done"] < done + n:
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        cpu, loop = cpu_seconds(pid) - cpu0, cpu_seconds(pid, pid) - loop0
+    if tracer is not None:
+        tracer.terminate()
+        tracer.wait(30)
+    return {"rate": n / elapsed, "cpu_us": cpu / n * 1e6, "loop_busy_us": loop / n * 1e6,
+            "wall_us": elapsed / n * 1e6}
+
+
+def _strace(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    if shutil.which("strace") is None:
+        return None
+    tids = [f"-p{t}" for t in os.listdir(f"/proc/{pid}/task")]
+    tracer = subprocess.Popen(["strace", "-c", "-o", str(out), *tids],
+                              stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # attached to every thread before the gate opens
+    return tracer
+
+
+def syscalls_per_message(out: Path, n: int) -> float | None:
+    """The 'total' line of ``strace -c`` over n messages."""
+    if not out.exists():
+        return None
+    for line in out.read_text().splitlines():
+        if line.strip().endswith("total"):
+            return int(line.split()[3]) / n  # % time, seconds, usecs/call, calls
+    return None
+
+
+def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
+    name = f"drain{slots}"
+    script = make_queue(layout, name, "echo done >&3", num_workers=slots)
+    daemon = Daemon(layout, name)
+    bases, spoolers, runs = [], [], []
+    try:
+        rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches
+        for r in range(ROUNDS):  # alternate, so drift of the machine hits all three
+            bases.append(ceiling(script, slots, N))
+            spoolers.append(task_spooler(scratch / f"tsp-{slots}-{r}", slots, N))
+            runs.append(rqsys_drain(daemon, layout, name, N))
+        traced = scratch / f"strace-{slots}.txt"
+        rqsys_drain(daemon, layout, name, STRACE_N, traced)
+    finally:
+        daemon.stop()
+    base = statistics.median(bases)
+    spooler = None if None in spoolers else statistics.median(s for s in spoolers if s)
+    got = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
+    _report_slots(slots, base, spooler, got, syscalls_per_message(traced, STRACE_N))
+
+
+def _report_slots(slots: int, base: float, spooler: float | None, got: dict[str, float],
+                  calls: float | None) -> None:
+    rate, ratio = got["rate"], got["rate"] / base
+    report(f"raw posix_spawn ceiling, {slots} slots", f"{base:8.0f} runs/s")
+    if spooler is None:
+        report(f"task-spooler -S {slots}", "     n/a (apt-get install task-spooler)")
+    else:
+        report(f"task-spooler -S {slots}",
+               f"{spooler:8.0f} jobs/s ({spooler / base:.0%} of ceiling)")
+    target = "target >= 75% of ceiling" if slots == 2 else "target >= 1.2x task-spooler"
+    ok = ratio >= 0.75 if slots == 2 else spooler is not None and rate >= 1.2 * spooler
+    vs = f", {rate / spooler:.2f}x task-spooler" if spooler else ""
+    report(f"rqsys drain, num_workers {slots}", f"{rate:8.0f} msgs/s ({ratio:.0%} of ceiling"
+           f"{vs}; {target})", "PASS" if ok else "MISS")
+    cpu = got["cpu_us"]
+    report(f"  daemon CPU per message, {slots} workers",
+           f"{cpu:8.0f} us (target <= 150 us)", "PASS" if cpu <= 150 else "MISS")
+    report("  loop thread busy / wall per message",
+           f"{got['loop_busy_us']:8.0f} us of {got['wall_us']:.0f} us")
+    if calls is None:
+        report("  daemon syscalls per message", "     n/a (apt-get install strace)")
+    else:
+        report("  daemon syscalls per message", f"{calls:8.1f} (target <= 16)",
+               "PASS" if calls <= 16 else "MISS")
+
+
+def main() -> int:
+    scratch = make_scratch("drain-")
+    layout = Layout(scratch / "root", scratch / "root" / "sock")
+    layout.make_dirs()
+    layout.socket_dir.mkdir()
+    try:
+        for slots in SLOTS:
+            bench_slots(layout, scratch, slots)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
