@@ -107,13 +107,22 @@ def queue_for_dest(dest: str, force_remote: bool = False) -> str:
     return check_queue_name(dest)
 
 
+def local_queue_of(url: str, sysconfig: dict[str, Any]) -> str | None:
+    """The queue a URL names when it names one of this rqsys's queues, else None
+    (a queue accepts a message whose dest is its own URL, as RQ's web does)."""
+    if not is_remote(url) or not is_local_url(url, sysconfig):
+        return None
+    return split_queue_url(url)
+
+
 def route(dest: str, sysconfig: dict[str, Any], force_remote: bool = False) -> str:
     """The local queue that takes a message for ``dest``, with a shortcut RQ does not
-    have: a URL naming this rqsys goes straight to that queue (timers use it)."""
+    have: a URL naming this rqsys goes straight to that queue.  New code follows
+    RQ with :func:`queue_for_dest` (this stays until its last callers move)."""
     if is_remote(dest):
-        if force_remote or not is_local_url(dest, sysconfig):
+        if force_remote:
             return RELAY_QUEUE
-        return split_queue_url(dest)
+        return local_queue_of(dest, sysconfig) or RELAY_QUEUE
     return RELAY_QUEUE if force_remote else check_queue_name(dest)
 
 

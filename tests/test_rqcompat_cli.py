@@ -11,7 +11,7 @@ import sys
 import pytest
 from daemon_util import settle
 
-from rqsys import cli
+from rqsys import cli, client
 
 RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
 RQSYS = [sys.executable, "-m", "rqsys.cli"]
@@ -113,3 +113,20 @@ def test_rqsys_errors_are_one_line_never_a_traceback(layout, args, words):
     assert proc.returncode == cli.RET_FAIL, proc.stderr
     assert proc.stderr.startswith("rqsys: ") and proc.stderr.count("\n") == 1
     assert words in proc.stderr and "Traceback" not in proc.stderr
+
+
+SYSCONFIG = {"host": "box", "port": 3333, "relative_root": "/"}
+
+
+@pytest.mark.parametrize("dest, force, queue", [
+    ("test", False, "test"), ("test", True, "relay"),
+    ("http://box:3333/q/test", False, "relay"), ("http://far:3333/q/test", False, "relay")])
+def test_queue_for_dest_is_rqs_rule(dest, force, queue):
+    assert client.queue_for_dest(dest, force) == queue
+
+
+@pytest.mark.parametrize("url, queue", [
+    ("http://box:3333/q/test", "test"), ("http://127.0.0.1:3333/q/test", "test"),
+    ("http://box:4444/q/test", None), ("http://far:3333/q/test", None), ("test", None)])
+def test_local_queue_of(url, queue):
+    assert client.local_queue_of(url, SYSCONFIG) == queue
