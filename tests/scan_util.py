@@ -25,6 +25,9 @@ SCRUB = ("RQ_SUPERVISOR_PID", "INVOCATION_ID", "NOTIFY_SOCKET", "JOURNAL_STREAM"
          "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC")
 
 
+DEADLINE = 60.0  # seconds to wait for an event; generous, as a loaded machine is slow
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUB}
     env.update(extra)
@@ -49,7 +52,7 @@ class LoggedProcess:
     def log(self) -> str:
         return self.logfile.read_text()
 
-    def wait_log(self, text: str, timeout: float = 15.0, count: int = 1) -> str:
+    def wait_log(self, text: str, timeout: float = DEADLINE, count: int = 1) -> str:
         def seen() -> bool:
             if self.proc.poll() is not None:
                 pytest.fail(f"process exited {self.proc.returncode}:\n{self.log()}")
@@ -97,7 +100,7 @@ def start_serve(layout: Layout, scandir: Path, logfile: Path) -> LoggedProcess:
 
 
 def call(layout: Layout, queue: str, op: str, **args: Any) -> dict[str, Any]:
-    with QueueClient(layout, queue, timeout=20.0) as client:
+    with QueueClient(layout, queue, timeout=DEADLINE) as client:
         return client.call(op, **args)
 
 
@@ -115,5 +118,5 @@ def make_entry(base: Path, name: str, body: str, **cfg: Any) -> Path:
     return entry
 
 
-def wait_gone(path: Path, timeout: float = 15.0) -> None:
+def wait_gone(path: Path, timeout: float = DEADLINE) -> None:
     wait_for(lambda: not path.exists(), timeout, f"{path} to go away")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from scan_util import call, make_entry, start_scan, start_serve, started, wait_gone
+from scan_util import DEADLINE, call, make_entry, start_scan, start_serve, started, wait_gone
 
 from rqsys.scandir import scandir_queues
 from rqsys.store import DISABLED_MARK, QueueStore
@@ -51,7 +51,7 @@ def effective(layout, name: str) -> dict:
 def run_to_end(layout, queue: str, **msg) -> tuple[str, str]:
     """Send a message and wait for its final state; (state, status text)."""
     msg_id = call(layout, queue, "create", msg=msg)["msg_id"]
-    reply = wait_for(lambda: _final(layout, queue, msg_id), 20, f"{queue}/{msg_id} to end")
+    reply = wait_for(lambda: _final(layout, queue, msg_id), DEADLINE, f"{queue}/{msg_id} to end")
     return reply["state"], reply["status"]
 
 
@@ -68,7 +68,7 @@ def test_new_link_brings_up_a_queue_that_runs_messages(layout, scandir, scripts,
     # When the operator links it in
     (scandir / "greet").symlink_to(entry)
     # Then the queue has its effective config, form link and a daemon that runs messages
-    wait_for(lambda: layout.socket_path("greet").exists(), 10, "greet's socket")
+    wait_for(lambda: layout.socket_path("greet").exists(), DEADLINE, "greet's socket")
     cfg = effective(layout, "greet")
     assert cfg["script"] == os.path.realpath(entry / "run") and cfg["num_workers"] == 2
     assert os.readlink(layout.queue_dir("greet") / "form.json") == str(entry / "form.json")
@@ -83,9 +83,11 @@ def test_link_swap_reinstalls_and_reloads_the_daemon(layout, scandir, scripts, s
     (scandir / "work").symlink_to(old)
     proc = serve()
     assert run_to_end(layout, "work") == ("done", "v1")
-    # When the link is replaced atomically, as the RQ README says
-    subprocess.run(["sh", "-c", f"ln -sfn {new} tmp && mv -T tmp work"], cwd=scandir,
-                   check=True)
+    # When the link is replaced atomically, as our README says: the new link is made
+    # outside the scandir, then renamed over the old one (made inside, a 'tmp' entry
+    # would be a queue of its own whenever ln and mv are more than 20 ms apart)
+    subprocess.run(["sh", "-c", f"ln -sfn {new} tmp && mv -T tmp {scandir}/work"],
+                   cwd=scripts, check=True)
     # Then the daemon reloads the new config, and no 'tmp' queue ever appears
     proc.wait_log("work: daemon: configuration reloaded")
     assert effective(layout, "work")["script"] == str(new / "run")
@@ -108,7 +110,7 @@ def test_edits_inside_the_target_reload_the_daemon(layout, scandir, scripts, ser
     assert call(layout, "edit", "config")["config"]["num_workers"] == 4
     # When a form.json appears there, it is linked; when run is rewritten, a reload
     (entry / "form.json").write_text("{}")
-    wait_for(lambda: (layout.queue_dir("edit") / "form.json").is_symlink(), 10, "form link")
+    wait_for(lambda: (layout.queue_dir("edit") / "form.json").is_symlink(), DEADLINE, "form link")
     (entry / "run").write_text('#!/bin/bash\necho "done two" >&3\n')
     proc.wait_log("edit: daemon: configuration reloaded", count=3)
     assert run_to_end(layout, "edit") == ("done", "two")
@@ -139,7 +141,7 @@ def test_bad_entries_make_no_queue_and_the_log_says_why(layout, scandir, scripts
     assert scandir_queues(layout) == []
     # When a bad one is fixed (run made executable), the queue appears
     (noexec / "run").chmod(0o755)
-    wait_for(lambda: scandir_queues(layout) == ["noexec"], 10, "noexec installed")
+    wait_for(lambda: scandir_queues(layout) == ["noexec"], DEADLINE, "noexec installed")
 
 
 def test_two_hundred_links_at_once_all_come_up(layout, scandir, scripts, serve):
@@ -167,11 +169,11 @@ def test_removal_while_a_script_runs_loses_nothing(layout, scandir, scripts, ser
     proc = serve()
     running = call(layout, "slow", "create", msg={})["msg_id"]
     queued = call(layout, "slow", "create", msg={"param1": "next"})["msg_id"]
-    wait_for(lambda: (scripts / "started").exists(), 15, "the script to start")
+    wait_for(lambda: (scripts / "started").exists(), DEADLINE, "the script to start")
     # When the link is removed
     (scandir / "slow").unlink()
     # Then the daemon stops (the script is requeued), and the queue moves to trash/
-    proc.wait_log("queue slow moved to", timeout=30)
+    proc.wait_log("queue slow moved to")
     assert not layout.queue_dir("slow").exists()
     wait_gone(layout.socket_path("slow"))
     [trashed] = layout.trash.glob("slow.*")
@@ -186,7 +188,7 @@ def test_restart_picks_up_changes_made_while_down(layout, scandir, scripts, scan
     for name in "abc":
         (scandir / name).symlink_to(make_entry(scripts, name, 'echo "done" >&3'))
     first = scan()
-    wait_for(lambda: scandir_queues(layout) == ["a", "b", "c"], 10, "a b c")
+    wait_for(lambda: scandir_queues(layout) == ["a", "b", "c"], DEADLINE, "a b c")
     assert first.stop() == 0
     # When, while it is down, a is removed, d added and c's config edited
     (scandir / "a").unlink()
@@ -225,17 +227,17 @@ def test_a_link_added_back_during_removal_makes_a_fresh_queue(layout, scandir, s
     (scandir / "back").symlink_to(entry)
     proc = serve()
     msg_id = call(layout, "back", "create", msg={})["msg_id"]
-    wait_for(lambda: (scripts / "started").exists(), 15, "the script to start")
+    wait_for(lambda: (scripts / "started").exists(), DEADLINE, "the script to start")
     # When the link is removed, and added back while the queue is being taken down
     (scandir / "back").unlink()
     proc.wait_log("queue back: scandir entry gone")
     (scandir / "back").symlink_to(entry)
     # Then the old queue (with its message) ends in trash/ and a fresh one is served
-    proc.wait_log("queue back moved to", timeout=30)
+    proc.wait_log("queue back moved to")
     proc.wait_log("queue back created from")  # the first one came from serve's own start-up
     [trashed] = layout.trash.glob("back.*")
     assert QueueStore(trashed).find(msg_id) == "que"
-    wait_for(lambda: layout.socket_path("back").exists(), 10, "back's socket again")
+    wait_for(lambda: layout.socket_path("back").exists(), DEADLINE, "back's socket again")
     assert call(layout, "back", "counts")["counts"]["que"] == 0
 
 

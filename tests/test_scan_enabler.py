@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 from conftest import wait_for
+from scan_util import DEADLINE
 
 from rqsys import enabler
 from rqsys.events import EventLog
@@ -94,8 +95,8 @@ def test_systemd_enabler_enables_reloads_and_disables_units(systemctl):
     sd.reload("a")
     pidfd = sd.disable("b")
     assert pidfd is not None
-    select.select([pidfd], [], [], 10)  # readable once systemctl has exited
-    wait_for(lambda: sd.stopped("b"), 10, "systemctl disable to finish")
+    select.select([pidfd], [], [], DEADLINE)  # readable once systemctl has exited
+    wait_for(lambda: sd.stopped("b"), DEADLINE, "systemctl disable to finish")
     os.close(pidfd)
     assert calls.read_text().splitlines() == [
         "enable --now rq@a.socket rq@b.socket",

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from conftest import wait_for
-from scan_util import start_scan, started
+from scan_util import DEADLINE, start_scan, started
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_timer_create_modify_remove(layout, scan, dest):
     # When a timer file appears, it fires at once
     write_timer(layout.timers / "hourly.json", param1="first")
     proc.wait_log("timer hourly: message")
-    wait_for(lambda: messages(dest) == 1, 10, "one message")
+    wait_for(lambda: messages(dest) == 1, DEADLINE, "one message")
     # When it is modified, the new content replaces it (and it does not fire again now)
     write_timer(layout.timers / "hourly.json", period=7200, param1="second")
     proc.wait_log("timer hourly changed: every 7200s")

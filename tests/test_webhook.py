@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
+from scan_util import DEADLINE
 
 from rqsys.errors import BadRequest
 from rqsys.special import special_config
@@ -70,7 +71,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         sink_dir = base / "sink"
         sink_dir.mkdir()
         lab.popen("c", [sys.executable, str(SINK), str(sink_dir), addr_c, str(SINK_PORT)])
-        wait_for(lambda: (sink_dir / "ready").exists(), 15, "the webhook sink")
+        wait_for(lambda: (sink_dir / "ready").exists(), DEADLINE, "the webhook sink")
         a.start(wait_queues=("job", "webhook"))
         yield World(a, sink_dir, f"http://{addr_c}:{SINK_PORT}/")
         a.stop()
@@ -126,9 +127,9 @@ def test_missing_webhook_queue_is_logged_not_fatal(layout: Any, make_queue: Any,
     job = daemon("job")
     msg_id = job.call("create", msg={"dest": "job",
                                      "post_run_webhook": ["http://127.0.0.1:9/"]})["msg_id"]
-    wait_for(lambda: job.call("state", msg_id=msg_id)["state"] == "done", 15, "done")
+    wait_for(lambda: job.call("state", msg_id=msg_id)["state"] == "done", DEADLINE, "done")
     # Then the daemon carries on and says why nobody was notified
     again = job.call("create", msg={"dest": "job"})["msg_id"]
-    wait_for(lambda: job.call("state", msg_id=again)["state"] == "done", 15, "done")
+    wait_for(lambda: job.call("state", msg_id=again)["state"] == "done", DEADLINE, "done")
     assert job.stop() == 0
     assert "webhook not queued: no queue named webhook" in job.stderr_text()
