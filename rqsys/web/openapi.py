@@ -90,22 +90,31 @@ HTML = {"type": "string"}
 TEXT = {"type": "string"}
 
 
+def _mesg_form() -> dict[str, Any]:
+    return _with({"mesg": {"type": "string", "contentMediaType": "application/json",
+                           "contentSchema": MESSAGE,
+                           "description": "the message as JSON text; RQ's _method "
+                                          "(commit | prep | single_que) goes inside it"},
+                  **{f"mesg_{f}": {"type": "string"} for f in (
+                      "src", "param1", "param2", "param3", "param4")},
+                  "mesg_max_count": {"type": "string", "pattern": "^[0-9]{1,5}$"},
+                  "_method": {"enum": ["commit", "prep", "single_que"],
+                              "description": "outside mesg: what older rqsys sent"}})
+
+
+def _new_queue_form() -> dict[str, Any]:
+    return _with({"queue[name]": {"type": "string"}, "queue[script]": {"type": "string"},
+                  "queue[num_workers]": {"type": "string"},
+                  "queue[exec_prefix]": {"type": "string"},
+                  "name": {"type": "string"}, "script": {"type": "string"},
+                  "num_workers": {"type": "integer"}})
+
+
 def _paths() -> dict[str, Any]:
-    qm = [QUEUE, MSG_ID]
-    mesg_form = _with({"mesg": {"type": "string", "contentMediaType": "application/json",
-                                "contentSchema": MESSAGE,
-                                "description": "the message as JSON text; RQ's _method "
-                                               "(commit | prep | single_que) goes inside it"},
-                       **{f"mesg_{f}": {"type": "string"} for f in (
-                           "src", "param1", "param2", "param3", "param4")},
-                       "mesg_max_count": {"type": "string", "pattern": "^[0-9]{1,5}$"},
-                       "_method": {"enum": ["commit", "prep", "single_que"],
-                                   "description": "outside mesg: what older rqsys sent"}})
-    new_queue = _with({"queue[name]": {"type": "string"}, "queue[script]": {"type": "string"},
-                       "queue[num_workers]": {"type": "string"},
-                       "queue[exec_prefix]": {"type": "string"},
-                       "name": {"type": "string"}, "script": {"type": "string"},
-                       "num_workers": {"type": "integer"}})
+    return {**_queue_paths(), **_message_paths()}
+
+
+def _queue_paths() -> dict[str, Any]:
     return {
         "/": _get([], HTML, "Dashboard (HTML)", "text/html"),
         "/q.json": _get([], {"type": "array", "items": {"type": "string"}}, "Queue names"),
@@ -119,10 +128,18 @@ def _paths() -> dict[str, Any]:
                 "name": "limit", "in": "query", "required": False,
                 "schema": {"type": "integer", "minimum": 0, "maximum": 1000}}],
             "responses": _answers({"type": "array", "items": {"type": "string"}})}},
-        "/q/{name}/new_message": _post([QUEUE], mesg_form,
+        "/q/{name}/new_message": _post([QUEUE], _mesg_form(),
                                        "Create a message (mesg=<JSON>, _method inside)"),
         "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {
             "enum": ["up", "down", "pause", "resume"]}}), "Set the admin state"),
+        "/new_queue": _post([], _new_queue_form(), "Create a queue (allow_new_queue): RQ's "
+                                           "queue[...] form fields or plain ones"),
+    }
+
+
+def _message_paths() -> dict[str, Any]:
+    qm = [QUEUE, MSG_ID]
+    return {
         "/q/{name}/{mid}.json": _get(qm, MESSAGE_JSON, "A message with state and status"),
         "/q/{name}/{mid}": _post(qm, _with({"_method": {"enum": ["delete", "destroy",
                                                                   "commit"]}}),
@@ -152,8 +169,6 @@ def _paths() -> dict[str, Any]:
             ctype="multipart/form-data"),
         "/q/{name}/{mid}/clone": _post(qm, FORM_POST, "Clone a message"),
         "/q/{name}/{mid}/run_now": _post(qm, FORM_POST, "Make a queued message due now"),
-        "/new_queue": _post([], new_queue, "Create a queue (allow_new_queue): RQ's "
-                                           "queue[...] form fields or plain ones"),
     }
 
 
