@@ -4,7 +4,9 @@ One selector holds the inotify fd (pyinotify), a signal wake-up socket and
 the pidfds of ``systemctl disable`` runs; the loop sleeps until one of them
 is readable or the next timer is due — no polling.  An event only marks an
 entry or timer file dirty; dirty ones are synced once events have settled
-for ``SETTLE`` seconds (so ``ln -sfn new tmp && mv -T tmp q`` is one change).
+for ``SETTLE`` seconds (so a burst of edits, or ``mv -T tmp q`` over an entry,
+is one change; a ``tmp`` link made inside the scandir is an entry of its own
+if it lives longer than that).
 inotify does not follow symlinks, so the directory each link points at is
 watched too.  A full rescan runs at start, on SIGHUP and after an inotify
 queue overflow.  A removed entry's queue is marked disabled, its daemon
