@@ -80,14 +80,14 @@ class Schedule:
         for entry in self._waiting.pop(key, []):
             heapq.heappush(self._heap, entry)
 
-    def take_coalesced(self, msg: Msg, now: float) -> list[tuple[str, Msg]]:
-        """Remove and return due queued messages with ``msg``'s coalesce key."""
+    def take_coalesced(self, msg: Msg) -> list[tuple[str, Msg]]:
+        """Remove and return the queued messages with ``msg``'s coalesce key,
+        whatever their due time (RQ's ``handle_dups``)."""
         key = param_key(msg, self.coalesce)
         if key is None:
             return []
-        same = [i for i in self._by_coalesce.get(key, ()) if due_time(self.msgs[i]) <= now]
         taken = []
-        for msg_id in sorted(same):
+        for msg_id in sorted(self._by_coalesce.pop(key, ())):
             found = self.remove(msg_id)
             if found is not None:
                 taken.append((msg_id, found))

@@ -23,6 +23,15 @@ SCRIPT_WRITE_FD = 3
 SCRIPT_READ_FD = 4
 
 
+class ExecFailed(SpawnError):
+    """The script could not be started: ``errno`` says why (E2BIG: its argv and
+    environment are too large; ENOENT, EACCES, ENOEXEC: the script is broken)."""
+
+    def __init__(self, path: str, errno: int) -> None:
+        super().__init__(f"cannot execute {path}: {os.strerror(errno)}")
+        self.errno = errno
+
+
 @dataclass
 class Child:
     """A running queue script and our ends of its pipes."""
@@ -86,7 +95,7 @@ def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path | str, out_
     if pid < 0:
         os.close(status_r)
         os.close(reply_w)
-        raise SpawnError(f"cannot execute {path}: {os.strerror(-pid)}")
+        raise ExecFailed(path, -pid)
     os.set_blocking(status_r, False)
     return Child(pid, os.pidfd_open(pid), status_r, reply_w)
 

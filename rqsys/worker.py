@@ -1,22 +1,28 @@
 """One running queue script: its status lines, and the verdict when it ends.
 
-Exit rules (RQ's): ``done`` counts only with exit status 0; ``err`` is err
-whatever the exit; ``resend`` goes back to que unless the count reached
-max_count; ``relayed`` ends in relayed; exiting without any of them, or with a
-non-zero status or a signal, is err.  The last terminal line wins.
+Exit rules (RQ's ``handle_child_close``): ``err`` is err whatever the exit;
+any other ending with a non-zero status or a signal is err with RQ's text
+``PROCESS EXITED IMPROPERLY - MOVING TO ERR - Completion was <done|resend|
+relayed|> but exit status was pid <pid> exit <n>`` (Ruby's Process::Status);
+``done`` and ``relayed`` end there; ``resend`` raises the count (RQ's
+``RQ_COUNT``: 0 on the first run, one more per resend) and goes back to que,
+unless the raised count reached max_count: then err, ``HIT MAX RESEND COUNT -
+MOVING TO ERR`` (and, unlike RQ, `` - <the resend's text>``); exiting 0
+without any of them is err.  The last terminal line wins.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from rqsys.errors import ProtocolError
 from rqsys.protocol import Command, parse_line
-from rqsys.spawn import Child, describe_exit
+from rqsys.spawn import Child
 
 MAX_LINE = 64 * 1024  # longer status lines are cut here; the command still counts
 
@@ -28,6 +34,7 @@ class Outcome:
     state: str  # done | err | relayed | que | deleted
     text: str
     delay: int = 0
+    recount: int = 0  # added to the message's count: 1 after a resend (RQ's count)
 
 
 @dataclass
@@ -106,17 +113,31 @@ class Worker:
             return Outcome("deleted", "destroyed")
         if self.stop_reason == "stopping":
             return Outcome("que", "requeued: the queue daemon stopped")
-        ended = describe_exit(wait_status)
         cmd = self.terminal
         if cmd is not None and cmd.kind == "err":
             return Outcome("err", cmd.text)
         if wait_status != 0:
-            said = f" after '{cmd.kind}'" if cmd else ""
-            return Outcome("err", f"script ended with {ended}{said}")
+            return Outcome("err", improper_exit(cmd.kind if cmd else "", self.child.pid,
+                                                wait_status))
         if cmd is None:
             return Outcome("err", "script exited 0 without sending done")
         if cmd.kind == "resend":
-            if int(self.msg.get("count", 0)) >= max_count:
-                return Outcome("err", f"resend limit reached ({max_count}): {cmd.text}")
-            return Outcome("que", cmd.text, delay=cmd.due)
+            if int(self.msg.get("count", 0)) + 1 >= max_count:
+                said = f" - {cmd.text}" if cmd.text else ""  # why it wanted to resend
+                return Outcome("err", f"HIT MAX RESEND COUNT - MOVING TO ERR{said}", recount=1)
+            return Outcome("que", cmd.text, delay=cmd.due, recount=1)
         return Outcome(cmd.kind, cmd.text)
+
+
+def improper_exit(completion: str, pid: int, wait_status: int) -> str:
+    """RQ's status text for a script that ended badly without sending ``err``
+    (``exit_status`` there is a Ruby Process::Status: ``pid N exit N`` or
+    ``pid N SIGNAME (signal N)``)."""
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        core = " (core dumped)" if os.WCOREDUMP(wait_status) else ""
+        status = f"pid {pid} {signal.Signals(sig).name} (signal {sig}){core}"
+    else:
+        status = f"pid {pid} exit {os.waitstatus_to_exitcode(wait_status)}"
+    return (f"PROCESS EXITED IMPROPERLY - MOVING TO ERR - Completion was {completion} "
+            f"but exit status was {status}")

@@ -38,8 +38,9 @@ def test_coalesce_params(layout, make_queue, daemon, tmp_path):
         assert settle(proc, msg_id)["state"] == "done"
     runs = runlog.read_text().split()
     assert runs == [xs[0], "x", y, "y"]
+    url = proc.call("get", msg_id=xs[0])["url"]
     for dup in xs[1:]:
-        assert proc.call("status", msg_id=dup)["status"] == f"coalesced with {xs[0]}: ran"
+        assert proc.call("status", msg_id=dup)["status"] == f"duplicate {url}"  # RQ's text
 
 
 def test_blocking_params(layout, make_queue, daemon, tmp_path):

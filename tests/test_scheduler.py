@@ -40,15 +40,18 @@ def test_blocking_keys_wait_and_release():
     assert s.pop_ready(1, set())[0] == "a2"
 
 
-def test_coalesce_takes_due_identical_messages():
+def test_coalesce_takes_identical_messages_whatever_their_due_time():
+    # RQ's handle_dups: every queued message with the same coalesce params
     s = Schedule([], [1, 2])
     s.add("x1", msg(param1="x", param2="1"))
     s.add("x2", msg(param1="x", param2="1"))
     s.add("x3", msg(due=99, param1="x", param2="1"))
     s.add("y", msg(param1="x", param2="2"))
     running = s.pop_ready(1, set())
-    assert [i for i, _m in s.take_coalesced(running[1], 1)] == ["x2"]
-    assert sorted(s.msgs) == ["x3", "y"]
+    assert [i for i, _m in s.take_coalesced(running[1])] == ["x2", "x3"]
+    assert sorted(s.msgs) == ["y"] and s.next_due() == 0
+    s.add("x3", msg(due=99, param1="x", param2="1"))  # back after a failed primary
+    assert [i for i, _m in s.take_coalesced(running[1])] == ["x3"]
 
 
 def test_single_que_match():

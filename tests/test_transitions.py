@@ -81,9 +81,9 @@ def test_commit_of_a_message_not_in_prep_is_refused(ledger):
         ledger.t.commit(msg_id, print)
 
 
-def test_start_counts_the_run_and_moves_que_to_run(ledger):
+def test_start_moves_que_to_run_with_rqs_count(ledger):
     msg_id, msg = ledger.run()
-    assert ledger.where(msg_id) == "run" and msg["count"] == 1
+    assert ledger.where(msg_id) == "run" and msg["count"] == 0  # RQ_COUNT 0: first run
     assert ledger.t.running == {msg_id: msg} and ledger.t.count("run") == 1
     assert ledger.t.count("que") == 0
     assert ledger.t.start_next(time.time(), set()) is None
@@ -109,13 +109,21 @@ def test_end_moves_run_to_its_final_state(ledger, state):
     assert ended == [(msg_id, msg, Outcome(state, "said so"))]
     assert ledger.where(msg_id) == state and ledger.t.count(state) == 1
     assert ledger.store.read_status(state, msg_id) == "said so"
-    assert ledger.store.read_msg(state, msg_id)["count"] == 1
+    assert ledger.store.read_msg(state, msg_id)["count"] == 0
+    assert not (ledger.store.msg_dir(state, msg_id) / "count").exists()
+
+
+def test_a_resend_that_hits_max_count_ends_with_the_raised_count(ledger):
+    msg_id, _msg = ledger.run(count=2)
+    ledger.t.end(msg_id, Outcome("err", "HIT MAX", recount=1), written="")
+    assert ledger.store.read_msg("err", msg_id)["count"] == 3
 
 
 def test_resend_is_busy_until_its_new_due_is_durable_then_queued(ledger):
     msg_id, _msg = ledger.run()
     before = time.time()
-    assert ledger.t.end(msg_id, Outcome("que", "later", delay=60), written="later") == []
+    assert ledger.t.end(msg_id, Outcome("que", "later", delay=60, recount=1),
+                        written="later") == []
     # Still in run/ while its msg is rewritten: no client may move it meanwhile
     assert ledger.where(msg_id) == "run" and ledger.t.busy(msg_id)
     with pytest.raises(BadRequest, match="being requeued"):
@@ -127,33 +135,44 @@ def test_resend_is_busy_until_its_new_due_is_durable_then_queued(ledger):
     assert ledger.schedule.msgs[msg_id] == on_disk
 
 
-def test_riders_end_with_the_message_they_were_coalesced_with(layout):
+def coalesced(layout, n=2):
+    """A ledger whose first message runs with ``n`` riders (one due later) and one other."""
     ledger = Ledger(layout, coalesce=[1])
     first = ledger.new(param1="x")
-    riders = [ledger.new(param1="x") for _ in range(2)]
+    riders = [ledger.new(param1="x", due=time.time() + 3600 * i) for i in range(n)]
     other = ledger.new(param1="y")
     picked = ledger.t.start_next(time.time(), set())
     assert picked is not None and picked[0] == first
-    ledger.t.coalesce(first, picked[2])
-    assert [ledger.where(i) for i in riders] == ["run", "run"]
-    assert ledger.t.busy(riders[0]).endswith(f"coalesced with {first}: destroy that one")
-    assert other in ledger.schedule and ledger.t.count("run") == 1
-    ended = ledger.t.end(first, Outcome("done", "ran"), written="ran")
+    ledger.t.coalesce(first, picked[2], f"http://h/q/q/{first}")
+    return ledger, first, riders, other
+
+
+@pytest.mark.parametrize("state", ["done", "relayed"])
+def test_riders_end_as_duplicates_of_a_primary_that_succeeded(layout, state):
+    ledger, first, riders, other = coalesced(layout)
+    # Riders stay in que/ on disk (a crash leaves them queued), out of the que in memory
+    assert [ledger.where(i) for i in riders] == ["que", "que"]
+    assert ledger.t.busy(riders[1]).endswith(f"coalesced with {first}: destroy that one")
+    assert list(ledger.schedule.msgs) == [other] and ledger.t.count("run") == 1
+    ended = ledger.t.end(first, Outcome(state, "ran"), written="ran")
     assert [e[0] for e in ended] == [first, *riders]
     for rider in riders:
-        assert ledger.store.read_status("done", rider) == f"coalesced with {first}: ran"
-    assert ledger.t.count("done") == 3
+        assert ledger.where(rider) == state
+        assert ledger.store.read_status(state, rider) == f"duplicate http://h/q/q/{first}"
+    assert ledger.t.count(state) == 3 and list(ledger.schedule.msgs) == [other]
 
 
-def test_riders_of_a_destroyed_message_wait_again(layout):
-    ledger = Ledger(layout, coalesce=[1])
-    first, rider = ledger.new(param1="x"), ledger.new(param1="x")
-    picked = ledger.t.start_next(time.time(), set())
-    ledger.t.coalesce(first, picked[2])
-    ledger.t.end(first, Outcome("deleted", "destroyed"), written="")
+@pytest.mark.parametrize("outcome", [Outcome("err", "by design"),
+                                     Outcome("que", "later", delay=8, recount=1),
+                                     Outcome("deleted", "destroyed")])
+def test_riders_of_a_primary_that_failed_wait_again_on_their_own(layout, outcome):
+    ledger, first, riders, other = coalesced(layout)
+    ended = ledger.t.end(first, outcome, written="")
+    assert [e[0] for e in ended] == ([first] if outcome.state == "err" else [])
     drain(ledger.background)
-    assert ledger.where(first) == "gone" and ledger.where(rider) == "que"
-    assert rider in ledger.schedule and ledger.t.counts()["que"] == 1
+    assert [ledger.where(i) for i in riders] == ["que", "que"]
+    assert set(riders) | {other} <= set(ledger.schedule.msgs)
+    assert ledger.t.count("done") == 0 and not ledger.t.busy(riders[0])
 
 
 @pytest.mark.parametrize("state", ["prep", "que", "done"])

@@ -13,10 +13,10 @@ EXIT0, EXIT1 = 0, 1 << 8
 KILLED = signal.SIGKILL
 
 
-def worker(last=None, count=1, **kw):
+def worker(last=None, count=0, pid=0, **kw):
     r, w = os.pipe()
     os.close(w)
-    wk = Worker("20240101.0000.00.000.0", {"count": count}, Child(0, r, r, r, closed={r}),
+    wk = Worker("20240101.0000.00.000.0", {"count": count}, Child(pid, r, r, r, closed={r}),
                 **kw)
     os.close(r)
     wk.terminal = parse_line(last) if last else None
@@ -33,15 +33,33 @@ def test_verdicts(last, status, state):
     assert worker(last).verdict(status, 15).state == state
 
 
-def test_resend_delay_and_limit():
-    assert worker(b"resend 7-x", count=3).verdict(0, 5).delay == 7
-    out = worker(b"resend 7-x", count=5).verdict(0, 5)
-    assert out.state == "err" and "resend limit reached (5)" in out.text
+def test_resend_delay_and_limit_count_as_rq():
+    # RQ's count is the resends so far; a resend raises it, and reaching max_count is err
+    out = worker(b"resend 7-x", count=3).verdict(0, 5)
+    assert (out.state, out.delay, out.recount) == ("que", 7, 1)
+    out = worker(b"resend 7-x", count=4).verdict(0, 5)
+    assert (out.state, out.text, out.recount) == \
+        ("err", "HIT MAX RESEND COUNT - MOVING TO ERR - x", 1)
+    assert worker(b"done x", count=4).verdict(0, 5).recount == 0
 
 
-def test_signal_is_named():
-    assert worker(b"run x").verdict(signal.SIGTERM, 15).text == \
-        "script ended with terminated by SIGTERM after 'run'"
+@pytest.mark.parametrize(("last", "status", "text"), [
+    (b"done sneaky", EXIT1, "Completion was done but exit status was pid 4242 exit 1"),
+    (b"resend 5-x", 3 << 8, "Completion was resend but exit status was pid 4242 exit 3"),
+    (b"relayed http://x/q/a/1", EXIT1, "Completion was relayed but exit status was pid 4242"),
+    (None, EXIT1, "Completion was  but exit status was pid 4242 exit 1"),
+    (None, signal.SIGTERM,
+     "Completion was  but exit status was pid 4242 SIGTERM (signal 15)"),
+])
+def test_improper_exit_is_rqs_text(last, status, text):
+    out = worker(last, pid=4242).verdict(status, 15)
+    assert out.state == "err"
+    assert out.text.startswith("PROCESS EXITED IMPROPERLY - MOVING TO ERR - ")
+    assert text in out.text
+
+
+def test_err_is_err_whatever_the_exit():
+    assert worker(b"err by design").verdict(EXIT1, 15).text == "by design"
     assert describe_exit(EXIT1) == "exit status 1"
 
 

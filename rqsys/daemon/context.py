@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rqsys import config
-from rqsys.client import route
+from rqsys.client import queue_for_dest, route
+from rqsys.daemon.adminfiles import AdminFiles, stricter
 from rqsys.errors import BadRequest, QueueDown
 from rqsys.message import is_remote
 from rqsys.store import Layout
@@ -15,19 +16,36 @@ from rqsys.store import Layout
 @dataclass
 class QueueContext:
     """The queue a daemon serves, as the loop last read it (a reload replaces
-    ``config`` and ``sysconfig``; an adminoper changes ``admin``)."""
+    ``config`` and ``sysconfig``; an adminoper changes ``admin_oper``, RQ's
+    admin files ``admin_files``; see ``adminfiles``)."""
 
     layout: Layout
     name: str
     sysconfig: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
-    admin: str = "UP"
+    admin_oper: str = "UP"  # rqsys's own, durable: rq adminoper down|pause|up|resume
+    admin_files: str = "UP"  # RQ's config/<q>.down and config/<q>.pause, as last read
     stopping: bool = False
+    files: AdminFiles | None = None
 
     @classmethod
     def load(cls, layout: Layout, name: str) -> QueueContext:
-        return cls(layout, name, config.load_system_config(layout),
-                   config.load_queue_config(layout, name))
+        ctx = cls(layout, name, config.load_system_config(layout),
+                  config.load_queue_config(layout, name))
+        ctx.files = AdminFiles(layout.config_file.parent, name)
+        ctx.refresh_admin()
+        return ctx
+
+    @property
+    def admin(self) -> str:
+        """UP, PAUSE or DOWN: the stricter of rqsys's admin state and RQ's files."""
+        return stricter(self.admin_oper, self.admin_files)
+
+    def refresh_admin(self) -> str:
+        """Read RQ's admin files again (two stats); the admin state now."""
+        if self.files is not None:
+            self.admin_files = self.files.state()
+        return self.admin
 
     def reload(self) -> None:
         """Re-read both configs; on an error (RQError) the old ones stay."""
@@ -41,6 +59,7 @@ class QueueContext:
 
     def check_accepting(self, strict: bool = False) -> None:
         """QueueDown unless new messages are taken (``strict``: not when PAUSEd either)."""
+        self.refresh_admin()
         if self.stopping:
             raise QueueDown(f"queue {self.name} is stopping")
         if self.admin == "DOWN" or (strict and self.admin == "PAUSE"):
@@ -58,6 +77,8 @@ class QueueContext:
             return
         raise BadRequest(f"dest {dest!r} is not queue {self.name}")
 
-    def route(self, dest: str, force_remote: bool) -> str:
-        """The local queue that takes a message for ``dest``."""
-        return route(dest, self.sysconfig, force_remote)
+    @staticmethod
+    def dup_target(dest: str) -> str:
+        """The local queue that takes a script's ``dup`` to ``dest``: RQ's rule,
+        any URL (this host's too) goes to the relay queue, a name to that queue."""
+        return queue_for_dest(dest)

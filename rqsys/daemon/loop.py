@@ -38,7 +38,6 @@ from rqsys.systemd import Notifier, default_idle_timeout
 from rqsys.unixsock import listen_unix
 
 ExtraOps = Mapping[str, tuple[Handler, dict[str, Any]]]
-ALWAYS_REGISTERED = 3  # the listener, the signal socket, the background pipe
 WEBHOOK_LANE = peer_lane(WEBHOOK_QUEUE)
 
 
@@ -87,7 +86,7 @@ class QueueDaemon:
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.ledger.load()
-        self.ctx.admin = self.store.admin_state()
+        self.ctx.admin_oper = self.store.admin_state()
         self.server.listen(self.listener or listen_unix(
             self.ctx.layout.socket_path(self.ctx.name)))
         self.signals = SignalFlags()
@@ -95,6 +94,10 @@ class QueueDaemon:
         self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
         self.selector.register(self.background, selectors.EVENT_READ,
                                lambda _key, _mask: self.background.run_finished())
+        if self.ctx.files is not None:
+            self.ctx.files.watch(self.selector, self._admin_files_changed)
+        # the listener, signals, background pipe, admin files' watch: more are clients, scripts
+        self.always_registered = len(self.selector.get_map())
         self.notifier.ready(self.status_line())
 
     # ---------------------------------------------------------------- the loop
@@ -116,6 +119,8 @@ class QueueDaemon:
         return 0
 
     def _shut_down(self) -> None:
+        if self.ctx.files is not None:
+            self.ctx.files.close(self.selector)
         self.store.spares.stop()
         self.background.close()
         self.runner.output.close_all()
@@ -162,7 +167,7 @@ class QueueDaemon:
     def _is_idle(self) -> bool:
         busy = (self.runner.workers or len(self.schedule) or self.intake.pending
                 or self.background.busy())
-        others = len(self.selector.get_map()) > ALWAYS_REGISTERED  # clients, scripts
+        others = len(self.selector.get_map()) > self.always_registered  # clients, scripts
         return not busy and not others and self.stopping_until is None
 
     def _idle_timeout(self) -> float:
@@ -204,6 +209,14 @@ class QueueDaemon:
         self.ctx.stopping = True
         self.server.stop_listening()
         self.runner.stop_all()
+
+    def _admin_files_changed(self) -> None:
+        """inotify saw a change in config/: RQ's admin files are read again (the
+        turn then starts what a resumed queue may run)."""
+        before = self.ctx.admin
+        if self.ctx.refresh_admin() != before:
+            self.log.event("daemon", f"admin state {self.ctx.admin} (RQ's admin files: "
+                           f"{self.ctx.admin_files}, adminoper: {self.ctx.admin_oper})")
 
     def reload(self) -> None:
         """Re-read the queue config; running scripts are not disturbed."""

@@ -57,11 +57,12 @@ class Ops:
         return {"ok": True, "queue": self.ctx.name, "pid": os.getpid()}
 
     def counts(self, r: Request) -> Reply:
-        return {"ok": True, "counts": self.ledger.counts(), "admin": self.ctx.admin,
+        # RQ: "asking for status is a kick" (its admin files are read again)
+        return {"ok": True, "counts": self.ledger.counts(), "admin": self.ctx.refresh_admin(),
                 "num_workers": self.ctx.config["num_workers"], "status": self._status_line()}
 
     def config(self, r: Request) -> Reply:
-        return {"ok": True, "config": self.ctx.config, "admin": self.ctx.admin}
+        return {"ok": True, "config": self.ctx.config, "admin": self.ctx.refresh_admin()}
 
     def list(self, r: Request) -> Reply:
         state = r.args.get("state", "que")
@@ -134,18 +135,27 @@ class Ops:
         return {"ok": True, "removed": self.ledger.prune(time.time(), days, prep_days)}
 
     def adminoper(self, r: Request) -> None:
-        """up, down, pause or resume: in force once durable (then answered)."""
-        admin = ADMIN_OPERS[r.args["oper"]]
+        """up, down, pause or resume: in force once durable (then answered with
+        the queue's state, which RQ's admin files may keep stricter; ``up`` and
+        ``resume`` remove RQ's ``.down`` and ``.pause`` files as RQ's do)."""
+        oper = r.args["oper"]
+        admin = ADMIN_OPERS[oper]
+
+        def save() -> None:
+            self.store.set_admin_state(admin)
+            if self.ctx.files is not None:
+                self.ctx.files.remove_for(oper)
 
         def saved(_result: Any, error: BaseException | None) -> None:
             if error is not None:
                 r.fail(error)
                 return
-            self.ctx.admin = admin
-            self.log.event("daemon", f"admin state {admin}")
-            r.answer({"ok": True, "admin": admin})
+            self.ctx.admin_oper = admin
+            self.log.event("daemon", f"admin state {self.ctx.refresh_admin()} "
+                           f"(adminoper {admin}, RQ's admin files {self.ctx.admin_files})")
+            r.answer({"ok": True, "admin": self.ctx.admin})
 
-        self.background.submit(lambda: self.store.set_admin_state(admin), saved, SYNC)
+        self.background.submit(save, saved, SYNC)
 
     def reload(self, r: Request) -> Reply:
         self._reload()

@@ -10,18 +10,19 @@ order the script asked.
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import signal
 import time
 from typing import Any
 
-from rqsys import config
+from rqsys import config, limits
 from rqsys.daemon import tunables
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
-from rqsys.daemon.transitions import Msg, Transitions
+from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import ProtocolError, RQError, SpawnError
 from rqsys.events import EventLog
 from rqsys.message import param_key
@@ -30,7 +31,7 @@ from rqsys.protocol import Command
 from rqsys.spawn import script_argv, spawn
 from rqsys.store import QueueStore
 from rqsys.systemd import child_environ
-from rqsys.worker import Worker
+from rqsys.worker import Outcome, Worker
 
 
 class Runner:
@@ -91,22 +92,41 @@ class Runner:
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
         job = self.store.job_dir(msg_id)
         out = self.output.open(f"{job}/stdio.log", msg_id, msg["count"])
+        env = self._script_env(msg_id, msg, argv[-1], job)
         try:
-            child = spawn(argv, path, self._script_env(msg_id, msg, argv[-1], job), job, out)
+            child = spawn(argv, path, env, job, out)
         except SpawnError as exc:
-            self.ledger.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
-            self._set_script_error(str(exc))
+            self._not_started(msg_id, queued, exc, env, argv)
             return
         finally:
             os.close(out)
         worker = Worker(msg_id, msg, child)
-        self.ledger.coalesce(msg_id, msg)
+        self.ledger.coalesce(msg_id, msg, self.ctx.url(msg_id))
         self.workers[msg_id] = worker
         self.selector.register(child.status_r, selectors.EVENT_READ, self._on_status)
         self.selector.register(child.pidfd, selectors.EVENT_READ, self._on_exit)
         self._fd_worker[child.status_r] = self._fd_worker[child.pidfd] = worker
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"])
+
+    def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],
+                     argv: list[str]) -> None:
+        """The script could not be started.  When the message is why (E2BIG: its
+        params do not fit in an environment, with the queue's own environment
+        fitting alone), it alone ends in err and the queue goes on; anything
+        else is the queue's script (SCRIPTERROR): the message waits in que."""
+        errno_ = getattr(exc, "errno", None)
+        if errno_ == errno.E2BIG and not limits.env_problem(self._queue_env(), tuple(argv)):
+            why = limits.env_problem(env, tuple(argv)) or "its environment is too large"
+            text = f"cannot start the script for this message: {exc} ({why})"
+            self.log.event("err", text, msg_id)
+            self._webhooks(self.ledger.end(msg_id, Outcome("err", text), ""))
+            return
+        if errno_ == errno.E2BIG:
+            exc = SpawnError(f"{exc}: the queue's own environment is too large "
+                             f"({limits.env_problem(self._queue_env(), tuple(argv))})")
+        self.ledger.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
+        self._set_script_error(str(exc))
 
     def _script_ready(self) -> bool:
         """False while the script is missing or not executable (SCRIPTERROR)."""
@@ -202,7 +222,7 @@ class Runner:
             self._write_replies(worker)
 
         try:
-            target = self.ctx.route(cmd.dest, bool(worker.msg.get("force_remote")))
+            target = self.ctx.dup_target(cmd.dest)
             msg = copy_fields(worker.msg, cmd.dest, self.ctx.url(worker.msg_id))
             if cmd.due:
                 msg["due"] = time.time() + cmd.due
@@ -238,9 +258,13 @@ class Runner:
         worker.child.close()
         del self.workers[worker.msg_id]
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
-        for msg_id, msg, ended in self.ledger.end(worker.msg_id, outcome, worker.status):
+        self._webhooks(self.ledger.end(worker.msg_id, outcome, worker.status))
+
+    def _webhooks(self, ended: list[Ended]) -> None:
+        """Call the post_run_webhook of each message that ended."""
+        for msg_id, msg, outcome in ended:
             if msg.get("post_run_webhook"):
-                self.outbound.webhook(msg_id, msg, ended)
+                self.outbound.webhook(msg_id, msg, outcome)
 
     def destroy(self, worker: Worker) -> None:
         """Kill a running message's whole process group; it is deleted when it exits."""

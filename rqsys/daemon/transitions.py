@@ -10,7 +10,8 @@ changes.
 
     new  → que | prep            placed        a create, clone or dup
     prep → que                   commit
-    que  → run                   start_next    a script starts (coalesce: its riders)
+    que  → run                   start_next    a script starts
+    que  → done | relayed        end           a rider of a primary that ended so
     run  → que                   unstart       the script could not be started
     run  → que                   end           resend, or requeued at stop (rewrite first)
     run  → done | err | relayed  end
@@ -47,7 +48,8 @@ Offload = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], Non
 COUNTED = ("prep", "done", "err", "relayed")  # counted here; que and run are in memory
 MOVES = frozenset({  # every rename between two states the daemon makes
     ("prep", "que"), ("que", "run"), ("run", "que"), ("run", "done"), ("run", "err"),
-    ("run", "relayed"), ("que", "err")})
+    ("run", "relayed"), ("que", "err"), ("que", "done"), ("que", "relayed")})
+Riders = tuple[str, list[tuple[str, Msg]]]  # the primary's URL, and its riders
 
 
 class Transitions:
@@ -58,7 +60,7 @@ class Transitions:
         self.store, self.schedule, self.log = store, schedule, log
         self._offload = offload  # runs work on the sync lane, then a callback on the loop
         self.running: dict[str, Msg] = {}  # run/: messages whose script runs
-        self._riders: dict[str, list[tuple[str, Msg]]] = {}  # coalesced with a running one
+        self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
         self._counts = dict.fromkeys(COUNTED, 0)
 
@@ -85,7 +87,7 @@ class Transitions:
         """Why no client may move the message now ("" when it may)."""
         if msg_id in self.running:
             return f"message {msg_id} is running: destroy it instead"
-        for primary, riders in self._riders.items():
+        for primary, (_url, riders) in self._riders.items():
             if any(rider == msg_id for rider, _msg in riders):
                 return f"message {msg_id} runs coalesced with {primary}: destroy that one"
         why = self._busy.get(msg_id)
@@ -142,25 +144,27 @@ class Transitions:
     def start_next(self, now: float, busy_keys: set[tuple[str, ...]]
                    ) -> tuple[str, Msg, Msg] | None:
         """que → run: the next due message whose blocking key is free, as
-        (id, msg as queued, msg with this run counted); None when none is due."""
+        (id, msg as queued, msg as it runs); None when none is due.  Its count
+        is RQ's: the resends so far (0 on the first run), raised by ``end``."""
         picked = self.schedule.pop_ready(now, busy_keys)
         if picked is None:
             return None
         msg_id, queued = picked
         _guard(msg_id not in self.running, f"{msg_id} is running already")
-        msg = dict(queued, count=int(queued.get("count", 0)) + 1)
-        self._move(msg_id, "que", "run")  # the new count is written when it ends
+        msg = dict(queued, count=int(queued.get("count", 0)))
+        self._move(msg_id, "que", "run")
         self.running[msg_id] = msg
         return msg_id, queued, msg
 
-    def coalesce(self, msg_id: str, msg: Msg) -> None:
-        """que → run: due queued messages with ``msg``'s coalesce params ride along."""
-        riders = self.schedule.take_coalesced(msg, time.time())
-        for rider_id, _rider in riders:
-            self._move(rider_id, "que", "run")
-            self.store.write_status("run", rider_id, f"coalesced with {msg_id}")
+    def coalesce(self, msg_id: str, msg: Msg, url: str) -> None:
+        """Queued messages with ``msg``'s coalesce params ride along, whatever
+        their due time (RQ's ``handle_dups``): out of the que in memory, left
+        in que/ on disk until the primary ends (a crash meanwhile leaves them
+        queued).  ``url``: the primary's, for their ``duplicate`` status."""
+        riders = self.schedule.take_coalesced(msg)
         if riders:
-            self._riders[msg_id] = riders
+            self._riders[msg_id] = (url, riders)
+            self.log.event("coalesced", f"{len(riders)} queued message(s) ride along", msg_id)
 
     def unstart(self, msg_id: str, queued: Msg, why: str) -> None:
         """run → que: its script could not be started; it waits as it was."""
@@ -178,9 +182,25 @@ class Transitions:
         assert msg is not None
         self.schedule.release(param_key(msg, self.schedule.blocking))
         ended = self._settle(msg_id, msg, outcome, written)
-        for rider_id, rider in self._riders.pop(msg_id, []):
-            ended += self._settle(rider_id, rider, _rider_outcome(msg_id, outcome))
+        url, riders = self._riders.pop(msg_id, ("", []))
+        for rider_id, rider in riders:
+            ended += self._settle_rider(rider_id, rider, outcome.state, url)
         return ended
+
+    def _settle_rider(self, msg_id: str, msg: Msg, state: str, url: str) -> list[Ended]:
+        """que → done | relayed as its primary did (RQ: status ``duplicate
+        <primary url>``); when the primary did not succeed, it waits again in
+        the que and runs on its own."""
+        if state not in ("done", "relayed"):
+            self.schedule.add(msg_id, msg)
+            return []
+        outcome = Outcome(state, f"duplicate {url}")
+        self.store.write_status("que", msg_id, outcome.text)
+        self.store.write_count("que", msg_id, int(msg.get("count", 0)))
+        self._move(msg_id, "que", state)
+        self._counts[state] += 1
+        self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+        return [(msg_id, msg, outcome)]
 
     def _settle(self, msg_id: str, msg: Msg, outcome: Outcome,
                 written: str | None = None) -> list[Ended]:
@@ -190,15 +210,16 @@ class Transitions:
             return []
         if outcome.text != written:
             self.store.write_status("run", msg_id, outcome.text)
+        msg = dict(msg, count=int(msg.get("count", 0)) + outcome.recount)
         if outcome.state == "que":
             self._requeue(msg_id, msg, outcome)
             return []
         # run → done | err | relayed
         _guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
-        self.store.write_count("run", msg_id, int(msg.get("count", 0)))
+        self.store.write_count("run", msg_id, msg["count"])
         self._move(msg_id, "run", outcome.state)
         self._counts[outcome.state] += 1
-        self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+        self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"])
         return [(msg_id, msg, outcome)]
 
     def _requeue(self, msg_id: str, msg: Msg, outcome: Outcome) -> None:
@@ -269,13 +290,6 @@ class Transitions:
     def _move(self, msg_id: str, src: str, dest: str) -> None:
         _guard((src, dest) in MOVES, f"no transition {src} → {dest}")
         self.store.move(msg_id, src, dest)
-
-
-def _rider_outcome(primary: str, outcome: Outcome) -> Outcome:
-    """A rider ends as its primary did; when the primary was destroyed, it waits again."""
-    if outcome.state == "deleted":
-        return Outcome("que", "requeued")
-    return Outcome(outcome.state, f"coalesced with {primary}: {outcome.text}", outcome.delay)
 
 
 def _guard(ok: bool, why: str) -> None:

@@ -167,14 +167,15 @@ class QueueStore(QueueView):
 
     # -- message files -------------------------------------------------------
     def write_count(self, state: str, msg_id: str, count: int) -> None:
-        """Record how often an ending message ran (not synced, like status).
+        """Record an ending message's count (RQ's: its resends; not synced, like status).
 
         A separate small file, so the ``msg`` is not replaced at the end of
         every run (a rename over a file makes ext4 write it back at once);
-        not written for the common single run, which is what its absence means.
+        not written for the common count 0 (one run, no resend), which is what
+        its absence means.
         """
         path = f"{self._path(state, msg_id)}/count"
-        if count != 1 or os.path.exists(path):
+        if count != 0 or os.path.exists(path):
             durable.overwrite(path, str(count).encode())
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:

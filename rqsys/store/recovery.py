@@ -26,7 +26,7 @@ que -> run, run -> done / err  renamed at once; parents fsynced     found in its
                                                                     one more run
 ``status`` and ``count`` files written in place, never synced       old, empty or missing; an
                                (advisory)                           ended message without its
-                                                                    ``count`` reads as one run
+                                                                    ``count`` reads as count 0
 a run a crash cut short        at start: its msg's count raised     counted again at the next
                                by one, durably, before the move     start
                                back to que/
@@ -124,8 +124,9 @@ def _count_crashed_run(store: QueueStore, msg_id: str) -> None:
     """A message found in ``run/`` ran once more than its msg says.
 
     Its msg holds the count from before that run (a run does not rewrite
-    it), so the run is counted here, durably: a message that keeps
-    crashing its daemon still reaches max_count.
+    it), so the cut-short run counts as a resend here (RQ does not count
+    it), durably: a message that keeps crashing its daemon still reaches
+    max_count.
     """
     try:
         msg = store.read_msg("run", msg_id)

@@ -57,7 +57,7 @@ class QueueView:
 
     # -- message files -------------------------------------------------------
     def read_msg(self, state: str, msg_id: str) -> dict[str, Any]:
-        """The message JSON; an ended message's ``count`` file has its run count."""
+        """The message JSON; an ended message's ``count`` file has its count."""
         path = self.msg_dir(state, msg_id) / "msg"
         try:
             data = json.loads(path.read_bytes())
@@ -181,11 +181,11 @@ def ids_in(path: Path) -> list[str]:
 
 
 def _read_count(path: Path) -> int:
-    """An ended message's run count: the ``count`` file, 1 without one."""
+    """An ended message's count (RQ's: its resends): the ``count`` file, 0 without one."""
     try:
         return int(path.read_bytes())
     except (FileNotFoundError, ValueError):
-        return 1
+        return 0
 
 
 def _subdir_count(path: Path) -> int:
