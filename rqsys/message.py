@@ -8,6 +8,7 @@ from typing import Any
 
 from rqsys import config
 from rqsys.errors import BadRequest, ConfigError
+from rqsys.limits import check_message
 
 PARAMS = ("param1", "param2", "param3", "param4")
 REMOTE_RE = re.compile(r"^https?://")
@@ -29,6 +30,7 @@ def new_message(data: Any, queue: str) -> dict[str, Any]:
         msg = config.validate("message", rq_values(data), "message")
     except ConfigError as exc:
         raise BadRequest(str(exc)) from exc
+    check_message(msg)  # every field's size limit (rqsys.limits), so the script can start
     msg.setdefault("dest", queue)
     msg.setdefault("max_count", 15)
     msg.setdefault("count", 0)
