@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from typing import Protocol
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import IO, Protocol
 
 from rqsys import systemd
 from rqsys.client import QueueClient
@@ -20,21 +23,30 @@ from rqsys.errors import RQError
 from rqsys.events import EventLog
 from rqsys.store import Layout
 
-SYSTEMCTL_TIMEOUT = 60.0
+RELOAD_TIMEOUT = 10.0  # seconds a queue daemon has to answer "reload"
 
 
 class Enabler(Protocol):
-    def enable(self, names: list[str]) -> None:
+    """What rq-scan asks of whoever serves queues; no call waits for another process.
+
+    A call that starts a helper process returns its pidfd (readable once it
+    has exited; the caller closes it) and the caller then calls :meth:`reap`.
+    """
+
+    def enable(self, names: list[str]) -> int | None:
         """Serve the newly installed queues ``names``."""
 
-    def reload(self, name: str) -> None:
+    def reload(self, name: str) -> int | None:
         """Make queue ``name``'s daemon re-read its config."""
 
     def disable(self, name: str) -> int | None:
-        """Stop serving ``name`` (disabled marker already written); a pidfd to wait on."""
+        """Stop serving ``name`` (disabled marker already written)."""
 
     def stopped(self, name: str) -> bool:
         """True once no daemon of ``name`` can be running any more."""
+
+    def reap(self) -> None:
+        """Collect the helper processes that have exited, logging failures."""
 
 
 class SupervisorEnabler:
@@ -49,11 +61,13 @@ class SupervisorEnabler:
         except ProcessLookupError:
             self.log.event("err", f"supervisor {self.pid} is gone; cannot start or stop queues")
 
-    def enable(self, names: list[str]) -> None:
+    def enable(self, names: list[str]) -> int | None:
         self._hup()
+        return None
 
-    def reload(self, name: str) -> None:
-        _reload_over_socket(self.layout, name, self.log)
+    def reload(self, name: str) -> int | None:
+        reload_in_background(self.layout, name, self.log)
+        return None
 
     def disable(self, name: str) -> int | None:
         self._hup()  # the supervisor TERMs the daemon, then removes its socket file
@@ -62,46 +76,85 @@ class SupervisorEnabler:
     def stopped(self, name: str) -> bool:
         return not self.layout.socket_path(name).exists()
 
+    def reap(self) -> None:
+        pass  # no helper processes
+
+
+@dataclass
+class Helper:
+    """A systemctl run: the process and the file its stderr goes to."""
+
+    argv: list[str]
+    proc: subprocess.Popen[bytes]
+    errors: IO[bytes]
+
+    def finish(self, log: EventLog) -> None:
+        """Log why it failed, if it did; the process has exited."""
+        self.errors.seek(0)
+        why = self.errors.read().decode(errors="replace").strip()
+        self.errors.close()
+        if self.proc.returncode != 0:
+            log.event("err", f"{' '.join(self.argv)} failed ({self.proc.returncode}): {why}")
+
 
 class SystemdEnabler:
-    """Under systemd: the rq@<q>.socket / rq@<q>.service template units."""
+    """Under systemd: the rq@<q>.socket / rq@<q>.service template units.
+
+    ``systemctl`` waits for the jobs it starts, so it runs as a child the
+    loop does not wait for; its stderr goes to a file (a pipe nobody reads
+    could fill), read when it has exited.
+    """
 
     def __init__(self, log: EventLog, systemctl: str = "systemctl") -> None:
         self.log, self.systemctl = log, systemctl
-        self.stopping: dict[str, subprocess.Popen[bytes]] = {}
+        self.running: list[Helper] = []
+        self.stopping: dict[str, Helper] = {}
 
-    def _run(self, *args: str) -> None:
+    def _start(self, *args: str) -> Helper | None:
         argv = [self.systemctl, *args]
+        errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Helper.finish)
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=SYSTEMCTL_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=errors)
+        except OSError as exc:
+            errors.close()
             self.log.event("err", f"{' '.join(argv)}: {exc}")
-            return
-        if done.returncode != 0:
-            why = done.stderr.decode(errors="replace").strip()
-            self.log.event("err", f"{' '.join(argv)} failed ({done.returncode}): {why}")
+            return None
+        return Helper(argv, proc, errors)
 
-    def enable(self, names: list[str]) -> None:
-        if names:
-            self._run("enable", "--now", *(f"rq@{n}.socket" for n in names))
+    def _run(self, *args: str) -> int | None:
+        helper = self._start(*args)
+        if helper is None:
+            return None
+        self.running.append(helper)
+        return os.pidfd_open(helper.proc.pid)
 
-    def reload(self, name: str) -> None:
-        self._run("try-reload-or-restart", f"rq@{name}.service")
+    def enable(self, names: list[str]) -> int | None:
+        return self._run("enable", "--now", *(f"rq@{n}.socket" for n in names)) if names \
+            else None
+
+    def reload(self, name: str) -> int | None:
+        return self._run("try-reload-or-restart", f"rq@{name}.service")
 
     def disable(self, name: str) -> int | None:
-        argv = [self.systemctl, "disable", "--now", f"rq@{name}.socket", f"rq@{name}.service"]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.stopping[name] = proc
-        return os.pidfd_open(proc.pid)
+        helper = self._start("disable", "--now", f"rq@{name}.socket", f"rq@{name}.service")
+        if helper is None:
+            return None  # no systemctl to run: nothing of systemd's can be serving it
+        self.stopping[name] = helper
+        return os.pidfd_open(helper.proc.pid)
 
     def stopped(self, name: str) -> bool:
-        proc = self.stopping.get(name)
-        if proc is None or proc.poll() is None:
-            return proc is None
+        helper = self.stopping.get(name)
+        if helper is None or helper.proc.poll() is None:
+            return helper is None
         del self.stopping[name]
-        if proc.returncode != 0:
-            self.log.event("err", f"systemctl disable --now rq@{name} exited {proc.returncode}")
+        helper.finish(self.log)
         return True
+
+    def reap(self) -> None:
+        for helper in [h for h in self.running if h.proc.poll() is not None]:
+            self.running.remove(helper)
+            helper.finish(self.log)
 
 
 class NullEnabler:
@@ -110,13 +163,15 @@ class NullEnabler:
     def __init__(self, layout: Layout, log: EventLog) -> None:
         self.layout, self.log = layout, log
 
-    def enable(self, names: list[str]) -> None:
+    def enable(self, names: list[str]) -> int | None:
         for name in names:
             self.log.event("daemon", f"queue {name} installed; no supervisor or systemd "
                            "to start its daemon")
+        return None
 
-    def reload(self, name: str) -> None:
-        _reload_over_socket(self.layout, name, self.log)
+    def reload(self, name: str) -> int | None:
+        reload_in_background(self.layout, name, self.log)
+        return None
 
     def disable(self, name: str) -> int | None:
         if self.layout.socket_path(name).exists():
@@ -127,10 +182,21 @@ class NullEnabler:
     def stopped(self, name: str) -> bool:
         return True
 
+    def reap(self) -> None:
+        pass  # no helper processes
+
+
+def reload_in_background(layout: Layout, name: str, log: EventLog) -> threading.Thread:
+    """Ask queue ``name``'s daemon to reload, on a thread: a slow daemon holds no loop."""
+    thread = threading.Thread(target=_reload_over_socket, args=(layout, name, log),
+                              name=f"reload {name}", daemon=True)
+    thread.start()
+    return thread
+
 
 def _reload_over_socket(layout: Layout, name: str, log: EventLog) -> None:
     try:
-        with QueueClient(layout, name, timeout=10.0) as client:
+        with QueueClient(layout, name, timeout=RELOAD_TIMEOUT) as client:
             client.call("reload")
     except RQError as exc:
         log.event("daemon", f"queue {name}: not reloaded ({exc}); it reads its config at start")

@@ -17,8 +17,8 @@ is the enabler's (:mod:`rqsys.enabler`).
 
 from __future__ import annotations
 
-import logging
 import os
+import select
 import selectors
 import signal
 import time
@@ -35,123 +35,7 @@ from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import SPECIAL_QUEUES, install_special_queues
 from rqsys.store import QUEUE_NAME_RE, Layout
 from rqsys.systemd import Notifier
-
-SETTLE, SETTLE_MAX = 0.02, 0.5  # seconds of quiet before syncing; longest wait
-DIR_MASK = (pyinotify.IN_CREATE | pyinotify.IN_DELETE | pyinotify.IN_MOVED_FROM
-            | pyinotify.IN_MOVED_TO | pyinotify.IN_ATTRIB | pyinotify.IN_CLOSE_WRITE
-            | pyinotify.IN_DELETE_SELF | pyinotify.IN_MOVE_SELF)
-
-Key = tuple[str, str]  # ("q", entry name) or ("t", timer file name)
-Handler = Callable[[Any], None]
-
-
-class Watches:
-    """inotify watches on the directories that entries and timer links point at."""
-
-    def __init__(self, log: EventLog, default: Handler) -> None:
-        # pyinotify logs an ERROR when a watched directory moves out of sight; we
-        # track watches by descriptor, not path, so that is expected here.
-        pyinotify.log.setLevel(logging.CRITICAL)
-        self.log = log
-        self.wm = pyinotify.WatchManager()
-        self.inotify = pyinotify.Notifier(self.wm, default_proc_fun=default)
-        self.fixed: set[str] = set()  # directories watched for themselves, never dropped
-        self.users: dict[str, set[Key]] = {}  # watched target dir -> keys depending on it
-        self.uses: dict[Key, tuple[str, frozenset[str]]] = {}  # key -> (dir, names in it)
-        self.wd_target: dict[int, str] = {}  # watch descriptor -> target dir it was added for
-
-    def fileno(self) -> int:
-        return int(self.wm.get_fd())
-
-    def read(self) -> None:
-        """Read the pending events and run their handlers."""
-        self.inotify.read_events()
-        self.inotify.process_events()
-
-    def watch(self, path: Path | str, handler: Handler, fixed: bool = False) -> int | None:
-        """Watch directory ``path`` (once); its watch descriptor, None if it is no dir."""
-        if fixed:
-            self.fixed.add(str(path))
-        wd = self.wm.get_wd(str(path))
-        if wd is None and os.path.isdir(path):
-            wd = self.wm.add_watch(str(path), DIR_MASK, proc_fun=handler,
-                                   quiet=True).get(str(path))
-            if wd is None or wd < 0:
-                self.log.event("err", f"cannot watch {path}: changes there go unseen until "
-                               "SIGHUP (raise fs.inotify.max_user_watches?)")
-        return wd if wd is not None and wd >= 0 else None
-
-    def use(self, key: Key, target: str | None, names: frozenset[str], handler: Handler) -> None:
-        """Watch directory ``target`` for changes of ``names`` in it on behalf of ``key``."""
-        if self.uses.get(key, ("", names))[0] != target:
-            self.unuse(key)
-        if target is None:
-            return
-        self.uses[key] = (target, names)
-        self.users.setdefault(target, set()).add(key)
-        wd = self.watch(target, handler)  # again if the directory was re-created
-        if wd is not None:
-            self.wd_target[wd] = target  # a moved directory keeps its wd, not its path
-
-    def use_link_target(self, key: Key, link: Path, dir_names: frozenset[str] | None,
-                        handler: Handler) -> None:
-        """Watch what ``link`` points at: a directory holding ``dir_names``, or
-        (``dir_names`` None, or no directory there) the name where it would appear."""
-        real = os.path.realpath(link)
-        if dir_names is not None and os.path.isdir(real):
-            self.use(key, real, dir_names, handler)
-        elif link.is_symlink():
-            self.use(key, os.path.dirname(real), frozenset({os.path.basename(real)}), handler)
-        else:
-            self.unuse(key)
-
-    def unuse(self, key: Key) -> None:
-        target, _names = self.uses.pop(key, (None, frozenset()))
-        if target is None:
-            return
-        self.users[target].discard(key)
-        if not self.users[target]:
-            del self.users[target]
-            if target not in self.fixed:
-                self._unwatch(target)
-
-    def _unwatch(self, target: str) -> None:
-        for wd in [wd for wd, path in self.wd_target.items() if path == target]:
-            del self.wd_target[wd]
-            self.wm.rm_watch(wd, quiet=True)
-
-    def keys_for(self, event: Any) -> list[Key]:
-        """The keys a change in a watched target directory concerns."""
-        target = self.wd_target.get(event.wd, event.path)
-        return [key for key in self.users.get(target, set())
-                if not event.name or event.name in self.uses[key][1]]
-
-    def keys(self, kind: str) -> set[str]:
-        return {name for k, name in self.uses if k == kind}
-
-
-class Settler:
-    """Dirty keys, synced once events have been quiet for SETTLE (at most SETTLE_MAX)."""
-
-    def __init__(self) -> None:
-        self.dirty: dict[Key, bool] = {}  # key -> changed by an event (reload even if same)
-        self.span: tuple[float, float] | None = None  # (first event, last event)
-
-    def mark(self, key: Key, changed: bool = True) -> None:
-        self.dirty[key] = self.dirty.get(key, False) or changed
-        now = time.monotonic()
-        self.span = (self.span[0] if self.span else now, now)
-
-    def due_in(self) -> float | None:
-        """Seconds until the dirty keys are due (None: nothing is dirty)."""
-        if self.span is None:
-            return None
-        first, last = self.span
-        return min(last + SETTLE, first + SETTLE_MAX) - time.monotonic()
-
-    def take(self) -> dict[Key, bool]:
-        dirty, self.dirty, self.span = self.dirty, {}, None
-        return dirty
+from rqsys.watches import Settler, Watches
 
 
 class Watcher:
@@ -167,7 +51,7 @@ class Watcher:
         self.settler = Settler()
         self.selector = selectors.DefaultSelector()
         self.notifier = Notifier()
-        self.removing: dict[str, int | None] = {}  # queue -> pidfd to wait on
+        self.removing: set[str] = set()  # queues whose daemon is being stopped
         self.deferred: set[str] = set()  # entries re-added while their queue was removed
         self.rescan = self.check_removals = False
 
@@ -185,7 +69,7 @@ class Watcher:
         self.watches.watch(self.layout.socket_dir, self._on_socket_dir, fixed=True)
         self._initial_sync()
         names = scandir.scandir_queues(self.layout)
-        self.enabler.enable(names + self._special_queues())
+        self._enable_at_start(names + self._special_queues())
         status = f"{len(names)} queues, {len(self.timers.timers)} timers"
         self.log.event("daemon", f"rq-scan ready: {status}; watching {self.scandir}")
         self.notifier.ready(status)
@@ -195,6 +79,14 @@ class Watcher:
         self.watches.watch(self.scandir, self._on_scandir, fixed=True)
         for tdir in self.timer_dirs:
             self.watches.watch(tdir, self._on_timer_dir, fixed=True)
+
+    def _enable_at_start(self, names: list[str]) -> None:
+        """Before the loop, waiting is right: READY=1 then means the queues are served."""
+        pidfd = self.enabler.enable(names)
+        if pidfd is not None:
+            select.select([pidfd], [], [])
+            os.close(pidfd)
+            self.enabler.reap()
 
     def _initial_sync(self) -> None:
         """Removals a restart interrupted, then every entry and timer (all enabled after)."""
@@ -260,7 +152,7 @@ class Watcher:
             elif self._sync_entry(name, changed):
                 new.append(name)
         if new and enable:
-            self.enabler.enable(new)
+            self._wait_on(self.enabler.enable(new))
 
     def _sync_entry(self, name: str, changed: bool) -> bool:
         """Bring queue ``name`` in line with its scandir entry; True if it is new."""
@@ -290,7 +182,7 @@ class Watcher:
             self.log.event("daemon", f"queue {name} created from {entry}")
         elif change is scandir.Change.UPDATED:
             self.log.event("daemon", f"queue {name} updated from {entry}; reloading it")
-            self.enabler.reload(name)
+            self._wait_on(self.enabler.reload(name))
         return change is scandir.Change.NEW
 
     # ---------------------------------------------------------------- removal
@@ -298,24 +190,27 @@ class Watcher:
         scandir.mark_removed(self.layout, name)
         self.log.event("daemon", f"queue {name}: scandir entry gone; stopping it, then "
                        "moving it to trash/")
-        pidfd = self.enabler.disable(name)
-        if pidfd is not None:
-            self.selector.register(pidfd, selectors.EVENT_READ, self._on_disable_done)
-        self.removing[name] = pidfd
+        self._wait_on(self.enabler.disable(name))
+        self.removing.add(name)
         self.check_removals = True
 
-    def _on_disable_done(self, key: Any) -> None:
+    def _wait_on(self, pidfd: int | None) -> None:
+        """Hear of an enabler's helper process when it exits (not wait for it)."""
+        if pidfd is not None:
+            self.selector.register(pidfd, selectors.EVENT_READ, self._on_helper_done)
+
+    def _on_helper_done(self, key: Any) -> None:
         self.selector.unregister(key.fd)
+        os.close(key.fd)
+        self.enabler.reap()
         self.check_removals = True
 
     def _finish_removals(self) -> None:
         self.check_removals = False
-        for name, pidfd in list(self.removing.items()):
+        for name in sorted(self.removing):
             if not self.enabler.stopped(name):
                 continue
-            if pidfd is not None:
-                os.close(pidfd)
-            del self.removing[name]
+            self.removing.discard(name)
             dest = scandir.trash(self.layout, name)
             self.log.event("daemon", f"queue {name} moved to {dest}")
             if name in self.deferred:

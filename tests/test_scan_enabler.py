@@ -12,10 +12,11 @@ import select
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import wait_for
-from scan_util import DEADLINE
+from scan_util import DEADLINE, LoggedProcess, clean_env, make_entry
 
 from rqsys import enabler
 from rqsys.events import EventLog
@@ -78,40 +79,90 @@ def test_supervisor_enabler_says_so_when_the_supervisor_is_gone(layout, capsys):
 
 @pytest.fixture
 def systemctl(tmp_path):
-    """A stand-in systemctl: records its arguments; 'fail' in them makes it fail."""
-    calls = tmp_path / "calls"
-    path = tmp_path / "systemctl"
+    """A stand-in systemctl: records its arguments; 'fail' in them makes it fail;
+    'hang' makes it wait until the file ``release`` exists (a minute at most)."""
+    calls, release = tmp_path / "calls", tmp_path / "release"
+    path = tmp_path / "bin" / "systemctl"
+    path.parent.mkdir()
     path.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n'
                     'case "$*" in *fail*) echo "Unit rq@fail.socket not found." >&2; exit 5;; '
-                    "esac\n")
+                    f"*hang*) i=0; while [ ! -e {release} ] && [ $i -lt 1200 ]; do "
+                    "sleep 0.05; i=$((i+1)); done;; esac\n")
     path.chmod(0o755)
     return str(path), calls
+
+
+def finished(sd: enabler.SystemdEnabler, pidfd: int | None) -> None:
+    """Wait, as rq-scan's selector does, for a systemctl run to exit; then reap it."""
+    assert pidfd is not None
+    assert select.select([pidfd], [], [], DEADLINE)[0] == [pidfd]
+    os.close(pidfd)
+    sd.reap()
 
 
 def test_systemd_enabler_enables_reloads_and_disables_units(systemctl):
     path, calls = systemctl
     sd = enabler.SystemdEnabler(LOG, path)
-    sd.enable(["a", "b"])
-    sd.reload("a")
+    finished(sd, sd.enable(["a", "b"]))
+    finished(sd, sd.reload("a"))
     pidfd = sd.disable("b")
-    assert pidfd is not None
-    select.select([pidfd], [], [], DEADLINE)  # readable once systemctl has exited
-    wait_for(lambda: sd.stopped("b"), DEADLINE, "systemctl disable to finish")
-    os.close(pidfd)
+    finished(sd, pidfd)
+    assert sd.stopped("b")
     assert calls.read_text().splitlines() == [
         "enable --now rq@a.socket rq@b.socket",
         "try-reload-or-restart rq@a.service",
         "disable --now rq@b.socket rq@b.service",
     ]
+    assert sd.enable([]) is None and not sd.running
 
 
 def test_systemd_enabler_logs_a_failing_systemctl(systemctl, capsys):
     path, _calls = systemctl
-    enabler.SystemdEnabler(LOG, path).enable(["fail"])
+    sd = enabler.SystemdEnabler(LOG, path)
+    finished(sd, sd.enable(["fail"]))
     err = capsys.readouterr().err
     assert "enable --now rq@fail.socket failed (5): Unit rq@fail.socket not found." in err
-    enabler.SystemdEnabler(LOG, "/nonexistent/systemctl").enable(["x"])
+    assert enabler.SystemdEnabler(LOG, "/nonexistent/systemctl").enable(["x"]) is None
     assert "No such file" in capsys.readouterr().err
+
+
+def test_a_hung_systemctl_does_not_hold_the_caller(systemctl, tmp_path):
+    # Given a systemctl that hangs on a unit
+    path, calls = systemctl
+    sd = enabler.SystemdEnabler(LOG, path)
+    # When it is asked to disable it, the call returns while systemctl still runs
+    pidfd = sd.disable("hang")
+    wait_for(lambda: calls.exists() and "hang" in calls.read_text(), DEADLINE, "systemctl")
+    assert pidfd is not None and select.select([pidfd], [], [], 0)[0] == []
+    assert not sd.stopped("hang")
+    # Then once it ends, the queue counts as stopped
+    (tmp_path / "release").touch()
+    finished(sd, pidfd)
+    assert sd.stopped("hang")
+
+
+def test_rq_scan_goes_on_while_systemctl_hangs(layout, tmp_path, systemctl):
+    # Given rq-scan under systemd, whose systemctl hangs on enabling queue 'hang'
+    path, calls = systemctl
+    scandir, scripts = tmp_path / "scandir", tmp_path / "scripts"
+    scandir.mkdir()
+    env = clean_env(INVOCATION_ID="test", PATH=f"{Path(path).parent}:{os.environ['PATH']}",
+                    RQ_SOCKET_DIR=str(layout.socket_dir))
+    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "scan",
+            "--scandir", str(scandir)]
+    proc = LoggedProcess(argv, tmp_path / "scan.log", env)
+    try:
+        proc.wait_log("rq-scan ready")
+        # When 'hang' is linked in, and its systemctl enable hangs
+        (scandir / "hang").symlink_to(make_entry(scripts, "hang", 'echo "done" >&3'))
+        wait_for(lambda: "rq@hang.socket" in calls.read_text(), DEADLINE, "enable of hang")
+        # Then rq-scan still serves the scandir: 'next' is installed and enabled meanwhile
+        (scandir / "next").symlink_to(make_entry(scripts, "next", 'echo "done" >&3'))
+        wait_for(lambda: "rq@next.socket" in calls.read_text(), DEADLINE, "enable of next")
+        assert "enable --now rq@hang.socket" in calls.read_text()
+    finally:
+        (tmp_path / "release").touch()
+        assert proc.stop() == 0, proc.log()
 
 
 def test_null_enabler_says_nothing_will_start_the_daemon(layout, capsys):
