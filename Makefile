@@ -64,6 +64,7 @@ bench: install-test
 	$(PY) bench/run_all.py
 
 deb: $(DEB)
+	@echo $(DEB)
 
 $(DEB): $(shell find $(DEB_TREE) -type f -not -path '*/__pycache__/*' -not -name '*.so' \
                  -not -name _rqspawn.c 2>/dev/null)
@@ -74,7 +75,6 @@ $(DEB): $(shell find $(DEB_TREE) -type f -not -path '*/__pycache__/*' -not -name
 	  || { tail -n 40 ../build.log; echo "make deb: failed, see build/deb/build.log"; exit 1; }
 	@lintian --fail-on error $@ 2>&1 | grep -v "^running with root privileges"; \
 	  exit $${PIPESTATUS[0]}
-	@echo $@
 
 # RQ's own test suite, run against this checkout (where shared/ has it).
 conformance: install
