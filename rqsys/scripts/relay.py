@@ -45,6 +45,7 @@ from rqsys.store import QueueStore, check_msg_id, check_queue_name
 MAX_HOPS = 16
 KEPT_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count", "post_run_webhook")
 COMMITTED_STATES = ("que", "run", "done", "err", "relayed")
+RUN_MARK = "relay run to"  # first line of each run in job/stdio.log (as RQ logs its dest)
 
 
 class RelayLoop(RQError):
@@ -66,6 +67,7 @@ class Relay:
         self.known_prep = False  # the far end has shown the message in prep
 
     def run(self) -> int:
+        log(f"{RUN_MARK} {self.target} (RQ_COUNT {self.job.env.get('RQ_COUNT', '?')})")
         self.check_loop()
         if self.job.env.get("RQ_FORCE_REMOTE") == "1":
             log("FORCE REMOTE")  # RQ's relay log words, which its operators grep for
