@@ -23,7 +23,7 @@ from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.transitions import Ended, Msg, Transitions
-from rqsys.errors import ProtocolError, RQError, SpawnError
+from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.events import EventLog
 from rqsys.message import param_key
 from rqsys.output import ScriptOutput
@@ -214,11 +214,11 @@ class Runner:
         """Copy the running message (attachments hard-linked) to ``cmd.dest``;
         the answer goes to fd 4 when it comes (``ok <url>`` or ``fail <why>``)."""
         slot = worker.expect_reply()
+        target = ""
 
         def then(url: Any, error: BaseException | None) -> None:
-            why = self.outbound.describe(error) if error is not None else ""
-            slot.append(f"fail {why.splitlines()[0] if why else 'error'}\n" if error
-                        else f"ok {url}\n")
+            answer = f"ok {url}" if error is None else f"fail {self._dup_failure(error, target)}"
+            slot.append(answer + "\n")
             self._write_replies(worker)
 
         try:
@@ -233,6 +233,14 @@ class Runner:
                                   then)
         except (RQError, OSError) as exc:
             then(None, exc)
+
+    def _dup_failure(self, error: BaseException, target: str) -> str:
+        """The text after ``fail`` on fd 4: RQ's ``couldn't connect to queue - X``
+        when the target queue does not exist or does not run, else why."""
+        if target and isinstance(error, NotFound | Unavailable):
+            return f"couldn't connect to queue - {target}"
+        why = self.outbound.describe(error)
+        return why.splitlines()[0] if why else "error"
 
     def _write_replies(self, worker: Worker) -> None:
         if self.workers.get(worker.msg_id) is not worker:
