@@ -293,7 +293,7 @@ def _create(proc: DaemonProcess, root: Path, state: str) -> str:
     path.write_bytes(data)
     with open(path, "rb") as f:
         reply = proc.call("create", fds=[f.fileno()], state=state,
-                          msg={"param1": f"kept in {state}", "param2": "\u00e9\x00"},
+                          msg={"param1": f"kept in {state}", "param2": "\u00e9\u2028"},
                           attachments=[{"name": "kept.bin", "md5": hashlib.md5(data).hexdigest()}])
     return str(reply["msg_id"])
 
@@ -302,7 +302,7 @@ def _still_there(proc: DaemonProcess, kept: dict[str, str]) -> None:
     for msg_id, state in kept.items():
         got = proc.call("get", msg_id=msg_id)
         assert got["state"] == state and got["msg"]["param1"] == f"kept in {state}"
-        assert got["msg"]["param2"] == "\u00e9\x00"
+        assert got["msg"]["param2"] == "\u00e9\u2028"
         mdir = proc.layout.queue_dir(QUEUE) / state / msg_id
         sent = (proc.layout.root / f"kept-{state}.bin").read_bytes()
         assert (mdir / "attach" / "kept.bin").read_bytes() == sent
