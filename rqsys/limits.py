@@ -49,14 +49,18 @@ LIST_ITEM_MAX = {"post_run_webhook": TEXT_MAX, "relay_via": TEXT_MAX}
 NO_NUL = ("param1", "param2", "param3", "param4", "orig_msg_id")  # they go into the environment
 
 
-def check_message(msg: dict[str, Any]) -> None:
-    """BadRequest naming the field and its limit when ``msg`` is over one."""
+def check_message(msg: Any) -> None:
+    """BadRequest naming the field and its limit when ``msg`` is over one
+    (client input, before the schema: what is not a message is the schema's)."""
+    if not isinstance(msg, dict):
+        return
     for name, limit in FIELD_MAX.items():
         value = msg.get(name)
         if isinstance(value, str):
             _check_text(name, value, limit)
     for name, limit in LIST_ITEM_MAX.items():
-        for n, item in enumerate(msg.get(name) or ()):
+        items = msg.get(name) or ()
+        for n, item in enumerate(items.split() if isinstance(items, str) else items):
             if isinstance(item, str):
                 _check_text(f"{name}[{n}]", item, limit)
     size = len(json.dumps(msg).encode())
@@ -83,16 +87,20 @@ def arg_max() -> int:
         return 2 * KIB * KIB
 
 
+def env_size(env: dict[str, str], argv: tuple[str, ...] = ()) -> int:
+    """What exec counts against ARG_MAX: each string, its NUL and its pointer."""
+    strings = [f"{key}={value}" for key, value in env.items()] + list(argv)
+    return sum(len(os.fsencode(text)) + 1 + 8 for text in strings)
+
+
 def env_problem(env: dict[str, str], argv: tuple[str, ...] = ()) -> str:
     """Why exec would refuse this environment (E2BIG), or "" when it fits."""
-    total = 0
     for key, value in env.items():
         size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2  # "=" and NUL
         if size > MAX_ARG_STRLEN:
             return (f"environment variable {key} is {size} bytes; Linux takes at most "
                     f"{MAX_ARG_STRLEN} bytes in one")
-        total += size + 8  # and its pointer
-    total += sum(len(os.fsencode(a)) + 9 for a in argv)
+    total = env_size(env, argv)
     if total > arg_max():
         return f"argv and environment are {total} bytes; ARG_MAX is {arg_max()}"
     return ""

@@ -26,11 +26,11 @@ def new_message(data: Any, queue: str) -> dict[str, Any]:
     other local name is refused here: routing happens before the daemon.
     Values RQ clients send as strings are converted first (see rq_values).
     """
+    check_message(data)  # every field's size limit (rqsys.limits), so the script can start
     try:
         msg = config.validate("message", rq_values(data), "message")
     except ConfigError as exc:
         raise BadRequest(str(exc)) from exc
-    check_message(msg)  # every field's size limit (rqsys.limits), so the script can start
     msg.setdefault("dest", queue)
     msg.setdefault("max_count", 15)
     msg.setdefault("count", 0)
