@@ -38,7 +38,8 @@ from rqsys.worker import Worker
 # ------------------------------------------------------------------ (a) pipe grammar
 
 WORDS = sorted(COMMANDS) + ["", "RUN", "done\r", "dup\x00", "rélayed", "resend\t"]
-DIGITS = st.characters(categories=["Nd", "No"]) | st.sampled_from("0123456789")
+DIGITS = st.one_of(st.sampled_from("0123456789"), st.characters(categories=["Nd", "No"]),
+                   st.sampled_from("\u00b2\u00b9\u2460\u0663\uff11"))  # isdigit(), some not decimal
 DELAY = st.text(DIGITS, max_size=12) | st.text(max_size=6)
 TEXT_BYTES = st.one_of(
     st.binary(max_size=200),
@@ -53,7 +54,9 @@ STRUCTURED = st.builds(lambda w, sep, text, end: w.encode() + sep + text + end,
 HUGE = st.builds(lambda w, fill, n: w.encode() + b" " + fill * n, st.sampled_from(WORDS),
                  st.sampled_from([b"9", b"x", b"\x00", b"\xff", b"-", b"9-"]),
                  st.integers(MAX_TEXT - 2, 70_000))
-LINES = st.one_of(STRUCTURED, st.binary(max_size=300), HUGE)
+DELAYED = st.builds(lambda w, d, rest: f"{w} {d}-{rest}".encode(),  # resend and dup, aimed
+                    st.sampled_from(["resend", "dup"]), DELAY, st.text(max_size=20))
+LINES = st.one_of(STRUCTURED, DELAYED, st.binary(max_size=300), HUGE)
 
 
 def unicode_digit_delay(raw: bytes) -> bool:
