@@ -236,8 +236,11 @@ class Runner:
 
     def _dup_failure(self, error: BaseException, target: str) -> str:
         """The text after ``fail`` on fd 4: RQ's ``couldn't connect to queue - X``
-        when the target queue does not exist or does not run, else why."""
-        if target and isinstance(error, NotFound | Unavailable):
+        when the target queue does not exist or does not run (not when it
+        took too long to answer), else why."""
+        not_running = isinstance(error, Unavailable) and isinstance(
+            error.__cause__, FileNotFoundError | ConnectionRefusedError)
+        if target and (isinstance(error, NotFound) or not_running):
             return f"couldn't connect to queue - {target}"
         why = self.outbound.describe(error)
         return why.splitlines()[0] if why else "error"
