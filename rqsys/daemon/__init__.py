@@ -11,6 +11,7 @@ Its rooms, each a module:
 * ``transitions`` the only place a message changes state; it owns the counts
 * ``outbound``    anything that talks to another queue daemon: dups, webhooks (off the loop)
 * ``context``     what every room reads of the queue: name, config, admin state
+* ``adminfiles``  RQ's admin files config/<q>.down|.pause, watched with inotify
 * ``tunables``    limits, timeouts and intervals, in one place
 
 Slow work runs on background threads (``rqsys.background``): attachments are
