@@ -95,13 +95,17 @@ def installed(deb: Path) -> Iterator[Installed]:
         inbox.mkdir(mode=0o755)
         shutil.copy(deb, inbox / deb.name)  # where apt's _apt user may read it
         inst = Installed(box, deb, upper_entries(box))
-        # no --no-download: apt 2.6 then refuses a local .deb ("Pathname to
-        # install is not absolute"); offline all the same (--private-network)
-        inst.run("apt-get", "-q", "-y", "--no-install-recommends", "install",
-                 f"{INBOX}/{deb.name}", timeout=APT_TIMEOUT)
+        apt_install(inst)
         yield inst
     finally:
         box.shutdown()
+
+
+def apt_install(inst: Installed) -> None:
+    # no --no-download: apt 2.6 then refuses a local .deb ("Pathname to
+    # install is not absolute"); offline all the same (--private-network)
+    inst.run("apt-get", "-q", "-y", "--no-install-recommends", "install",
+             f"{INBOX}/{inst.deb.name}", timeout=APT_TIMEOUT)
 
 
 def as_fresh_debian(box: Container) -> None:
@@ -173,6 +177,13 @@ def start_web(inst: Installed) -> None:
     inst.run("systemctl", "start", "rq-web.socket")
 
 
+def test_the_package_version_is_the_projects() -> None:
+    changelog = (PROJECT / "debian" / "changelog").read_text().splitlines()[0]
+    pyproject = (PROJECT / "pyproject.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', pyproject, re.M)
+    assert version and changelog.startswith(f"rqsys ({version.group(1)})"), changelog
+
+
 def test_rq_scan_runs_from_the_package(installed: Installed) -> None:
     assert installed.run("systemctl", "is-active", "rq-scan").stdout.strip() == "active"
     assert installed.run("systemctl", "is-enabled", "rq-scan").stdout.strip() == "enabled"
@@ -241,6 +252,27 @@ def test_systemd_analyze_verify_prints_nothing(installed: Installed) -> None:
     assert len(units) == 6, units
     result = installed.run("systemd-analyze", "verify", *units, check=False)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_remove_keeps_the_queues_and_a_reinstall_brings_them_back(
+        installed: Installed) -> None:
+    # Given a queue with a message done, and the operator's settings edited
+    make_queue(installed, "kept")
+    msg_id = send_with_rq(installed, "kept", "before-remove")
+    wait_ended(installed, "kept", msg_id, "done")
+    settings = installed.box.path("/etc/rqsys/config.json")
+    settings.write_text('{"env": "edited"}\n')
+    # When the package is removed (not purged)
+    installed.run("apt-get", "-q", "-y", "remove", "rqsys", timeout=APT_TIMEOUT)
+    # Then nothing of it runs, and the queues, messages and settings stay
+    assert installed.run("pgrep", "-a", "-u", "rq", check=False).stdout.strip() == ""
+    assert state(installed, "kept", msg_id) == "done"
+    assert json.loads(settings.read_text()) == {"env": "edited"}
+    # When it is installed again, the queue is back, and the settings as edited
+    apt_install(installed)
+    wait_for(lambda: installed.active("rq@kept.socket") == "active", 30, "rq@kept.socket")
+    wait_ended(installed, "kept", send_with_rq(installed, "kept", "after-reinstall"), "done")
+    assert json.loads(settings.read_text()) == {"env": "edited"}
 
 
 def test_purge_leaves_only_what_debian_keeps(installed: Installed) -> None:
