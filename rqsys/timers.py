@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys import client, config, store
+from rqsys.background import peer_lane
 from rqsys.errors import ConfigError, QueueDown, RQError, Unavailable
 from rqsys.events import EventLog
 from rqsys.store import Layout
@@ -61,17 +62,36 @@ def load_timer(path: Path) -> Timer:
 
 
 Sender = Callable[[Timer, float], str]
+Then = Callable[[Any, "BaseException | None"], None]  # then(result, error)
+Runner = Callable[[Callable[[], Any], Then, str], None]  # run(work, then, lane)
+
+
+def run_now(work: Callable[[], Any], then: Then, lane: str = "") -> None:
+    """The plain runner: ``work`` runs at once, on the caller's thread."""
+    try:
+        result = work()
+    except Exception as exc:  # handed to ``then``, as Background hands it
+        then(None, exc)
+    else:
+        then(result, None)
 
 
 class TimerTable:
-    """The in-memory timers and when each fires next; the clock is injectable."""
+    """The in-memory timers and when each fires next; the clock is injectable.
+
+    A firing's send runs through ``run`` (rq-scan passes its Background's
+    submit, so a destination daemon that hangs holds no loop); until its
+    outcome is back, that timer is *in flight* and does not fire again.
+    """
 
     def __init__(self, state_path: Path, send: Sender, log: EventLog,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], run: Runner = run_now) -> None:
         self.state_path, self.send, self.log, self.clock = state_path, send, log, clock
+        self.run = run
         self.timers: dict[str, Timer] = {}
         self.last: dict[str, float] = self._load_state()
         self.retry_at: dict[str, float] = {}
+        self.in_flight: set[str] = set()
 
     def _load_state(self) -> dict[str, float]:
         try:
@@ -120,29 +140,44 @@ class TimerTable:
         early = min(EARLY, self.timers[name].period / 2)  # never a whole period ahead
         return self.retry_at.get(name, self.scheduled(name, now) - early)
 
+    def _waiting(self) -> list[str]:
+        """The timers that may fire: all but those in flight."""
+        return [n for n in sorted(self.timers) if n not in self.in_flight]
+
     def next_wake(self) -> float | None:
-        """Clock time of the next firing, or None without timers."""
+        """Clock time of the next firing, or None without timers (or all in flight)."""
         now = self.clock()
-        return min((self._fire_at(n, now) for n in self.timers), default=None)
+        return min((self._fire_at(n, now) for n in self._waiting()), default=None)
 
     def fire_due(self) -> list[str]:
         """Fire every timer whose time has come; returns their names."""
         now = self.clock()
-        due = [n for n in sorted(self.timers) if self._fire_at(n, now) <= now]
+        due = [n for n in self._waiting() if self._fire_at(n, now) <= now]
         for name in due:
             self._fire(self.timers[name], now)
         return due
 
     def _fire(self, timer: Timer, now: float) -> None:
         when = self.scheduled(timer.name, now)
-        try:
-            msg_id = self.send(timer, when if when > now else 0.0)
-        except Unavailable as exc:
+        self.in_flight.add(timer.name)
+        self.run(lambda: self.send(timer, when if when > now else 0.0),
+                 lambda msg_id, error: self._fired(timer, now, when, msg_id, error),
+                 peer_lane(timer.msg["dest"]))
+
+    def _fired(self, timer: Timer, now: float, when: float, msg_id: Any,
+               error: BaseException | None) -> None:
+        """The outcome of one firing, back on the caller's thread."""
+        self.in_flight.discard(timer.name)
+        if error is not None and not isinstance(error, RQError):
+            raise error  # a bug, not the destination's answer
+        if timer.name not in self.timers:
+            return  # removed meanwhile, and its last firing with it
+        if isinstance(error, Unavailable):
             self.retry_at[timer.name] = now + RETRY
-            self.log.event("err", f"timer {timer.name}: {exc}; trying again in {RETRY:.0f}s")
+            self.log.event("err", f"timer {timer.name}: {error}; trying again in {RETRY:.0f}s")
             return
-        except RQError as exc:
-            self.log.event("err", f"timer {timer.name}: no message this period: {exc}")
+        if error is not None:
+            self.log.event("err", f"timer {timer.name}: no message this period: {error}")
         else:
             self.log.event("created", f"timer {timer.name}: message {msg_id} "
                            f"to {timer.msg['dest']}")

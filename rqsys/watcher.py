@@ -1,8 +1,10 @@
 """rq-scan: the long-running loop that keeps queues and timers in line with their files.
 
-One selector holds the inotify fd (pyinotify), a signal wake-up socket and
-the pidfds of ``systemctl disable`` runs; the loop sleeps until one of them
-is readable or the next timer is due — no polling.  An event only marks an
+One selector holds the inotify fd (pyinotify), a signal wake-up socket, the
+pidfds of the enabler's ``systemctl`` runs and the pipe of the background
+thread that delivers timer messages; the loop sleeps until one of them is
+readable or the next timer is due — no polling, and no waiting on another
+process.  An event only marks an
 entry or timer file dirty; dirty ones are synced once events have settled
 for ``SETTLE`` seconds (so a burst of edits, or ``mv -T tmp q`` over an entry,
 is one change; a ``tmp`` link made inside the scandir is an entry of its own
@@ -29,6 +31,7 @@ from typing import Any
 import pyinotify  # type: ignore[import-untyped]
 
 from rqsys import config, enabler, scandir, timers
+from rqsys.background import Background
 from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
 from rqsys.signals import STOP_SIGNALS, SignalFlags
@@ -46,7 +49,9 @@ class Watcher:
         self.layout, self.scandir, self.enabler, self.log = layout, scandir_path, enable, log
         self.timer_dirs = [layout.timers, scandir_path / scandir.TIMERS_SUBDIR]
         self.sysconfig = config.load_system_config(layout)
-        self.timers = timers.TimerTable(layout.timer_state, self._send, log, clock)
+        self.background = Background()  # timer deliveries: a hung destination holds no loop
+        self.timers = timers.TimerTable(layout.timer_state, self._send, log, clock,
+                                        self.background.submit)
         self.watches = Watches(log, self._on_unwatched)
         self.settler = Settler()
         self.selector = selectors.DefaultSelector()
@@ -61,6 +66,8 @@ class Watcher:
         self.layout.socket_dir.mkdir(parents=True, exist_ok=True)
         self.signals = SignalFlags()
         self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
+        self.selector.register(self.background, selectors.EVENT_READ,
+                               lambda _key: self.background.run_finished())
         self.selector.register(self.watches, selectors.EVENT_READ, lambda _key: self.watches.read())
         if not self.scandir.is_dir():
             self.log.event("err", f"scandir {self.scandir} is not a directory; create it "
@@ -247,6 +254,7 @@ class Watcher:
             self._handle_flags()
             self._phases()
         self.notifier.stopping()
+        self.background.close()
         self.log.event("daemon", "rq-scan stopping")
         return 0
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
-from rqsys import config
+from rqsys import config, timers
 from rqsys.errors import ConfigError, NotFound, QueueDown, Unavailable
 from rqsys.events import EventLog
 from rqsys.timers import RETRY, Timer, TimerTable, deliver, load_timer
@@ -231,3 +232,46 @@ def test_deliver_to_another_host_goes_through_the_relay(layout, make_queue, daem
     msg_id = deliver(layout, config.load_system_config(layout),
                      Timer("t", 300, {"dest": url}), 0)
     assert proc.call("get", msg_id=msg_id)["msg"]["dest"] == url
+
+
+class Deferred:
+    """A runner that keeps each firing's send until the test lets it end."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Any, Any]] = []
+
+    def __call__(self, work: Any, then: Any, lane: str) -> None:
+        assert lane == "peer:q"  # one lane per destination: one hung queue holds only its own
+        self.pending.append((work, then))
+
+    def end(self) -> None:
+        work, then = self.pending.pop(0)
+        timers.run_now(work, then)
+
+
+def test_a_firing_in_flight_does_not_fire_again_until_its_outcome(tmp_path, clock, sent):
+    # Given a timer whose send has started but not ended (its destination hangs)
+    runner = Deferred()
+    table = TimerTable(tmp_path / "state.json", lambda t, due: sent.append(t.name) or "id1",
+                       EventLog("t", journal=False), clock, runner)
+    table.set(HOURLY)
+    assert table.fire_due() == ["hourly"] and len(runner.pending) == 1
+    # Then it is not fired again, and the loop is not woken for it meanwhile
+    clock.now = T0 + 30
+    assert table.fire_due() == [] and table.next_wake() is None
+    assert not (tmp_path / "state.json").exists()
+    # When the send ends, its firing is recorded and the next one scheduled
+    runner.end()
+    assert sent == ["hourly"] and table.next_wake() == T0 + 3600 - 60
+    assert json.loads((tmp_path / "state.json").read_text()) == {"hourly": T0}
+
+
+def test_a_timer_removed_while_in_flight_records_nothing(tmp_path, clock, sent):
+    runner = Deferred()
+    table = TimerTable(tmp_path / "state.json", lambda t, due: "id1",
+                       EventLog("t", journal=False), clock, runner)
+    table.set(HOURLY)
+    table.fire_due()
+    table.remove("hourly")
+    runner.end()
+    assert table.last == {} and not (tmp_path / "state.json").exists()

@@ -6,6 +6,8 @@ rq-scan runs alone (no supervisor); the destination is a real queue daemon.
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 from conftest import wait_for
@@ -102,3 +104,22 @@ def test_timers_in_the_scandir_dot_timers_directory_are_used(layout, scan, dest,
     proc = scan()
     proc.wait_log("timer shipped: message")
     assert "scandir entry '.timers'" not in proc.log()
+
+
+def test_a_hung_destination_holds_no_loop(layout, scan, dest):
+    # Given rq-scan, and the destination daemon stopped (it accepts, never answers)
+    proc = scan()
+    os.kill(dest.proc.pid, signal.SIGSTOP)
+    try:
+        # When a timer fires at it, and another timer file appears while that hangs
+        write_timer(layout.timers / "hourly.json")
+        proc.wait_log("timer hourly added")
+        write_timer(layout.timers / "other.json", period=7200)
+        log = proc.wait_log("timer other added")
+        # Then rq-scan took the new file in while the first delivery was still waiting
+        assert "timer hourly:" not in log
+    finally:
+        os.kill(dest.proc.pid, signal.SIGCONT)
+    # and once the destination answers, the message is there
+    proc.wait_log("timer hourly: message")
+    wait_for(lambda: messages(dest) >= 1, DEADLINE, "the hourly message")
