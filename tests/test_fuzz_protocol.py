@@ -241,8 +241,9 @@ def harmless(obj: Any) -> bool:
         return True
     if not jsonschema.Draft202012Validator(OPS[op]).is_valid(obj):
         return True
-    return op == "prune" and (obj.get("prep_days") or 1) >= 1 or op == "adminoper" and \
-        obj.get("oper") == "pause"
+    if op == "prune":  # prune of prep older than under a day would take the kept one
+        return obj.get("prep_days") is None or obj["prep_days"] >= 1
+    return op == "adminoper" and obj["oper"] == "pause"
 
 
 def _value_for(name: str) -> st.SearchStrategy[Any]:
