@@ -20,10 +20,6 @@ from rqsys.errors import RQError
 from rqsys.scripts.jobkit import Job
 from rqsys.scripts.rqhttp import Peer
 
-# Re-exported until queued.py and tests import them from rqsys.special.
-from rqsys.special import WEBHOOK_QUEUE as WEBHOOK_QUEUE
-from rqsys.special import webhook_message as webhook_message
-
 TIMEOUT = 10.0
 
 
