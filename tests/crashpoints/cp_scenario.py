@@ -44,7 +44,7 @@ esac
 """
 FINAL = {"err": "err"}  # param1 -> the state a committed message ends in; else done
 DRAIN_TIMEOUT = 30.0
-ROUNDS = 3
+ROUNDS = 4
 
 
 @dataclass

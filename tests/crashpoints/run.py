@@ -34,25 +34,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_all(points: list[cp_points.Point], jobs: int, verbose: bool) -> list[cp_points.Result]:
-    results = []
+    results: list[cp_points.Result] = []
     with ThreadPoolExecutor(jobs) as pool:
         for result in pool.map(cp_points.run_point, points):
             results.append(result)
+            if len(results) % 50 == 0:
+                print(f"  ... {len(results)} of {len(points)}: {_tally(results)}", flush=True)
             if verbose or result.lost or result.corrupted:
                 print(f"  {result.point}: reached={result.reached} acked={result.acked} "
                       f"lost={result.lost} corrupted={result.corrupted}", flush=True)
     return results
 
 
+def _tally(results: list[cp_points.Result]) -> str:
+    reached = [r for r in results if r.reached]
+    return (f"{len(reached)} reached, {sum(r.acked for r in reached)} acked, "
+            f"{sum(len(r.lost) for r in reached)} lost, "
+            f"{sum(len(r.corrupted) for r in reached)} corrupted")
+
+
 def report(results: list[cp_points.Result], total: int, seconds: float) -> int:
     reached = [r for r in results if r.reached]
-    lost = sum(len(r.lost) for r in reached)
-    corrupted = sum(len(r.corrupted) for r in reached)
     print(f"({len(results)} of {total} points tried, {len(results) - len(reached)} not reached, "
           f"{seconds:.0f}s)")
-    print(f"crashpoints: {len(reached)} points, {sum(r.acked for r in reached)} acked, "
-          f"{lost} lost, {corrupted} corrupted")
-    return 1 if lost or corrupted else 0
+    print(f"crashpoints: {len(reached)} points, {_tally(results).split(' reached, ')[1]}")
+    return 1 if any(r.lost or r.corrupted for r in reached) else 0
 
 
 if __name__ == "__main__":
