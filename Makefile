@@ -17,9 +17,10 @@ RUN_DEBS  := python3-venv python3-dev gcc libc6-dev libsystemd-dev pkg-config sc
 DEB_DEBS  := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all-dev \
              python3-cffi python3-setuptools python3-wheel scdoc lintian
 # Only the tests: systemd booted in containers, man pages, network namespaces,
-# curl, a browser, the Nix module's checks, and the .deb.
+# curl, a browser, the Nix module's checks, power cuts of a User-Mode Linux
+# kernel on ext4 and xfs images, and the .deb.
 TEST_DEBS := systemd systemd-container man-db mandoc iproute2 curl \
-             chromium chromium-driver nix-bin $(DEB_DEBS)
+             chromium chromium-driver nix-bin user-mode-linux e2fsprogs xfsprogs $(DEB_DEBS)
 
 VERSION  := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
 ARCH     := $(shell dpkg --print-architecture 2>/dev/null || uname -m)
