@@ -6,12 +6,15 @@ own clients, relay script, web form and ``check_rq`` monitoring send and read
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import socket
 import subprocess
 import uuid
 
 import pytest
-from conftest import wait_for
+from conftest import need, wait_for
 from test_web_support import multipart, web_server  # noqa: F401
 
 SCRIPT = 'echo "done ok $RQ_PARAM1" >&3\n'
@@ -179,3 +182,31 @@ def test_new_queue_is_refused_when_not_allowed(web_server, layout):
     body, ctype = _multipart_form([("queue[name]", "x"), ("queue[script]", "/bin/true")])
     status, _h, data = server.request("POST", "/new_queue", body, {"Content-Type": ctype})
     assert status == 403 and b"allow_new_queue" in data
+
+
+def test_a_small_answer_leaves_in_one_write(work, server, tmp_path):
+    # RQ's mime_test.rb reads an answer with one sysread: head and body must leave
+    # the server in one send, or a busy machine hands the client the head alone
+    need(shutil.which("strace") is not None, "strace (Debian strace)")
+    trace = tmp_path / "sends"
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-s", "512", "-e", "trace=sendto,sendmsg",
+                               "-o", str(trace), "-p", str(server.proc.pid)],
+                              stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: trace.exists() and _attached(server.proc.pid), 10, "strace attached")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"GET /q/work.json HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            while sock.recv(65536):
+                pass
+    finally:
+        tracer.terminate()
+        tracer.wait(10)
+    sends = [line for line in trace.read_text().splitlines() if "HTTP/1.0 200" in line]
+    assert len(sends) == 1 and '{\\"status\\": \\"UP\\"' in sends[0], sends
+
+
+def _attached(pid: int) -> bool:
+    """True once a tracer is attached to every thread of ``pid``."""
+    tasks = os.listdir(f"/proc/{pid}/task")
+    return all("TracerPid:\t0" not in open(f"/proc/{pid}/task/{t}/status").read()
+               for t in tasks)
