@@ -201,23 +201,23 @@ def test_message_runs_by_socket_activation_and_reaches_journal(box: Container) -
     msg_id = send(box, "--param1", "hello")
     # Then the connection starts the service, the script runs, the message is done
     wait_state(box, msg_id, "done")
-    assert count_of(box, msg_id) == 1
+    assert count_of(box, msg_id) == 0  # RQ's count: resends, 0 on the first run
     # And journalctl RQ_MSG_ID=<id> has the script's stdout and stderr lines with the fields
     def lines() -> list[dict[str, Any]]:
         return [e for e in journal(box, f"RQ_MSG_ID={msg_id}") if "MESSAGE_ID" not in e]
     entries = wait_for(lambda: len(lines()) >= 2 and lines(), 10, "script lines in journal")
-    assert [e["MESSAGE"] for e in entries] == [f"hello from {msg_id} count 1",
+    assert [e["MESSAGE"] for e in entries] == [f"hello from {msg_id} count 0",
                                                f"to stderr {msg_id}"]
     for entry in entries:
         assert set(values(entry, "RQ_QUEUE")) == {"t"}
-        assert entry["RQ_COUNT"] == "1"
+        assert entry["RQ_COUNT"] == "0"
         assert entry["_SYSTEMD_UNIT"] == UNIT
     # And the daemon's own events are structured entries with MESSAGE_IDs
     events = {e.get("MESSAGE_ID") for e in journal(box, f"RQ_MSG_ID={msg_id}")}
     assert {MESSAGE_IDS["created"], MESSAGE_IDS["started"], MESSAGE_IDS["done"]} <= events
     # And job/stdio.log keeps its own copy
     log = store(box).msg_dir("done", msg_id) / "job" / "stdio.log"
-    assert log.read_text() == f"hello from {msg_id} count 1\nto stderr {msg_id}\n"
+    assert log.read_text() == f"hello from {msg_id} count 0\nto stderr {msg_id}\n"
 
 
 def test_status_shows_live_counts(box: Container) -> None:
@@ -302,7 +302,7 @@ def test_reload_keeps_running_scripts(box: Container) -> None:
         assert main_pid(box) == pid and active(box) == "active"
         assert state_of(box, msg_id) == "run"
     wait_state(box, msg_id, "done")
-    assert runs(box, msg_id) == 1 and count_of(box, msg_id) == 1
+    assert runs(box, msg_id) == 1 and count_of(box, msg_id) == 0
     reloaded = box.run("journalctl", "--no-pager", "-u", UNIT, "-g", "configuration reloaded")
     assert "configuration reloaded" in reloaded.stdout
 
@@ -313,7 +313,7 @@ def test_100_mb_of_output_is_kept_and_the_daemon_stays_live(box: Container) -> N
     # Then it finishes and stdio.log holds every byte
     wait_state(box, msg_id, "done", timeout=120)
     log = store(box).msg_dir("done", msg_id) / "job" / "stdio.log"
-    head = f"hello from {msg_id} count 1\nto stderr {msg_id}\n"
+    head = f"hello from {msg_id} count 0\nto stderr {msg_id}\n"
     assert log.stat().st_size == len(head) + 100_000 * 1000
     with log.open("rb") as f:
         assert f.read(len(head)).decode() == head
