@@ -6,7 +6,6 @@ import re
 import time
 from typing import Any
 
-from rqsys import config
 from rqsys.errors import BadRequest, ConfigError
 from rqsys.limits import check_message
 
@@ -26,6 +25,8 @@ def new_message(data: Any, queue: str) -> dict[str, Any]:
     other local name is refused here: routing happens before the daemon.
     Values RQ clients send as strings are converted first (see rq_values).
     """
+    from rqsys import config  # here: `rq`, which never validates, starts without jsonschema
+
     check_message(data)  # every field's size limit (rqsys.limits), so the script can start
     try:
         msg = config.validate("message", rq_values(data), "message")

@@ -130,3 +130,12 @@ def test_queue_for_dest_is_rqs_rule(dest, force, queue):
     ("http://box:4444/q/test", None), ("http://far:3333/q/test", None), ("test", None)])
 def test_local_queue_of(url, queue):
     assert client.local_queue_of(url, SYSCONFIG) == queue
+
+
+def test_rq_starts_without_jsonschema():
+    # RQ's tests (single_que, coalesce) time their sends in seconds: rq must start fast,
+    # and validation happens in the daemon anyway
+    code = "import sys, rqsys.cli; print('jsonschema' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
