@@ -117,11 +117,11 @@ def test_every_state_has_a_directory(store):
 
 def test_run_count_of_an_ended_message(store):
     once, thrice = store.create({"dest": "q", "count": 0}), store.create({"dest": "q"})
-    for msg_id, count in ((once, 1), (thrice, 3)):
+    for msg_id, count in ((once, 0), (thrice, 3)):
         store.move(msg_id, "que", "run")
         store.write_count("run", msg_id, count)
         store.move(msg_id, "run", "done")
     assert not (store.msg_dir("done", once) / "count").exists()
-    assert store.read_msg("done", once)["count"] == 1
+    assert store.read_msg("done", once)["count"] == 0
     assert store.read_msg("done", thrice)["count"] == 3
     assert "count" not in store.read_msg("que", store.create({"dest": "q"}))
