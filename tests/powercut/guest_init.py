@@ -89,7 +89,9 @@ class Boot:
             return
         if self.plan.get("fsck"):
             self.fsck("after-cut", replay=JOURNALLED[self.plan["fs"]])
-        sh("mount", DISK, self.mnt)
+            if not JOURNALLED[self.plan["fs"]]:
+                self.repair()
+        self.mount()
         log = self.chan / f"serve.{self.boot}.log"
         service = rqservice.Service(self.plan, nosync=bool(self.plan.get("nosync_so")), log=log)
         if self.plan.get("check"):
@@ -104,6 +106,10 @@ class Boot:
         self.fsck("after-recovery", replay=False)
         self.event("final")
 
+    def mount(self) -> None:
+        opts = self.plan.get("mount_opts")
+        sh("mount", *(["-o", opts] if opts else []), DISK, self.mnt)
+
     def fsck(self, when: str, replay: bool) -> None:
         """Read-only check.  A journalled file system is mounted and unmounted
         first: only the mount replays its journal (fsck -n would not)."""
@@ -111,9 +117,20 @@ class Boot:
             sh("mount", DISK, self.mnt)
             sh("umount", self.mnt)
         if self.plan["fs"] == "xfs":
-            proc = sh("xfs_repair", "-n", DISK, check=False)
+            self.report_fsck(when, sh("xfs_repair", "-n", DISK, check=False))
         else:
-            proc = sh("e2fsck", "-fn", DISK, check=False)
+            self.report_fsck(when, sh("e2fsck", "-fn", DISK, check=False))
+
+    def repair(self) -> None:
+        """What a boot does before it mounts ext4 without a journal: nothing
+        makes it consistent after a crash but fsck (systemd-fsck runs
+        ``e2fsck -p``; what preening refuses, an operator answers with -y)."""
+        proc = sh("e2fsck", "-fp", DISK, check=False)
+        if proc.returncode & 4:
+            proc = sh("e2fsck", "-fy", DISK, check=False)
+        self.report_fsck("repair", proc)
+
+    def report_fsck(self, when: str, proc: subprocess.CompletedProcess[str]) -> None:
         name = f"fsck.{self.boot}.{when}.txt"
         (self.chan / name).write_text(f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
         self.event("fsck", when=when, code=proc.returncode, file=name)

@@ -131,10 +131,13 @@ class Kernel:
             raise KernelError(f"guest did not power off within {timeout}s") from None
 
     def console_tail(self, lines: int = 30) -> str:
+        """The end of the console, without the kernel's stack dumps."""
         try:
-            return "\n".join(self.console.read_text(errors="replace").splitlines()[-lines:])
+            text = self.console.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+        kept = [ln for ln in text.splitlines() if not ln.lstrip().startswith("[<")]
+        return "\n".join(kept[-lines:])
 
 
 def _group_alive(pgid: int) -> bool:

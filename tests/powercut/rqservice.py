@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 QUEUES = ("pc", "pc2", "relay")
 READY_TIMEOUT = 120.0  # UML is slow to start a dozen Pythons
 STOP_TIMEOUT = 120.0
-ROLES = ("burst", "attach", "relay")
+ROLES = ("burst", "burst", "attach", "relay")  # two bursts: creates meet in group commits
 
 
 class ServiceError(RuntimeError):
@@ -134,10 +134,10 @@ class Service:
         clients = []
         for n, role in enumerate(self.plan.get("roles", ROLES)):
             argv = [self.plan["python"], str(HERE / "workload.py"), "--role", role,
-                    "--root", str(self.root), "--acks", str(ack_dir / f"{boot}.{role}.jsonl"),
+                    "--root", str(self.root), "--acks", str(ack_dir / f"{boot}.{n}.{role}.jsonl"),
                     "--seed", str(int(self.plan["seed"]) * 100 + n), "--port",
                     str(self.plan["port"]), "--scratch", str(self.root.parent / "scratch")]
-            log = open(ack_dir.parent / f"client.{boot}.{role}.log", "ab")  # noqa: SIM115
+            log = open(ack_dir.parent / f"client.{boot}.{n}.{role}.log", "ab")  # noqa: SIM115
             env = dict(self.env)
             env.pop("LD_PRELOAD", None)  # clients sync nothing; only rqsys is under test
             clients.append(subprocess.Popen(argv, env=env, stdout=log, stderr=log,

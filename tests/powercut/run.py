@@ -33,7 +33,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pc_kernel  # noqa: E402
+import rqservice  # noqa: E402
 from pc_kernel import Kernel, KernelError  # noqa: E402
+from tally import Tally, fsck_findings, report, total  # noqa: E402
 
 VENV_PYTHON = HERE.parent.parent / ".venv" / "bin" / "python"
 BOOT_TIMEOUT = 300.0  # a check boot on a full image under a busy host
@@ -59,36 +61,10 @@ class Options:
     pythonpath: str = ""
     fpu: str = "auto"
     port: int = 3333
-    roles: list[str] = field(default_factory=lambda: ["burst", "attach", "relay"])
+    roles: list[str] = field(default_factory=lambda: list(rqservice.ROLES))
     quiet: bool = False
     jobs: int = 1
-
-
-@dataclass
-class Tally:
-    """What the cuts of one file system found."""
-
-    fs: str
-    cuts: int = 0
-    acked: int = 0
-    lost: dict[str, dict[str, Any]] = field(default_factory=dict)
-    corrupted: dict[str, dict[str, Any]] = field(default_factory=dict)
-    relay_duplicates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    fsck: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def line(self, label: str = "") -> str:
-        where = f"[{label}]" if label else ""
-        return (f"powercut{where}: {self.cuts} cuts, {self.acked} acked, "
-                f"{len(self.lost)} lost, {len(self.corrupted)} corrupted")
-
-    def add_check(self, result: dict[str, Any]) -> None:
-        for item in result["lost"]:
-            self.lost.setdefault(f"{item['q']}/{item['id']}", item)
-        for item in result["corrupted"]:
-            self.corrupted.setdefault(f"{item['q']}/{item['id']}", item)
-        for item in result["relay_duplicates"]:
-            self.relay_duplicates.setdefault(item["id"], item)
+    mount_opts: str = ""  # e.g. "dirsync", for experiments
 
 
 class ImageRun:
@@ -110,7 +86,7 @@ class ImageRun:
                 "root": str(self.mnt / "rq"), "scandir": str(self.workdir / "scandir"),
                 "port": self.opts.port, "python": str(VENV_PYTHON),
                 "pythonpath": self.opts.pythonpath, "seed": self.rng.randrange(1 << 30),
-                "roles": self.opts.roles, **steps,
+                "roles": self.opts.roles, "mount_opts": self.opts.mount_opts, **steps,
                 "nosync_so": str(self.workdir / "nosync.so") if self.opts.nosync else ""}
         path = self.chan / f"plan.{boot}.json"
         path.write_text(json.dumps(plan, indent=1))
@@ -175,22 +151,14 @@ class ImageRun:
         check = self.chan / f"check.{boot}.json"
         if check.exists():
             result = json.loads(check.read_text())
-            self.tally.add_check(result)
+            self.tally.add_check(result, _read(self.chan / f"fsck.{boot}.after-cut.txt"))
             self.last_acked = int(result["acked"])
         for event in self.events(boot):
             if event["event"] == "fsck":
                 text = _read(self.chan / event["file"])
                 self.tally.fsck.append({"image": self.base.name, "boot": boot,
                                         "when": event["when"], "code": event["code"],
-                                        "findings": _findings(text)})
-
-
-def _findings(text: str) -> list[str]:
-    """The lines of fsck's output that report a problem."""
-    noise = ("Pass ", "Phase ", "exit ", "e2fsck ", "        - ", "No modify flag",
-             "Checking ", "Warning: no quota", "/dev/ubda: ")
-    lines = [ln.strip() for ln in text.splitlines()]
-    return [ln for ln in lines if ln and not ln.startswith(noise)][:40]
+                                        "findings": fsck_findings(text)})
 
 
 def _read(path: Path) -> str:
@@ -264,6 +232,8 @@ def run_fs(opts: Options, fs: str, workdir: Path, fpu: bool, rng: random.Random)
         image_run = ImageRun(opts, fs, base, cuts, fpu, rng, tally)
         try:
             image_run.run()
+        except KernelError as exc:  # recorded; the next image starts afresh
+            tally.failures.append(f"{base}: {exc}")
         finally:
             image_run.image.unlink(missing_ok=True)
         tally.acked += getattr(image_run, "last_acked", 0)
@@ -274,17 +244,6 @@ def run_fs(opts: Options, fs: str, workdir: Path, fpu: bool, rng: random.Random)
     return tally
 
 
-def total(tallies: list[Tally]) -> Tally:
-    whole = Tally("total")
-    for t in tallies:
-        whole.cuts += t.cuts
-        whole.acked += t.acked
-        whole.lost.update({f"{t.fs}:{k}": v for k, v in t.lost.items()})
-        whole.corrupted.update({f"{t.fs}:{k}": v for k, v in t.corrupted.items()})
-        whole.seconds += t.seconds
-    return whole
-
-
 def run(opts: Options) -> list[Tally]:
     """Every file system's cuts.  The work directory is removed afterwards
     unless kept, or unless something failed: then its logs are the evidence."""
@@ -293,7 +252,7 @@ def run(opts: Options) -> list[Tally]:
     clean = False
     try:
         tallies = run_in(opts, workdir)
-        clean = not total(tallies).lost and not total(tallies).corrupted
+        clean = total(tallies).clean()
         return tallies
     finally:
         if opts.keep or not clean:
@@ -316,24 +275,6 @@ def run_in(opts: Options, workdir: Path) -> list[Tally]:
     return tallies
 
 
-def report(tallies: list[Tally], out: Any = sys.stdout) -> None:
-    for t in tallies:
-        print(f"{t.line(t.fs)} ({t.seconds:.0f}s)", file=out)
-        for key, item in list(t.lost.items())[:20]:
-            print(f"  lost {key}: {item['why']} (last ack: {item['last_op']}) "
-                  f"{item.get('where', '')}", file=out)
-        for key, item in list(t.corrupted.items())[:20]:
-            print(f"  corrupted {key}: {item['why']}", file=out)
-        for key in list(t.relay_duplicates)[:5]:
-            print(f"  relay duplicate {key}", file=out)
-        dirty = [f for f in t.fsck if f["code"] != 0]
-        print(f"  fsck: {len(t.fsck)} runs, {len(dirty)} with findings", file=out)
-        for f in dirty[:5]:
-            print(f"    {f['image']} boot {f['boot']} {f['when']}: exit {f['code']}: "
-                  + " | ".join(f["findings"][:6]), file=out)
-    print(total(tallies).line(), file=out)
-
-
 def parse_args(argv: list[str] | None = None) -> Options:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cycles", type=int, default=3, help="power cuts per file system")
@@ -346,6 +287,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--workdir", type=Path, help="default: a new /var/tmp/powercut.*")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--pythonpath", default="", help="rqsys to test instead of the venv's")
+    p.add_argument("--mount-opts", default="", help="the guest mounts the image with -o ...")
     p.add_argument("--jobs", type=int, default=1, help="file systems run at once (one UML each)")
     p.add_argument("--fpu", choices=("auto", "on", "off"), default="auto",
                    help="UML FPU workaround (launcher.py): probe, force, or never")
@@ -357,7 +299,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     return Options(cycles=args.cycles, fs=fs, nosync=args.nosync, max_delay=args.max_delay,
                    seed=args.seed, per_image=args.per_image, workdir=args.workdir,
                    keep=args.keep, pythonpath=args.pythonpath, fpu=args.fpu,
-                   jobs=args.jobs)
+                   jobs=args.jobs, mount_opts=args.mount_opts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,8 +312,7 @@ def main(argv: list[str] | None = None) -> int:
           + (" (no-sync proof mode)" if opts.nosync else ""), flush=True)
     tallies = run(opts)
     report(tallies)
-    whole = total(tallies)
-    failed = bool(whole.lost or whole.corrupted)
+    failed = not total(tallies).clean()
     return int(not failed) if opts.nosync else int(failed)
 
 
