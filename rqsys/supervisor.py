@@ -26,6 +26,7 @@ from rqsys.scandir import reconcile
 from rqsys.signals import SignalFlags
 from rqsys.special import install_special_queues
 from rqsys.store import Layout
+from rqsys.systemd import child_environ
 from rqsys.unixsock import listen_unix
 
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0
@@ -135,7 +136,8 @@ class Supervisor:
 
     # ---------------------------------------------------------------- children
     def _spawn(self, program: Program) -> None:
-        env = dict(os.environ, RQ_SUPERVISOR_PID=str(os.getpid()), **program.env)
+        # the children's systemd is this process: nothing of an outer one's hand-over
+        env = dict(child_environ(), RQ_SUPERVISOR_PID=str(os.getpid()), **program.env)
         pid = os.fork()
         if pid == 0:
             _exec_child(program, env)  # never returns

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scan_util import clean_env
+import pytest
+from scan_util import LoggedProcess, clean_env, free_port
 
 
 def serve(root: Path, port: int) -> subprocess.CompletedProcess[str]:
@@ -40,3 +41,23 @@ def test_a_busy_port_ends_serve_with_one_line_naming_it(tmp_path: Path) -> None:
     # and nothing was started or created before it gave up
     assert done.stdout == ""
     assert not list(root.glob("queue/*"))
+
+
+def test_children_do_not_talk_to_the_supervisors_own_systemd(tmp_path: Path) -> None:
+    # Given rqsys serve started with a NOTIFY_SOCKET of its own (as a unit would be)
+    notify_path = tmp_path / "notify"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(notify_path))
+        root, scandir = tmp_path / "root", tmp_path / "scandir"
+        scandir.mkdir()
+        argv = [sys.executable, "-m", "rqsys.cli", "--root", str(root), "serve",
+                "--scandir", str(scandir), "--port", str(free_port())]
+        proc = LoggedProcess(argv, tmp_path / "serve.log",
+                             clean_env(NOTIFY_SOCKET=str(notify_path)))
+        # When its children (web, rq-scan, queue daemons) have started and stopped
+        proc.wait_log("rq-scan ready")
+        assert proc.stop() == 0, proc.log()
+        # Then none of them sent READY=1 or anything else to that socket
+        notify.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            notify.recv(4096)
