@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys import config
-from rqsys.errors import BadRequest, ConfigError, RQError
+from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
 from rqsys.store import DISABLED_MARK, QUEUE_NAME_RE, SCANDIR_MARK, Layout
 
@@ -124,7 +124,7 @@ def reconcile(layout: Layout, scandir: Path, log: EventLog | None = None) -> lis
     for name in entry_names(scandir):
         try:
             install_from_scandir(layout, name, scandir / name)
-        except (RQError, BadRequest, OSError) as exc:
+        except (RQError, OSError) as exc:
             if log is not None:
                 log.event("daemon", f"scandir entry {name!r} skipped: {exc}")
             continue
