@@ -9,6 +9,7 @@ go, and unmounts the overlay and the tmpfs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -86,7 +87,9 @@ class Container:
             dropin.write_text(f"[Service]\nBindReadOnlyPaths={PROJECT}\n")
 
     def _wait_leader(self) -> int:
-        """The container's PID 1 as seen from here (nspawn's child)."""
+        """The container's PID 1 as seen from here.  Under load nspawn's first
+        child can be its short-lived outer child, gone by the time it is
+        entered: only a child that is PID 1 of its own pid namespace counts."""
         assert self.proc is not None
         deadline = time.monotonic() + BOOT_TIMEOUT
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
@@ -95,8 +98,9 @@ class Container:
                 raise RuntimeError(f"systemd-nspawn exited {self.proc.returncode}: "
                                    f"{self.console_text()}")
             pids = children.read_text().split() if children.exists() else []
-            if pids:
-                return int(pids[0])
+            leader = next((int(pid) for pid in pids if _is_namespace_init(pid)), 0)
+            if leader:
+                return leader
             time.sleep(0.05)
         raise RuntimeError("systemd-nspawn started no container")
 
@@ -134,7 +138,8 @@ class Container:
             self.proc.wait(POWEROFF_TIMEOUT)
         except subprocess.TimeoutExpired:
             if self.leader:
-                os.kill(self.leader, signal.SIGKILL)  # ends its whole pid namespace
+                with contextlib.suppress(ProcessLookupError):  # it may be gone already
+                    os.kill(self.leader, signal.SIGKILL)  # ends its whole pid namespace
             self.proc.wait(POWEROFF_TIMEOUT)
 
     def expose_python(self, venv: Path, base_prefix: str) -> None:
@@ -204,3 +209,14 @@ def _world_reachable(path: Path) -> bool:
 
 def _mount(*args: str) -> None:
     subprocess.run(["mount", *args], check=True, timeout=30)
+
+
+def _is_namespace_init(pid: str) -> bool:
+    """True when ``pid`` is PID 1 of a pid namespace of its own (NSpid: N 1)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    nspid = next((line.split()[1:] for line in status.splitlines()
+                  if line.startswith("NSpid:")), [])
+    return len(nspid) > 1 and nspid[-1] == "1"

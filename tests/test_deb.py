@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need, wait_for
-from nspawn import BOOT_TIMEOUT, PROJECT, Container, can_boot
+from nspawn import PROJECT, Container, can_boot
 
 from rqsys.errors import NotFound
 from rqsys.store import QueueStore
@@ -48,37 +48,6 @@ echo "done $RQ_PARAM1" >&3
 # cache of formatted pages is man-db's, pruned by its own daily job.
 NOT_OURS = ("/var/log/", "/var/cache/man/")
 RQ_NAME = re.compile(r"^rq([@.-]|sys|$)")
-
-
-class BootedContainer(Container):
-    """nspawn.py's Container, waiting for the container's own PID 1: under
-    load nspawn's first child can be its short-lived outer child, gone by the
-    time it is entered.  (Drop this once nspawn.py picks PID 1 itself.)"""
-
-    def _wait_leader(self) -> int:
-        assert self.proc is not None
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        deadline = time.monotonic() + BOOT_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"systemd-nspawn exited {self.proc.returncode}")
-            pids = children.read_text().split() if children.exists() else []
-            leader = next((int(pid) for pid in pids if _is_namespace_init(pid)), 0)
-            if leader:
-                return leader
-            time.sleep(0.05)
-        raise RuntimeError("systemd-nspawn started no container")
-
-
-def _is_namespace_init(pid: str) -> bool:
-    """True when ``pid`` is PID 1 of a pid namespace of its own (NSpid: N 1)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    nspid = next((line.split()[1:] for line in status.splitlines()
-                  if line.startswith("NSpid:")), [])
-    return len(nspid) > 1 and nspid[-1] == "1"
 
 
 @dataclass
@@ -118,7 +87,7 @@ def deb() -> Path:
 def installed(deb: Path) -> Iterator[Installed]:
     reason = can_boot()
     need(not reason, reason)
-    box = BootedContainer()
+    box = Container()
     try:
         box.boot()
         as_fresh_debian(box)
