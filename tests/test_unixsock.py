@@ -8,6 +8,7 @@ the socket is made, and counts any ECONNREFUSED — what a client reads as
 
 from __future__ import annotations
 
+import errno
 import socket
 import subprocess
 import sys
@@ -108,3 +109,26 @@ def test_a_failure_after_bind_removes_the_temporary_name(tmp_path: Path) -> None
     # Then the error is raised and nothing but the directory is left
     assert [p.name for p in tmp_path.iterdir()] == ["q.sock"]
     assert [p.name for p in path.iterdir()] == ["keep"]
+
+
+def test_a_longest_path_with_a_short_name_works(tmp_path: Path) -> None:
+    # Given a 107-byte path whose last part is short (the temporary name is longer)
+    deep = tmp_path / ("d" * (MAX_PATH - len(str(tmp_path)) - len("/q.sock") - 1))
+    path = deep / "q.sock"
+    assert len(str(path)) == MAX_PATH
+    # When the socket is made there
+    with listen_unix(path):
+        # Then clients reach it, and only it is in its directory
+        assert connects(path)
+        assert [p.name for p in deep.iterdir()] == ["q.sock"]
+
+
+def test_a_path_too_long_to_connect_to_is_refused(tmp_path: Path) -> None:
+    # Given a path one byte longer than any client could connect to
+    path = tmp_path / ("q" * (MAX_PATH + 1 - len(str(tmp_path)) - 1))
+    assert len(str(path)) == MAX_PATH + 1
+    # When the socket is made there, Then it is refused and nothing is left
+    with pytest.raises(OSError) as caught:
+        listen_unix(path).close()
+    assert caught.value.errno == errno.ENAMETOOLONG
+    assert list(tmp_path.iterdir()) == []
