@@ -21,6 +21,8 @@ TERMINAL = frozenset({"done", "err", "relayed", "resend"})
 COMMANDS = frozenset({"run", "dup"}) | TERMINAL
 MAX_TEXT = 4096  # status text kept per line; the rest is cut, never the command
 
+MAX_DELAY = 10 * 366 * 86400  # seconds a resend or dup may wait: ten years
+
 
 @dataclass(frozen=True)
 class Command:
@@ -53,8 +55,11 @@ def parse_line(raw: bytes) -> Command:
 
 
 def _parse_delay(word: str, line: str) -> int:
-    if not word.isdigit():
+    # ASCII digits only: str.isdigit() also accepts '²' and '①', which int() refuses.
+    if not (word.isascii() and word.isdigit()):
         raise ProtocolError(f"bad delay {word[:40]!r} in {line[:80]!r}")
+    if len(word) > len(str(MAX_DELAY)) or int(word) > MAX_DELAY:
+        raise ProtocolError(f"delay {word[:40]!r} is over {MAX_DELAY} s in {line[:80]!r}")
     return int(word)
 
 
