@@ -31,7 +31,7 @@ DEB_SKIP := --exclude=__pycache__ --exclude='*.so' --exclude=_rqspawn.c --exclud
 # environment (a venv or pyenv first on PATH would build for another Python).
 DEB_ENV  := env -i HOME="$$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-.PHONY: install install-test run test lint bench deb conformance test-powercut clean
+.PHONY: install install-test run test lint bench deb conformance test-powercut test-crashpoints clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/build_spawn.py
@@ -84,6 +84,10 @@ conformance: install
 
 test-powercut: install-test
 	$(PY) tests/powercut/run.py
+
+# Every crash point of the queue daemon (about an hour on 2 cores).
+test-crashpoints: install-test
+	$(PY) tests/crashpoints/run.py --jobs 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info run-root
