@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import need, wait_for
 
-from rqsys import config, scan
+from rqsys import config, scandir
 from rqsys.store import QueueStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,7 +159,7 @@ def test_generated_queue_config_is_what_rqsys_reads(full: dict[str, Any], tmp_pa
     run.write_text("#!/bin/sh\n")
     run.chmod(0o755)
     # When rqsys reads it as a scandir entry
-    effective = scan.entry_config("hello", directory)
+    effective = scandir.entry_config("hello", directory)
     # Then every option arrived in the effective config
     assert effective["num_workers"] == 3
     assert effective["exec_prefix"] == "nice -n 5"
@@ -181,7 +181,7 @@ def test_generated_entry_runs_in_a_real_daemon(layout, daemon, tmp_path: Path) -
     run = entry / "run"
     run.write_text('#!/bin/sh\necho "done $GREETING $RQ_PARAM1" >&3\n')
     run.chmod(0o755)
-    scan.install_queue(layout, "greet", entry)
+    scandir.install_queue(layout, "greet", entry)
     # When a message is sent to its real daemon
     proc = daemon("greet")
     msg_id = proc.call("create", msg={"param1": "nix"})["msg_id"]
