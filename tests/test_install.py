@@ -176,48 +176,8 @@ def test_without_scdoc_a_required_man_build_fails_clearly(tmp_path: Path) -> Non
     assert not (venv / "bin" / "rqsys").exists()
 
 
-# ---------------------------------------------------------------- special queues from the wheel
-def test_installed_relay_queue_relays(installed: Path, tmp_path: Path) -> None:
-    # Given the pip-installed rqsys serving a root with one queue, its special
-    # scripts left as a wheel installs them (0644: no execute bit)
-    scripts = _installed_package(installed) / "scripts"
-    for script in scripts.glob("*.py"):
-        script.chmod(0o644)
-    port = free_port()
-    root, scandir = _mkdir(tmp_path / "root"), _mkdir(tmp_path / "scandir")
-    _mkdir(root / "config").joinpath("config.json").write_text(
-        f'{{"host": "127.0.0.1", "addr": "127.0.0.1", "port": {port}}}')
-    (_mkdir(scandir / "work") / "run").write_text(HELLO)
-    (scandir / "work" / "run").chmod(0o755)
-    rq = [str(installed / "bin" / "rq"), "--root", str(root)]
-    with open(tmp_path / "serve.log", "wb") as log:
-        proc = subprocess.Popen([str(installed / "bin" / "rqsys"), "--root", str(root), "serve",
-                                 "--scandir", str(scandir), "--port", str(port)],
-                                start_new_session=True, stdout=log, stderr=log)
-    try:
-        wait_for(lambda: all((root / "sock" / f"{q}.sock").exists() for q in ("work", "relay")),
-                 30, "serve ready")
-        # When a message for this host's queue URL is sent (RQ: every URL goes through relay)
-        out = subprocess.run([*rq, "sendmesg", "--dest", f"http://127.0.0.1:{port}/q/work",
-                              "--relay-ok", "--param1", "wheel"], capture_output=True,
-                             text=True, timeout=30).stdout
-        assert "/q/relay/" in out, out
-        # Then the installed relay script ran from site-packages and delivered it
-        status = wait_for(lambda: _relayed(rq, out.split()[1]), 60, "relayed")
-        far = status.split()[3]
-        wait_for(lambda: _status(rq, far) == "ok done - greeted wheel", 30, "far message done")
-        config = (root / "queue" / "relay" / "config.json").read_text()
-        assert str(scripts / "relay.py") in config
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.fail("rqsys serve ignored SIGTERM")
-
-
+# ---------------------------------------------------------------- helpers (test_install_system
+# runs the special queues from the installed wheel)
 def _installed_package(venv: Path) -> Path:
     found = subprocess.run([str(venv / "bin" / "python"), "-c",
                             "import rqsys, os; print(os.path.dirname(rqsys.__file__))"],
