@@ -129,6 +129,13 @@ class ScriptOutput:
         self.journal = JournalSender() if journal else None
         self.pumps: dict[int, Pump] = {}
 
+    def stdout_fd(self, job: str, msg_id: str, count: int) -> int | None:
+        """The fd to give a script as stdout/stderr (the caller closes it); None
+        without journald: the script's start opens ``job/stdio.log`` itself."""
+        if self.journal is None:
+            return None
+        return self.open(f"{job}/stdio.log", msg_id, count)
+
     def open(self, log_path: Path | str, msg_id: str, count: int) -> int:
         """The fd to give the script as stdout/stderr (the caller closes it)."""
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)

@@ -1,10 +1,12 @@
 """Starting a queue script: argv, environment and fds, through the C helper.
 
-The helper (``_native/spawn.c``) does all of the child's set-up between vfork
-and exec, so no Python runs in the child: stdin from /dev/null, stdout and
-stderr to ``out_fd``, fd 3 = RQ_WRITE (script -> daemon), fd 4 = RQ_READ
-(daemon -> script), a new session, a parent-death signal, every other fd
-closed, cwd set.
+The helper (``_native/spawn.c``) makes the two pipes, starts the child and
+opens its pidfd in one call, and does all of the child's set-up between vfork
+and exec, so no Python runs in the child: cwd set (``job/`` made if missing),
+stdin from /dev/null, stdout and stderr to ``out_fd`` (or to ``stdio.log``
+in cwd, opened by the child), fd 3 = RQ_WRITE (script -> daemon), fd 4 =
+RQ_READ (daemon -> script), a new session, a parent-death signal, every
+other fd closed.  The daemon's ends of the pipes come non-blocking.
 """
 
 from __future__ import annotations
@@ -76,28 +78,58 @@ def script_argv(script: str, exec_prefix: str) -> tuple[str, list[str]]:
     return program, [*words, real]
 
 
-def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path | str, out_fd: int) -> Child:
-    """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed."""
+class ScriptPath:
+    """:func:`script_argv`, kept while the script is the same file.
+
+    Resolving costs a stat of every component of the path, a readlink of
+    each symlink and an access check; a run needs one ``stat`` of the
+    configured path instead.  The resolution is made again whenever that
+    file is another (a swapped symlink), its mode or owner changed, or
+    :meth:`forget` was called (a reload, or a failed exec); a vanished
+    script fails the stat, and :func:`script_argv` then says so
+    (SCRIPTERROR), as before.
+    """
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._resolved: tuple[str, list[str]] = ("", [])
+
+    def resolve(self, script: str, exec_prefix: str) -> tuple[str, list[str]]:
+        try:
+            st = os.stat(script)
+        except OSError:
+            self._key = None
+            return script_argv(script, exec_prefix)  # raises SpawnError, saying why
+        key = (script, exec_prefix, st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid,
+               st.st_ctime_ns)
+        if key != self._key:
+            self._resolved = script_argv(script, exec_prefix)
+            self._key = key
+        return self._resolved
+
+    def forget(self) -> None:
+        self._key = None
+
+
+def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path | str,
+          out_fd: int | None, parent: int | None = None) -> Child:
+    """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed.
+
+    ``out_fd`` None: the child opens ``stdio.log`` in ``cwd`` itself.
+    ``parent``: this process's pid, when the caller keeps it (else looked up).
+    """
     from rqsys._native._rqspawn import ffi, lib  # type: ignore[import-not-found]
 
-    status_r, script_w = os.pipe2(os.O_CLOEXEC)
-    script_r, reply_w = os.pipe2(os.O_CLOEXEC)
-    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     keep = [ffi.new("char[]", os.fsencode(s)) for s in argv]
     envs = [_c_string(ffi, f"{k}={v}") for k, v in env.items()]
-    try:
-        pid = lib.rq_spawn(os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
-                           ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),
-                           devnull, out_fd, script_w, script_r)
-    finally:
-        for fd in (devnull, script_w, script_r):
-            os.close(fd)
+    fds = ffi.new("int[3]")
+    pid = lib.rq_start(os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
+                       ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),
+                       -1 if out_fd is None else out_fd,
+                       os.getpid() if parent is None else parent, fds)
     if pid < 0:
-        os.close(status_r)
-        os.close(reply_w)
         raise ExecFailed(path, -pid)
-    os.set_blocking(status_r, False)
-    return Child(pid, os.pidfd_open(pid), status_r, reply_w)
+    return Child(pid, fds[2], fds[0], fds[1])
 
 
 _C_STRINGS: dict[str, object] = {}  # "K=V" -> C string: most of the env repeats every run

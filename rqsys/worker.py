@@ -25,6 +25,7 @@ from rqsys.protocol import Command, parse_line
 from rqsys.spawn import Child
 
 MAX_LINE = 64 * 1024  # longer status lines are cut here; the command still counts
+READ_SIZE = 65536  # a pipe's whole buffer
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Worker:
     started: float = field(default_factory=time.time)
     terminal: Command | None = None
     status: str = ""
+    on_disk: str | None = None  # what its status file holds now, when known
     stop_reason: str = ""  # "stopping" (daemon stop) or "destroy"
     _buf: bytearray = field(default_factory=bytearray)
     _cutting: bool = False
@@ -70,13 +72,15 @@ class Worker:
         eof = False
         while True:
             try:
-                data = os.read(self.child.status_r, 65536)
+                data = os.read(self.child.status_r, READ_SIZE)
             except BlockingIOError:
                 break
             if not data:
                 eof = True
                 break
             results.extend(self._feed(data))
+            if len(data) < READ_SIZE:
+                break  # the pipe is empty now: no read just to hear EAGAIN
         return results, eof
 
     def _feed(self, data: bytes) -> list[Command | ProtocolError]:

@@ -7,8 +7,8 @@ from cffi import FFI
 ffibuilder = FFI()
 ffibuilder.cdef(
     """
-    int rq_spawn(const char *path, char *const argv[], char *const envp[],
-                 const char *cwd, int devnull, int out, int wfd, int rfd);
+    int rq_start(const char *path, char *const argv[], char *const envp[],
+                 const char *cwd, int out, int parent, int fds[3]);
     int syncfs(int fd);
     int rq_set_pdeathsig(int sig);
     """

@@ -1,4 +1,4 @@
-/* rq_spawn: start a queue script with its fds, session and signals set up
+/* rq_start: start a queue script with its fds, session and signals set up
  * between vfork and exec, so no Python code ever runs in the child.
  *
  * The child shares the parent's memory until execve (vfork), so it only
@@ -8,10 +8,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/types.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -42,48 +44,116 @@ static void reset_signals(void)
         sigaction(sig, &dfl, NULL);
 }
 
-static int child_setup(const char *cwd, int devnull, int out, int wfd, int rfd,
-                       pid_t parent)
+/* The child's stdout and stderr: ``out``, or (out < 0) stdio.log in its cwd. */
+static int open_output(int out)
+{
+    if (out >= 0)
+        return lift(out);
+    return lift(open("stdio.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+}
+
+/* The pipes are made non-blocking for the daemon's ends; the script's ends
+ * are other open files, so clearing the flag on them leaves ours as they are. */
+static int blocking(int fd)
+{
+    int flags = fcntl(fd, F_GETFL);
+    return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+}
+
+/* cwd is the run's job/ directory, made here when a spare did not bring it. */
+static int enter(const char *cwd)
+{
+    if (chdir(cwd) == 0) return 0;
+    if (errno != ENOENT || mkdir(cwd, 0777) < 0) return -1;
+    return chdir(cwd);
+}
+
+static int child_setup(const char *cwd, int out, int wfd, int rfd, pid_t parent)
 {
     if (setsid() < 0) return -1;
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) return -1;
     if (getppid() != parent) return -1;   /* parent died before prctl */
-    int d = lift(devnull), o = lift(out), w = lift(wfd), r = lift(rfd);
+    if (enter(cwd) < 0) return -1;
+    int d = lift(open("/dev/null", O_RDONLY | O_CLOEXEC));
+    int o = open_output(out), w = lift(wfd), r = lift(rfd);
     if (d < 0 || o < 0 || w < 0 || r < 0) return -1;
+    if (blocking(w) < 0 || blocking(r) < 0) return -1;
     if (dup2(d, 0) < 0 || dup2(o, 1) < 0 || dup2(o, 2) < 0) return -1;
     if (dup2(w, 3) < 0 || dup2(r, 4) < 0) return -1;
     close_from(5);
-    if (chdir(cwd) < 0) return -1;
     return 0;
 }
 
-/* Returns the child's pid, or -errno when the child could not exec. */
-int rq_spawn(const char *path, char *const argv[], char *const envp[],
-             const char *cwd, int devnull, int out, int wfd, int rfd)
+static pid_t start_child(const char *path, char *const argv[], char *const envp[],
+                         const char *cwd, int out, int wfd, int rfd, pid_t parent,
+                         volatile int *child_errno)
 {
-    volatile int child_errno = 0;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t parent = getpid();
     pid_t pid = vfork();
     if (pid == 0) {
         reset_signals();
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        if (child_setup(cwd, devnull, out, wfd, rfd, parent) == 0)
+        if (child_setup(cwd, out, wfd, rfd, parent) == 0)
             execve(path, argv, envp);
-        child_errno = errno ? errno : EINVAL;
+        *child_errno = errno ? errno : EINVAL;
         _exit(127);
     }
     int saved = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (pid < 0) return -saved;
-    if (child_errno) {                      /* the child has exited with 127 */
-        waitpid(pid, NULL, 0);
+    errno = saved;
+    return pid;
+}
+
+static void close_pair(int p[2])
+{
+    close(p[0]);
+    close(p[1]);
+}
+
+/* Start a script: its pipes, the child, and a pidfd, in one call.
+ * ``parent`` is the caller's pid (known to it; saves a getpid per run);
+ * ``out`` < 0 makes the child open stdio.log in ``cwd`` itself.
+ * On success returns the pid, with fds = {status read end (fd 3's other
+ * end), reply write end (fd 4's other end), pidfd}, all O_CLOEXEC and the
+ * first two non-blocking; on failure -errno (exec failures included). */
+int rq_start(const char *path, char *const argv[], char *const envp[],
+             const char *cwd, int out, int parent, int fds[3])
+{
+    int st[2], rp[2];
+    if (pipe2(st, O_CLOEXEC | O_NONBLOCK) < 0) return -errno;
+    if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) < 0) {
+        int saved = errno;
+        close_pair(st);
+        return -saved;
+    }
+    volatile int child_errno = 0;
+    pid_t pid = start_child(path, argv, envp, cwd, out, st[1], rp[0], parent, &child_errno);
+    int saved = errno;
+    close(st[1]);
+    close(rp[0]);
+    if (pid < 0 || child_errno) {
+        close(st[0]);
+        close(rp[1]);
+        if (pid < 0) return -saved;
+        waitpid(pid, NULL, 0);              /* the child has exited with 127 */
         return -child_errno;
     }
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) {                         /* no pidfd: no way to watch it */
+        saved = errno;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(st[0]);
+        close(rp[1]);
+        return -saved;
+    }
+    fds[0] = st[0];
+    fds[1] = rp[1];
+    fds[2] = pidfd;
     return pid;
 }
 

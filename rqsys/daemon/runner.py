@@ -1,7 +1,7 @@
 """Running queue scripts: starting them (environment, fds), their status
 lines and dup requests on fd 3, the answers on fd 4, and their exits.
 
-Each script's status pipe and pidfd sit in the loop's selector.  Where a
+Each script's status pipe and pidfd are watched by ``children``.  Where a
 message goes when its script ends is the ledger's business
 (``transitions``); a dup to another queue is ``outbound``'s, to this queue
 ``intake``'s; both answer later, and the answers are written on fd 4 in the
@@ -19,6 +19,7 @@ from typing import Any
 
 from rqsys import config, limits
 from rqsys.daemon import tunables
+from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
@@ -28,7 +29,7 @@ from rqsys.events import EventLog
 from rqsys.message import param_key
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
-from rqsys.spawn import script_argv, spawn
+from rqsys.spawn import ScriptPath, script_argv, spawn
 from rqsys.store import QueueStore
 from rqsys.systemd import child_environ
 from rqsys.worker import Outcome, Worker
@@ -45,8 +46,10 @@ class Runner:
         self.workers: dict[str, Worker] = {}
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
-        self._fd_worker: dict[int, Worker] = {}
+        self._script = ScriptPath()
         self._env_cache: dict[str, str] | None = None
+        self._pid = os.getpid()  # the spawn helper checks its child's parent against it
+        self.children = Children(selector, self._on_lines, self._on_exit)
 
     # ------------------------------------------------------------ starting
     def can_start(self) -> bool:
@@ -71,12 +74,15 @@ class Runner:
         if due is None or due > now:
             return
         busy = self._busy_keys()
+        if not self.can_start():
+            return
+        try:  # once a turn, and a stat of the script unless its config changed
+            path, argv = self._script.resolve(self.ctx.config["script"],
+                                              self.ctx.config["exec_prefix"])
+        except SpawnError as exc:
+            self._set_script_error(str(exc))
+            return
         while self.can_start():
-            try:
-                path, argv = script_argv(self.ctx.config["script"], self.ctx.config["exec_prefix"])
-            except SpawnError as exc:
-                self._set_script_error(str(exc))
-                return
             picked = self.ledger.start_next(now, busy)
             if picked is None:
                 return
@@ -90,22 +96,24 @@ class Runner:
         return {k for k in keys if k is not None}
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
-        job = self.store.job_dir(msg_id)
-        out = self.output.open(f"{job}/stdio.log", msg_id, msg["count"])
+        blank = self.ledger.take_blank_status(msg_id)
+        job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
+        out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
         env = self._script_env(msg_id, msg, argv[-1], job)
         try:
-            child = spawn(argv, path, env, job, out)
+            child = spawn(argv, path, env, job, out, self._pid)
         except SpawnError as exc:
+            self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, env, argv)
             return
         finally:
-            os.close(out)
+            if out is not None:
+                os.close(out)
         worker = Worker(msg_id, msg, child)
+        worker.on_disk = "" if blank else None
         self.ledger.coalesce(msg_id, msg, self.ctx.url(msg_id))
         self.workers[msg_id] = worker
-        self.selector.register(child.status_r, selectors.EVENT_READ, self._on_status)
-        self.selector.register(child.pidfd, selectors.EVENT_READ, self._on_exit)
-        self._fd_worker[child.status_r] = self._fd_worker[child.pidfd] = worker
+        self.children.watch(worker)
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"])
 
@@ -152,6 +160,7 @@ class Runner:
     def reconfigured(self) -> None:
         """After a reload: check a SCRIPTERROR script again now; a new environment."""
         self._script_check_at = 0.0
+        self._script.forget()
         self._env_cache = None
 
     # ------------------------------------------------------------ environment
@@ -183,20 +192,9 @@ class Runner:
         return env
 
     # ------------------------------------------------------------ fd 3 and fd 4
-    def _on_status(self, key: Any, _mask: int) -> None:
-        worker = self._fd_worker.get(key.fd)
-        if worker is None:
-            return  # its exit was handled earlier in this same select() batch
-        lines, eof = worker.read_lines()
+    def _on_lines(self, worker: Worker, lines: list[Command | ProtocolError]) -> None:
         for item in lines:
             self._apply(worker, item)
-        if eof:
-            self._unwatch(key.fd)
-
-    def _unwatch(self, fd: int) -> None:
-        if fd in self._fd_worker:
-            self.selector.unregister(fd)
-            del self._fd_worker[fd]
 
     def _apply(self, worker: Worker, item: Command | ProtocolError) -> None:
         if isinstance(item, ProtocolError):
@@ -208,7 +206,9 @@ class Runner:
         worker.status = item.text
         if item.terminal:
             worker.terminal = item
-        self.store.write_status("run", worker.msg_id, item.text)
+        if item.text != worker.on_disk:  # a bare "done" leaves a blank status file as it is
+            self.store.write_status("run", worker.msg_id, item.text)
+            worker.on_disk = item.text
 
     def _dup(self, worker: Worker, cmd: Command) -> None:
         """Copy the running message (attachments hard-linked) to ``cmd.dest``;
@@ -255,21 +255,11 @@ class Runner:
                 self.log.warn("script does not read fd 4; dup answer dropped", worker.msg_id)
 
     # ------------------------------------------------------------ exits
-    def _on_exit(self, key: Any, _mask: int) -> None:
-        worker = self._fd_worker[key.fd]
-        pid, wait_status = os.waitpid(worker.child.pid, os.WNOHANG)
-        if pid == 0:
-            return
-        lines, _eof = worker.read_lines()
-        for item in lines:
-            self._apply(worker, item)
-        self._unwatch(worker.child.status_r)
-        self._unwatch(worker.child.pidfd)
-        worker.child.signal_group(signal.SIGTERM)  # background children left behind
-        worker.child.close()
+    def _on_exit(self, worker: Worker, wait_status: int) -> None:
+        """The script has ended and was reaped (its group signalled, its fds closed)."""
         del self.workers[worker.msg_id]
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
-        self._webhooks(self.ledger.end(worker.msg_id, outcome, worker.status))
+        self._webhooks(self.ledger.end(worker.msg_id, outcome, worker.on_disk))
 
     def _webhooks(self, ended: list[Ended]) -> None:
         """Call the post_run_webhook of each message that ended."""

@@ -63,6 +63,7 @@ class Transitions:
         self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
         self._counts = dict.fromkeys(COUNTED, 0)
+        self._blank: set[str] = set()  # placed here, never run: its status file is blank
 
     # ------------------------------------------------------------ reading
     def count(self, state: str) -> int:
@@ -123,6 +124,7 @@ class Transitions:
         _guard(state in ("que", "prep"), f"a new message cannot go to {state}")
         self.store.place(batch, state)
         for staged in batch:
+            self._blank.add(staged.msg_id)
             if state == "prep":
                 self._counts["prep"] += 1
             else:
@@ -156,6 +158,15 @@ class Transitions:
         self.running[msg_id] = msg
         return msg_id, queued, msg
 
+    def take_blank_status(self, msg_id: str) -> bool:
+        """Whether a message that has just started has a blank status file (it
+        was placed by this daemon and never ran; loaded ones are not known)."""
+        try:
+            self._blank.remove(msg_id)
+        except KeyError:
+            return False
+        return True
+
     def coalesce(self, msg_id: str, msg: Msg, url: str) -> None:
         """Queued messages with ``msg``'s coalesce params ride along, whatever
         their due time (RQ's ``handle_dups``): out of the que in memory, left
@@ -173,10 +184,10 @@ class Transitions:
         self._move(msg_id, "run", "que")
         self.schedule.add(msg_id, queued)
 
-    def end(self, msg_id: str, outcome: Outcome, written: str) -> list[Ended]:
+    def end(self, msg_id: str, outcome: Outcome, written: str | None) -> list[Ended]:
         """run → done | err | relayed | que | gone, with its riders; returns
-        those that ended in done, err or relayed (``written``: the status
-        line the script left, not written again)."""
+        those that ended in done, err or relayed (``written``: what its status
+        file holds, not written again; None when not known)."""
         msg = self.running.pop(msg_id, None)
         _guard(msg is not None, f"{msg_id} is not running")
         assert msg is not None
@@ -195,6 +206,7 @@ class Transitions:
             self.schedule.add(msg_id, msg)
             return []
         outcome = Outcome(state, f"duplicate {url}")
+        self._blank.discard(msg_id)
         self.store.write_status("que", msg_id, outcome.text)
         self.store.write_count("que", msg_id, int(msg.get("count", 0)))
         self._move(msg_id, "que", state)
@@ -262,6 +274,7 @@ class Transitions:
             raise BadRequest(why)
         state = self.store.find(msg_id)
         finish = self.store.delete_later(msg_id, state)  # its sync and rmtree: off the loop
+        self._blank.discard(msg_id)
         self.schedule.remove(msg_id)
         if state in COUNTED:
             self._counts[state] -= 1

@@ -174,9 +174,8 @@ class QueueStore(QueueView):
         not written for the common count 0 (one run, no resend), which is what
         its absence means.
         """
-        path = f"{self._path(state, msg_id)}/count"
-        if count != 0 or os.path.exists(path):
-            durable.overwrite(path, str(count).encode())
+        if count != 0:  # only an ending writes it, once: no older count file to replace
+            durable.overwrite(f"{self._path(state, msg_id)}/count", str(count).encode())
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
         """Replace a message's ``msg`` file atomically and durably."""
@@ -191,14 +190,10 @@ class QueueStore(QueueView):
         except FileNotFoundError:
             pass  # the message moved on meanwhile
 
-    def job_dir(self, msg_id: str) -> str:
-        """Create and return the ``job/`` dir of a running message."""
-        job = f"{self._path('run', msg_id)}/job"
-        try:
-            os.mkdir(job)
-        except FileExistsError:
-            pass  # a run after a resend reuses its job/
-        return job
+    def job_path(self, msg_id: str) -> str:
+        """The ``job/`` dir of a running message: a spare brings it, a run after
+        a resend reuses it, and the script's start makes it when missing."""
+        return f"{self._path('run', msg_id)}/job"
 
     def set_admin_state(self, state: str) -> None:
         """Record UP, PAUSE or DOWN durably."""

@@ -1,0 +1,87 @@
+"""Watching the running scripts: their status pipes and pidfds, on an epoll of their own.
+
+The loop's selector holds one fd for all of them (this epoll); each turn that
+it is ready, every script that wrote or ended is handled in one batch.  A
+script's two fds are added when it starts and never removed: closing them at
+its end takes them out of the epoll (nothing else holds them: they are
+close-on-exec and every child closes them before exec), which saves two
+``epoll_ctl`` calls per run.  The one exception is a status pipe at end of
+file while its script still runs (it closed fd 3): that one is removed, or
+it would be ready for ever.
+
+At an end the script's process group is signalled *before* the script is
+reaped: the zombie keeps the group alive, so the signal reaches whatever the
+script left behind (and cannot reach a later group that took its number).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import selectors
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from rqsys.errors import ProtocolError
+from rqsys.protocol import Command
+from rqsys.worker import Worker
+
+Lines = list[Command | ProtocolError]
+OnLines = Callable[[Worker, Lines], None]
+OnExit = Callable[[Worker, int], None]
+
+
+class Children:
+    """The scripts' fds in one epoll; calls back their status lines and exits."""
+
+    def __init__(self, selector: selectors.BaseSelector, on_lines: OnLines,
+                 on_exit: OnExit) -> None:
+        self._epoll = select.epoll(flags=select.EPOLL_CLOEXEC)
+        selector.register(self._epoll.fileno(), selectors.EVENT_READ, self._ready)
+        self._on_lines, self._on_exit = on_lines, on_exit
+        self._status: dict[int, Worker] = {}  # status pipe fd -> its script
+        self._pidfds: dict[int, Worker] = {}
+
+    def watch(self, worker: Worker) -> None:
+        child = worker.child
+        self._epoll.register(child.status_r, select.EPOLLIN)
+        self._epoll.register(child.pidfd, select.EPOLLIN)
+        self._status[child.status_r] = self._pidfds[child.pidfd] = worker
+
+    def _ready(self, _key: Any, _mask: int) -> None:
+        ended, talked = [], []
+        for fd, _events in self._epoll.poll(0):
+            if fd in self._pidfds:
+                ended.append(self._pidfds[fd])
+            elif fd in self._status:
+                talked.append(self._status[fd])
+        for worker in talked:
+            if worker not in ended:
+                self._read(worker)
+        for worker in ended:
+            self._reap(worker)
+
+    def _read(self, worker: Worker) -> None:
+        lines, eof = worker.read_lines()
+        if eof:  # fd 3 closed before the script ended: stop watching it
+            fd = worker.child.status_r
+            if self._status.pop(fd, None) is not None:
+                self._epoll.unregister(fd)
+        self._on_lines(worker, lines)
+
+    def _reap(self, worker: Worker) -> None:
+        child = worker.child
+        child.signal_group(signal.SIGTERM)  # background children left behind
+        pid, wait_status = os.waitpid(child.pid, os.WNOHANG)
+        if pid == 0:
+            return  # not ended after all (cannot happen for a ready pidfd)
+        if child.status_r in self._status:
+            self._on_lines(worker, worker.read_lines()[0])  # before fd 4 is closed
+        del self._pidfds[child.pidfd]
+        self._status.pop(child.status_r, None)
+        child.close()
+        self._on_exit(worker, wait_status)
+
+    def close(self) -> None:
+        self._epoll.close()
