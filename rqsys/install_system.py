@@ -57,10 +57,17 @@ def install(prefix: Path, root: Path) -> list[Path]:
     made = []
     for link, target in pairs:
         if not _is_link_to(link, target):
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(target)
+            _link(link, target)
             made.append(link)
     return made
+
+
+def _link(link: Path, target: Path) -> None:
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target)
+    except OSError as exc:  # not root for /usr/local, a read-only prefix, ...
+        raise ConfigError(f"cannot link {link}: {exc.strerror}") from exc
 
 
 def undo(prefix: Path, root: Path) -> list[Path]:
@@ -68,7 +75,10 @@ def undo(prefix: Path, root: Path) -> list[Path]:
     removed = []
     for link, target in links(prefix, root):
         if _is_link_to(link, target):
-            link.unlink()
+            try:
+                link.unlink()
+            except OSError as exc:
+                raise ConfigError(f"cannot remove {link}: {exc.strerror}") from exc
             removed.append(link)
     return removed
 

@@ -224,3 +224,15 @@ def test_special_queues_run_from_the_installed_wheel(served: tuple[list[str], in
     for name in ("relay", "webhook", "cleaner"):
         script = json.loads((config / name / "config.json").read_text())["script"]
         assert Path(script).is_relative_to(_installed_package(installed)), script
+
+
+def test_a_prefix_it_cannot_write_is_one_line_not_a_traceback(installed: Path,
+                                                               tmp_path: Path) -> None:
+    # Given a prefix whose bin is a file, not a directory
+    prefix = _mkdir(tmp_path / "prefix")
+    (prefix / "bin").write_text("not a directory\n")
+    # When install-system runs, then it says which link it could not make
+    done = install_system(installed, prefix)
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.startswith(f"rqsys: cannot link {prefix}/bin/rq:"), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
