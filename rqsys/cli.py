@@ -239,10 +239,13 @@ def rqsys_parser() -> argparse.ArgumentParser:
     serve = cmds.add_parser("serve", help="embedded mode: every daemon under one supervisor",
                             parents=root)
     serve.add_argument("--scandir", type=Path, help="queue scripts directory")
-    serve.add_argument("--port", type=int, help="web port (default: config.json, 3333)")
+    _web_options(serve)
     queue = cmds.add_parser("queue", help="run one queue daemon (rq@NAME.service)", parents=root)
     queue.add_argument("name")
-    cmds.add_parser("web", help="run the web front end (rq-web.service)", parents=root)
+    _web_options(cmds.add_parser("web", help="run the web front end (rq-web.service)",
+                                 parents=root))
+    passwd = cmds.add_parser("passwd", help="hash a web password for basic_auth", parents=root)
+    passwd.add_argument("user", nargs="?", default="admin", help="user name (default: admin)")
     scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)",
                            parents=root)
     scan.add_argument("--scandir", type=Path, help="default <root>/scandir")
@@ -250,7 +253,32 @@ def rqsys_parser() -> argparse.ArgumentParser:
                             parents=root)
     units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
     units.add_argument("--exec", dest="executable", help="rqsys path in ExecStart= (default: this)")
+    system = cmds.add_parser("install-system", help="link rq, rqsys, man pages into a prefix",
+                             parents=root)
+    system.add_argument("--prefix", type=Path, help="default /usr/local")
+    system.add_argument("--undo", action="store_true", help="remove the links made")
     return parser
+
+
+def _web_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", metavar="ADDR:PORT",
+                        help="web address (default: config.json's addr:port, 127.0.0.1:3333; "
+                             "IPv6 as [::1]:3333)")
+    parser.add_argument("--port", type=int, help="web port only (the address from config.json)")
+    parser.add_argument("--allow-unauthenticated-network", dest="allow_unauthenticated",
+                        action="store_true",
+                        help="serve a non-loopback address without basic_auth (anyone who "
+                             "reaches it can run scripts; a warning is logged at every start)")
+
+
+def _listen_of(args: argparse.Namespace) -> tuple[str | None, int | None]:
+    """(addr, port) from --listen / --port; None where config.json decides."""
+    from rqsys.web.listen import parse_listen
+
+    if args.listen is None:
+        return None, args.port
+    addr, port = parse_listen(args.listen)
+    return addr, port if args.port is None else args.port
 
 
 def rqsys_main(argv: list[str] | None = None) -> int:
@@ -266,7 +294,9 @@ def rqsys_main(argv: list[str] | None = None) -> int:
 def run_serve(layout: Layout, args: argparse.Namespace) -> int:
     from rqsys import supervisor
 
-    return supervisor.main(layout, args.scandir, args.port)
+    addr, port = _listen_of(args)
+    options = supervisor.WebOptions(addr, port, args.allow_unauthenticated)
+    return supervisor.main(layout, args.scandir, options)
 
 
 def run_queue(layout: Layout, args: argparse.Namespace) -> int:
@@ -278,7 +308,14 @@ def run_queue(layout: Layout, args: argparse.Namespace) -> int:
 def run_web(layout: Layout, args: argparse.Namespace) -> int:
     from rqsys.web import app
 
-    return int(app.main(layout))
+    addr, port = _listen_of(args)
+    return int(app.main(layout, addr, port, args.allow_unauthenticated))
+
+
+def run_passwd(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.web import passwd
+
+    return passwd.main(args.user)
 
 
 def run_scan(layout: Layout, args: argparse.Namespace) -> int:
@@ -293,12 +330,20 @@ def run_install_units(layout: Layout, args: argparse.Namespace) -> int:
     return units.main(args.prefix, args.executable)
 
 
+def run_install_system(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys import install_system
+
+    return install_system.main(args.prefix, args.undo)
+
+
 RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "serve": run_serve,
     "queue": run_queue,
     "web": run_web,
     "scan": run_scan,
     "install-units": run_install_units,
+    "passwd": run_passwd,
+    "install-system": run_install_system,
 }
 
 

@@ -17,6 +17,10 @@ class BadRequest(RQError):
     """A request is malformed or not allowed in the current state."""
 
 
+class TooLarge(BadRequest):
+    """A request, or one of its fields, is over its size limit (names the field and the limit)."""
+
+
 class QueueDown(RQError):
     """The queue is administratively DOWN (or PAUSEd, for new messages)."""
 

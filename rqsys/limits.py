@@ -36,7 +36,7 @@ import json
 import os
 from typing import Any
 
-from rqsys.errors import BadRequest
+from rqsys.errors import BadRequest, TooLarge
 
 KIB = 1024
 PARAM_MAX = 100 * KIB
@@ -50,7 +50,7 @@ NO_NUL = ("param1", "param2", "param3", "param4", "orig_msg_id")  # they go into
 
 
 def check_message(msg: Any) -> None:
-    """BadRequest naming the field and its limit when ``msg`` is over one
+    """TooLarge naming the field and its limit when ``msg`` is over one (BadRequest: a NUL)
     (client input, before the schema: what is not a message is the schema's)."""
     if not isinstance(msg, dict):
         return
@@ -65,14 +65,14 @@ def check_message(msg: Any) -> None:
                 _check_text(f"{name}[{n}]", item, limit)
     size = len(json.dumps(msg).encode())
     if size > MESSAGE_MAX:
-        raise BadRequest(f"message too large: {size} bytes as JSON, the limit is "
+        raise TooLarge(f"message too large: {size} bytes as JSON, the limit is "
                          f"{MESSAGE_MAX} bytes (1 MiB); send large data as an attachment")
 
 
 def _check_text(name: str, value: str, limit: int) -> None:
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > limit:
-        raise BadRequest(f"{name} too large: {size} bytes, the limit is {limit} bytes "
+        raise TooLarge(f"{name} too large: {size} bytes, the limit is {limit} bytes "
                          f"({limit // KIB} KiB); send large data as an attachment")
     if name in NO_NUL and "\0" in value:
         raise BadRequest(f"{name} contains a NUL character, which a script's "

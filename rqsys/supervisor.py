@@ -28,6 +28,7 @@ from rqsys.special import install_special_queues
 from rqsys.store import Layout
 from rqsys.systemd import child_environ
 from rqsys.unixsock import listen_unix
+from rqsys.web import listen
 
 BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0
 STOP_TIMEOUT = 30.0
@@ -56,10 +57,19 @@ class Program:
     env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass
+class WebOptions:
+    """Where the web listens (None: config.json's addr and port) and the allow flag."""
+
+    addr: str | None = None
+    port: int | None = None
+    allow_unauthenticated: bool = False
+
+
 class Supervisor:
-    def __init__(self, layout: Layout, scandir: Path, port: int | None = None) -> None:
+    def __init__(self, layout: Layout, scandir: Path, web: WebOptions | None = None) -> None:
         self.layout, self.scandir = layout, scandir
-        self.port = port
+        self.web = web or WebOptions()
         self.log = EventLog("rqsys")
         self.selector = selectors.DefaultSelector()
         self.programs: dict[str, Program] = {}
@@ -88,8 +98,9 @@ class Supervisor:
     def _extra_programs(self) -> list[Program]:
         """The web front end and rq-scan, as systemd would run them."""
         programs = []
-        web = _web_socket(self.layout, self.port)
-        programs.append(Program("web", [*self._base_argv(), "web"], web, fdname="web"))
+        web = _web_socket(self.layout, self.web)
+        flag = [listen.ALLOW_FLAG] if self.web.allow_unauthenticated else []
+        programs.append(Program("web", [*self._base_argv(), "web", *flag], web, fdname="web"))
         programs.append(Program("scan", [*self._base_argv(), "scan", "--scandir",
                                          str(self.scandir)]))
         return programs
@@ -252,9 +263,12 @@ def _unix_socket(path: Path) -> socket.socket:
         raise CannotListen(f"cannot listen on {path}: {_reason(exc)}") from exc
 
 
-def _web_socket(layout: Layout, port: int | None) -> socket.socket:
+def _web_socket(layout: Layout, web: WebOptions) -> socket.socket:
+    """The web's listening socket, refused on an open address without a password."""
     cfg = config.load_system_config(layout)
-    addr, port = str(cfg["addr"]), port if port is not None else int(cfg["port"])
+    addr = web.addr if web.addr is not None else str(cfg["addr"])
+    port = web.port if web.port is not None else int(cfg["port"])
+    listen.check_exposure(addr, cfg, web.allow_unauthenticated)  # the web child warns
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
@@ -263,7 +277,7 @@ def _web_socket(layout: Layout, port: int | None) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        where = f"[{addr}]:{port}" if family == socket.AF_INET6 else f"{addr}:{port}"
+        where = listen.format_address(addr, port)
         raise CannotListen(f"cannot listen on {where}: {_reason(exc)}") from exc
     return sock
 
@@ -280,7 +294,7 @@ def default_scandir(layout: Layout) -> Path:
     return examples if examples.is_dir() else layout.scandir
 
 
-def main(layout: Layout, scandir: Path | None, port: int | None) -> int:
-    if port is not None:
-        os.environ["RQ_WEB_PORT"] = str(port)  # children build URLs with it
-    return Supervisor(layout, scandir or default_scandir(layout), port).run()
+def main(layout: Layout, scandir: Path | None, web: WebOptions) -> int:
+    if web.port is not None:
+        os.environ["RQ_WEB_PORT"] = str(web.port)  # children build URLs with it
+    return Supervisor(layout, scandir or default_scandir(layout), web).run()

@@ -17,7 +17,10 @@ import systemd.daemon
 from rqsys.errors import ConfigError
 
 _LISTEN_VARS = ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES")
-_CHILD_SCRUB = ("NOTIFY_SOCKET", *_LISTEN_VARS, "WATCHDOG_USEC", "WATCHDOG_PID")
+# RQ_SUPERVISOR_PID is for the supervisor's own children (rq-scan signals it), which
+# it sets after scrubbing; a queue script has no business with it.
+_CHILD_SCRUB = ("NOTIFY_SOCKET", *_LISTEN_VARS, "WATCHDOG_USEC", "WATCHDOG_PID",
+                "RQ_SUPERVISOR_PID")
 
 
 def listen_sockets() -> dict[str, socket.socket]:

@@ -18,16 +18,13 @@ from rqsys.errors import (
     ProtocolError,
     QueueDown,
     RQError,
+    TooLarge,
     Unavailable,
 )
 
 
 class Forbidden(RQError):
     """The request is understood but not allowed (e.g. new queues are off)."""
-
-
-class TooLarge(BadRequest):
-    """A request body is over its size limit."""
 
 
 STATUS_OF: list[tuple[type[RQError], str]] = [

@@ -22,7 +22,7 @@ from rqsys import config
 from rqsys.errors import RQError
 from rqsys.store import Layout
 from rqsys.systemd import Notifier, listen_sockets
-from rqsys.web import answers, auth, messages, openapi, pages, queues
+from rqsys.web import answers, auth, csrf, listen, messages, openapi, pages, paths, queues
 from rqsys.web.context import Web
 from rqsys.web.logs import LogFile, Tail
 from rqsys.web.pool import ClientPool
@@ -51,7 +51,9 @@ class OpenAPI:
 def create_app(layout: Layout, sysconfig: dict[str, Any],
                pool: ClientPool | None = None) -> falcon.App:
     web = Web(layout, sysconfig, pool or ClientPool(layout))
-    app = falcon.App(middleware=[auth.BasicAuth(sysconfig.get("basic_auth"))])
+    middleware: list[Any] = [paths.HidePaths(layout), auth.BasicAuth(sysconfig.get("basic_auth")),
+                             csrf.SameOrigin()]
+    app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
     app.add_error_handler(RQError, answers.handle_rq_error)
     app.set_error_serializer(answers.serialize_http_error)
@@ -120,21 +122,45 @@ def _one_write() -> dict[str, int]:
     return {"send_bytes": SEND_BYTES} if known else {}
 
 
-def main(layout: Layout) -> int:
+def main(layout: Layout, addr: str | None = None, port: int | None = None,
+         allow: bool = False) -> int:
     """``rqsys web``: serve until killed (the web keeps no state of its own)."""
     try:
         sysconfig = config.load_system_config(layout)
     except RQError as exc:
         print(f"rqsys web: {exc}", file=sys.stderr)
         return 2
-    sockets = listen_sockets()
-    sock = sockets.get("web") or next(iter(sockets.values()), None)
-    pool = ClientPool(layout)
-    server = make_server(create_app(layout, sysconfig, pool), sock, sysconfig)
+    sysconfig.update({k: v for k, v in (("addr", addr), ("port", port)) if v is not None})
+    try:
+        sockets = listen_sockets()
+        sock = sockets.get("web") or next(iter(sockets.values()), None)
+        _check_start(sysconfig, sock, allow)
+        pool = ClientPool(layout)
+        server = make_server(create_app(layout, sysconfig, pool), sock, sysconfig)
+    except (RQError, OSError) as exc:
+        print(f"rqsys web: {_why(exc, sysconfig)}", file=sys.stderr)
+        return 2
     pool.start_sweeper()
     Notifier().ready(f"serving HTTP on {_where(server)}")
     server.run()
     return 0
+
+
+def _check_start(sysconfig: dict[str, Any], sock: socket.socket | None, allow: bool) -> None:
+    """Refuse an open network address without a password; warn of each weak spot."""
+    addr = listen.bound_address(sock) if sock is not None else str(sysconfig["addr"])
+    warning = listen.check_exposure(addr, sysconfig, allow)
+    for text in [warning, *auth.plain_text_warnings(sysconfig.get("basic_auth"))]:
+        if text:
+            print(f"rqsys web: {text}", file=sys.stderr, flush=True)
+
+
+def _why(exc: Exception, sysconfig: dict[str, Any]) -> str:
+    if isinstance(exc, OSError):  # binding addr:port ourselves (no socket handed over)
+        where = listen.format_address(str(sysconfig["addr"]), int(sysconfig["port"]))
+        text = exc.strerror or str(exc)
+        return f"cannot listen on {where}: {text[:1].lower() + text[1:]}"
+    return str(exc)
 
 
 def _where(server: Any) -> str:

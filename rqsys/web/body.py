@@ -13,8 +13,7 @@ from urllib.parse import parse_qsl
 
 import falcon
 
-from rqsys.errors import BadRequest
-from rqsys.web.answers import TooLarge
+from rqsys.errors import BadRequest, TooLarge
 
 MAX_BODY = 2 << 20  # a message is at most 1 MB of JSON; attachments go by multipart
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",

@@ -6,7 +6,9 @@ lookups are retried a few times before giving up.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,32 @@ def check_log_name(name: str) -> str:
     return name
 
 
+def open_stored(queue_dir: Path, path: Path) -> int:
+    """Open the regular file ``path`` below ``queue_dir`` for reading, following no
+    symbolic link on the way (one planted in the store could point anywhere:
+    ELOOP/ENOTDIR become NotFound) and never blocking on a planted FIFO."""
+    parts = path.relative_to(queue_dir).parts
+    fd = os.open(queue_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            step = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=fd)
+            os.close(fd)
+            fd = step
+        leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                       dir_fd=fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise  # FileNotFoundError included: the caller tells a gone message from a gone file
+        raise NotFound(f"{parts[-1]} is not a file of this message") from None
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise NotFound(f"{parts[-1]} is not a file of this message")
+    return leaf
+
+
 def open_job_file(web: Web, queue: str, msg_id: str, name: str) -> tuple[int, str]:
     """(open fd, state) of ``job/<name>``; NotFound if the message or file is gone."""
     store = web.store(queue)
@@ -34,7 +62,7 @@ def open_job_file(web: Web, queue: str, msg_id: str, name: str) -> tuple[int, st
         state = store.find(msg_id)
         path = store.msg_dir(state, msg_id) / "job" / name
         try:
-            return os.open(path, os.O_RDONLY | os.O_CLOEXEC), state
+            return open_stored(web.layout.queue_dir(queue), path), state
         except FileNotFoundError:
             if store.msg_dir(state, msg_id).is_dir():
                 raise NotFound(f"message {msg_id} has no log {name}") from None
@@ -44,7 +72,7 @@ def open_job_file(web: Web, queue: str, msg_id: str, name: str) -> tuple[int, st
 def job_files(web: Web, queue: str, state: str, msg_id: str) -> list[str]:
     job = web.store(queue).msg_dir(state, msg_id) / "job"
     try:
-        return sorted(p.name for p in job.iterdir() if p.is_file())
+        return sorted(p.name for p in job.iterdir() if p.is_file() and not p.is_symlink())
     except FileNotFoundError:
         return []
 

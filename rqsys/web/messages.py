@@ -128,7 +128,7 @@ class AttachFile:
         queue, msg_id = queue_and_id(name, mid)
         path = logs.attachment_path(self.web, queue, msg_id, check_attach_name(aname))
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = logs.open_stored(self.web.layout.queue_dir(queue), path)
         except FileNotFoundError:
             raise NotFound(f"message {msg_id} has no attachment {aname}") from None
         resp.downloadable_as = aname

@@ -65,8 +65,12 @@ def _answers(ok_schema: dict[str, Any], ctype: str = "application/json",
     fail = {"description": "failure: [\"fail\", why]", "content": _json(FAIL)}
     return {ok_status: {"description": "success", "content": {ctype: {"schema": ok_schema}}},
             "303": {"description": "redirect to back"},
-            "400": fail, "401": fail, "403": fail, "404": fail, "405": fail, "413": fail,
-            "416": fail, "503": fail}
+            "400": fail, "401": fail, "404": fail, "405": fail, "416": fail, "503": fail,
+            "403": {"description": "forbidden: a browser's cross-site change (Sec-Fetch-Site "
+                                   "not same-origin, or an Origin that is not this host), "
+                                   "or new queues are off", "content": _json(FAIL)},
+            "413": {"description": "too large: the body, or a message field (the answer "
+                                   "names the field and its limit)", "content": _json(FAIL)}}
 
 
 def _get(params: list[dict[str, Any]], schema: dict[str, Any], summary: str,
