@@ -18,6 +18,7 @@ thread, not the scripts).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -36,6 +37,7 @@ ROUNDS = 3  # each figure is the median of this many gated drains
 SLOTS = (2, 8)
 STRACE_N = 1000
 TICK = os.sysconf("SC_CLK_TCK")
+SHOW_TABLE = os.environ.get("BENCH_SYSCALLS", "") == "table"  # each call per message
 
 
 def cpu_seconds(pid: int, tid: int | None = None) -> float:
@@ -143,23 +145,63 @@ def rqsys_drain(daemon: Daemon, layout: Layout, name: str, n: int,
 
 
 def _strace(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """strace -c on every thread of the daemon (not -f: the scripts are not
+    the daemon's cost), once it has attached to all of them."""
     if shutil.which("strace") is None:
         return None
-    tids = [f"-p{t}" for t in os.listdir(f"/proc/{pid}/task")]
-    tracer = subprocess.Popen(["strace", "-c", "-o", str(out), *tids],
+    tids = os.listdir(f"/proc/{pid}/task")
+    tracer = subprocess.Popen(["strace", "-c", "-o", str(out), *(f"-p{t}" for t in tids)],
                               stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # attached to every thread before the gate opens
+    deadline = time.monotonic() + 30
+    while not all(_traced_by(pid, tid, tracer.pid) for tid in tids):
+        if time.monotonic() > deadline or tracer.poll() is not None:
+            raise RuntimeError("strace did not attach to every thread of the daemon")
+        time.sleep(0.05)
     return tracer
 
 
-def syscalls_per_message(out: Path, n: int) -> float | None:
-    """The 'total' line of ``strace -c`` over n messages."""
+def _traced_by(pid: int, tid: str, tracer: int) -> bool:
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    return f"TracerPid:\t{tracer}\n" in status
+
+
+def strace_table(out: Path) -> list[tuple[str, int, int]]:
+    """(syscall, calls, errors) rows of an ``strace -c`` summary, "total" last.
+
+    Read by column position under the header, so a blank cell (no errors,
+    or a total line without usecs/call in some strace versions) is not
+    mistaken for the next column."""
     if not out.exists():
-        return None
-    for line in out.read_text().splitlines():
-        if line.strip().endswith("total"):
-            return int(line.split()[3]) / n  # % time, seconds, usecs/call, calls
-    return None
+        return []
+    lines = out.read_text().splitlines()
+    header = next((line for line in lines if line.lstrip().startswith("% time")), None)
+    if header is None:
+        return []
+    ends = {name: header.index(name) + len(name) for name in ("calls", "errors")}
+    rows = []
+    for line in lines:
+        cells = {m.end(): m.group() for m in re.finditer(r"\S+", line)}
+        calls = cells.get(ends["calls"], "")
+        if calls.isdigit():
+            errors = cells.get(ends["errors"], "0")
+            rows.append((line.split()[-1], int(calls), int(errors) if errors.isdigit() else 0))
+    return rows
+
+
+def syscalls_per_message(out: Path, n: int) -> float | None:
+    """The daemon's system calls per message: the summary's total over n."""
+    total = [calls for name, calls, _errors in strace_table(out) if name == "total"]
+    return total[0] / n if total else None
+
+
+def _print_table(out: Path, n: int) -> None:
+    """The per-syscall counts per message, for the report."""
+    rows = [row for row in strace_table(out) if row[0] != "total"]
+    cells = [f"{name} {calls / n:.2f}" + (f" ({fails:.2f} failed)" if fails >= 0.005 else "")
+             for name, calls, errors in sorted(rows, key=lambda r: -r[1])
+             if calls / n >= 0.05 and (fails := errors / n) is not None]
+    for start in range(0, len(cells), 4):
+        print(f"{'':<52}     " + ", ".join(cells[start:start + 4]), flush=True)
 
 
 def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
@@ -181,6 +223,8 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     spooler = None if None in spoolers else statistics.median(s for s in spoolers if s)
     got = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
     _report_slots(slots, base, spooler, got, syscalls_per_message(traced, STRACE_N))
+    if SHOW_TABLE:
+        _print_table(traced, STRACE_N)
 
 
 def _report_slots(slots: int, base: float, spooler: float | None, got: dict[str, float],
