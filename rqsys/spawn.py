@@ -111,17 +111,37 @@ class ScriptPath:
         self._key = None
 
 
-def spawn(argv: list[str], path: str, env: dict[str, str], cwd: Path | str,
+class QueueEnviron:
+    """A queue's script environment as C strings, made once: most of it (the
+    daemon's own, env_vars, RQ_HOST...) is the same for every run, and only
+    the run's own variables are made per start."""
+
+    def __init__(self, base: dict[str, str], run_keys: frozenset[str]) -> None:
+        from rqsys._native._rqspawn import ffi
+
+        self._ffi = ffi
+        self._base = [ffi.new("char[]", os.fsencode(f"{k}={v}"))
+                      for k, v in base.items() if k not in run_keys]
+
+    def strings(self, run: dict[str, str]) -> list[object]:
+        """The C strings of the queue's environment with one run's variables."""
+        new = self._ffi.new
+        return self._base + [new("char[]", os.fsencode(f"{k}={v}")) for k, v in run.items()]
+
+
+def spawn(argv: list[str], path: str, env: dict[str, str] | list[object], cwd: Path | str,
           out_fd: int | None, parent: int | None = None) -> Child:
     """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed.
 
+    ``env``: a dict, or its C strings (:meth:`QueueEnviron.strings`).
     ``out_fd`` None: the child opens ``stdio.log`` in ``cwd`` itself.
     ``parent``: this process's pid, when the caller keeps it (else looked up).
     """
-    from rqsys._native._rqspawn import ffi, lib  # type: ignore[import-not-found]
+    from rqsys._native._rqspawn import ffi, lib
 
     keep = [ffi.new("char[]", os.fsencode(s)) for s in argv]
-    envs = [_c_string(ffi, f"{k}={v}") for k, v in env.items()]
+    envs = env if isinstance(env, list) else [_c_string(ffi, f"{k}={v}")
+                                              for k, v in env.items()]
     fds = ffi.new("int[3]")
     pid = lib.rq_start(os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
                        ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),

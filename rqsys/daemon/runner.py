@@ -29,10 +29,13 @@ from rqsys.events import EventLog
 from rqsys.message import param_key
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
-from rqsys.spawn import ScriptPath, script_argv, spawn
+from rqsys.spawn import QueueEnviron, ScriptPath, script_argv, spawn
 from rqsys.store import QueueStore
 from rqsys.systemd import child_environ
 from rqsys.worker import Outcome, Worker
+
+RUN_KEYS = frozenset({"RQ_REALSCRIPT", "RQ_MSG_ID", "RQ_FULL_MSG_ID", "RQ_MSG_DIR", "RQ_COUNT",
+                      "RQ_FORCE_REMOTE", "RQ_ORIG_MSG_ID", *(f"RQ_PARAM{n}" for n in range(1, 5))})
 
 
 class Runner:
@@ -48,6 +51,7 @@ class Runner:
         self._script_check_at = 0.0
         self._script = ScriptPath()
         self._env_cache: dict[str, str] | None = None
+        self._environ: QueueEnviron | None = None  # _env_cache as C strings
         self._pid = os.getpid()  # the spawn helper checks its child's parent against it
         self.children = Children(selector, self._on_lines, self._on_exit)
 
@@ -99,12 +103,12 @@ class Runner:
         blank = self.ledger.take_blank_status(msg_id)
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
         out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
-        env = self._script_env(msg_id, msg, argv[-1], job)
+        run = self._run_env(msg_id, msg, argv[-1], job)
         try:
-            child = spawn(argv, path, env, job, out, self._pid)
+            child = spawn(argv, path, self._c_environ().strings(run), job, out, self._pid)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
-            self._not_started(msg_id, queued, exc, env, argv)
+            self._not_started(msg_id, queued, exc, {**self._queue_env(), **run}, argv)
             return
         finally:
             if out is not None:
@@ -162,6 +166,7 @@ class Runner:
         self._script_check_at = 0.0
         self._script.forget()
         self._env_cache = None
+        self._environ = None
 
     # ------------------------------------------------------------ environment
     def _queue_env(self) -> dict[str, str]:
@@ -177,16 +182,20 @@ class Runner:
                                "RQ_ENV": str(sysconfig["env"]), "RQ_VER": _version()}
         return self._env_cache
 
-    def _script_env(self, msg_id: str, msg: Msg, real: str, job: str) -> dict[str, str]:
-        """The environment of one run; ``real`` is the resolved script path."""
-        env = dict(self._queue_env())
-        env.update({
+    def _c_environ(self) -> QueueEnviron:
+        if self._environ is None:
+            self._environ = QueueEnviron(self._queue_env(), RUN_KEYS)
+        return self._environ
+
+    def _run_env(self, msg_id: str, msg: Msg, real: str, job: str) -> dict[str, str]:
+        """One run's own variables (RUN_KEYS); ``real`` is the resolved script path."""
+        env = {
             "RQ_REALSCRIPT": real,
             "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self.ctx.url(msg_id), "RQ_MSG_DIR": job,
             "RQ_COUNT": str(msg["count"]),
             "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",
             "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),
-        })
+        }
         for n in range(1, 5):
             env[f"RQ_PARAM{n}"] = str(msg.get(f"param{n}", ""))
         return env
