@@ -28,7 +28,6 @@ RELAY_HOLD_AT=uploaded|committed (stop there once and wait to be killed).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -40,7 +39,7 @@ from urllib.parse import urlsplit
 from rqsys.errors import BadRequest, RQError
 from rqsys.scripts.jobkit import Job, log
 from rqsys.scripts.rqhttp import Peer, PeerError, PeerRefused, PeerUnknown
-from rqsys.store import QueueStore, check_msg_id, check_queue_name
+from rqsys.store import QueueStore, check_msg_id, check_queue_name, file_md5
 
 MAX_HOPS = 16
 KEPT_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count", "post_run_webhook")
@@ -228,14 +227,7 @@ def url_parts(url: str, n: int) -> list[str]:
 
 def local_md5(path: Path) -> str:
     """The MD5 recorded when the attachment was stored (computed if missing)."""
-    recorded = QueueStore.attachment_md5(path).strip()
-    if recorded:
-        return recorded
-    digest = hashlib.md5()
-    with open(path, "rb") as src:
-        while chunk := src.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return QueueStore.attachment_md5(path).strip() or file_md5(path)
 
 
 def main() -> int:
