@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import falcon
@@ -120,7 +121,23 @@ class QueueConfig:
         self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = self.web.call(name, "config")["config"]
+        cfg = dict(self.web.call(name, "config")["config"])
+        if isinstance(cfg.get("script"), str):
+            cfg["script"] = shown_script(self.web, cfg["script"])
+        resp.media = cfg
+
+
+def shown_script(web: Web, script: str) -> str:
+    """The script as an operator finds it, without the server's absolute path: relative
+    to the root when under it (``scandir/q/run``), else its scandir entry and file name
+    (``q/run``)."""
+    path = Path(script)
+    if not path.is_absolute():
+        return script
+    try:
+        return str(path.relative_to(web.layout.root))
+    except ValueError:
+        return str(Path(path.parent.name, path.name))
 
 
 class DoneList:
