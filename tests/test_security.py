@@ -199,3 +199,18 @@ def test_queue_scripts_do_not_inherit_the_supervisor_pid(root: Path, tmp_path: P
         assert "RQ_PARAM1=x" in log and "RQ_SUPERVISOR_PID" not in log
     finally:
         assert proc.stop() == 0, proc.log()
+
+
+def test_web_on_a_busy_address_is_one_line(root: Path) -> None:
+    # Given another program listening on the loopback port asked for
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        # When rqsys web (no socket handed over) is told to listen there
+        done = subprocess.run([*RQSYS, "--root", str(root), "web", "--listen",
+                               f"127.0.0.1:{port}"], env=clean_env(), capture_output=True,
+                              text=True, timeout=60)
+    # Then one line names the address and why, and the exit status is 2
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == f"rqsys web: cannot listen on 127.0.0.1:{port}: address already in use\n"
