@@ -134,7 +134,11 @@ class ScriptOutput:
         without journald: the script's start opens ``job/stdio.log`` itself."""
         if self.journal is None:
             return None
-        return self.open(f"{job}/stdio.log", msg_id, count)
+        try:
+            return self.open(f"{job}/stdio.log", msg_id, count)
+        except FileNotFoundError:
+            os.mkdir(job)  # no spare brought it, and the script has not started to make it
+            return self.open(f"{job}/stdio.log", msg_id, count)
 
     def open(self, log_path: Path | str, msg_id: str, count: int) -> int:
         """The fd to give the script as stdout/stderr (the caller closes it)."""

@@ -60,3 +60,14 @@ def test_describe_exit():
     assert describe_exit(3 << 8) == "exit status 3"
     assert describe_exit(signal.SIGTERM) == "terminated by SIGTERM"
     assert describe_exit(signal.SIGSEGV | 0x80) == "terminated by SIGSEGV (core dumped)"
+
+
+def test_child_makes_a_missing_job_dir_and_opens_stdio_log_there(tmp_path):
+    job = tmp_path / "job"
+    child = spawn(["/bin/sh", "-c", 'echo out; echo err >&2; echo "done" >&3'], "/bin/sh",
+                  {}, job, None)
+    _pid, status = os.waitpid(child.pid, 0)
+    assert os.read(child.status_r, 100) == b"done\n"
+    child.close()
+    assert status == 0
+    assert (job / "stdio.log").read_text() == "out\nerr\n"

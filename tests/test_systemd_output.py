@@ -139,3 +139,23 @@ def test_idle_timeout_from_environment(value: str, seconds: float) -> None:
 def test_idle_timeout_bad_values_are_config_errors(value: str) -> None:
     with pytest.raises(ConfigError, match="RQ_IDLE_TIMEOUT"):
         default_idle_timeout({"RQ_IDLE_TIMEOUT": value})
+
+
+def test_a_run_without_a_job_dir_gets_one_under_journald(tmp_path: Path,
+                                                         journald: socket.socket) -> None:
+    # Given a run whose message brought no job/ (no spare) under journald
+    sel = selectors.DefaultSelector()
+    output = ScriptOutput("q1", sel, journal=True)
+    assert output.journal is not None
+    output.journal.path = journald.getsockname()
+    job = tmp_path / "run" / "m1" / "job"
+    job.parent.mkdir(parents=True)
+    # When its stdout is opened, job/ is made and the output reaches stdio.log
+    fd = output.stdout_fd(str(job), "m1", 0)
+    assert fd is not None
+    os.write(fd, b"hello\n")
+    os.close(fd)
+    pump_all(output, sel)
+    assert (job / "stdio.log").read_bytes() == b"hello\n"
+    # And without journald the script's start opens it (nothing to give it)
+    assert ScriptOutput("q1", sel, journal=False).stdout_fd(str(job), "m2", 0) is None

@@ -50,16 +50,18 @@ class Children:
         self._status[child.status_r] = self._pidfds[child.pidfd] = worker
 
     def _ready(self, _key: Any, _mask: int) -> None:
-        ended, talked = [], []
+        ended: dict[str, Worker] = {}
+        talked: list[Worker] = []
         for fd, _events in self._epoll.poll(0):
             if fd in self._pidfds:
-                ended.append(self._pidfds[fd])
+                worker = self._pidfds[fd]
+                ended[worker.msg_id] = worker
             elif fd in self._status:
                 talked.append(self._status[fd])
         for worker in talked:
-            if worker not in ended:
+            if worker.msg_id not in ended:  # an ended one's lines are read at its reaping
                 self._read(worker)
-        for worker in ended:
+        for worker in ended.values():
             self._reap(worker)
 
     def _read(self, worker: Worker) -> None:
@@ -82,6 +84,3 @@ class Children:
         self._status.pop(child.status_r, None)
         child.close()
         self._on_exit(worker, wait_status)
-
-    def close(self) -> None:
-        self._epoll.close()
