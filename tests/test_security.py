@@ -23,6 +23,8 @@ from conftest import need, wait_for
 from daemon_util import job_file
 from scan_util import LoggedProcess, call, clean_env, free_port, make_entry
 
+from rqsys.errors import TooLarge
+from rqsys.limits import PARAM_MAX
 from rqsys.store import Layout
 from rqsys.web import auth, listen
 
@@ -84,17 +86,28 @@ def test_listen_addresses_parse_and_loopback_is_recognised() -> None:
     assert not any(map(listen.is_loopback, ["0.0.0.0", "::", "192.0.2.1", "example.org"]))
 
 
-def test_serve_listens_on_loopback_only_by_default(root: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("listen_at", [None, "127.0.0.1", "[::1]"])
+def test_serve_listens_on_loopback_only(root: Path, tmp_path: Path, listen_at: str | None
+                                        ) -> None:
     # Given a root with no addr in config.json; When rqsys serve runs on a port
+    # (by default, or told a loopback address)
     port = free_port()
-    proc = LoggedProcess(serve_argv(root, "--port", str(port)), tmp_path / "serve.log",
+    where = ["--port", str(port)] if listen_at is None else ["--listen", f"{listen_at}:{port}"]
+    proc = LoggedProcess(serve_argv(root, *where), tmp_path / "serve.log",
                          clean_env(RQ_SOCKET_DIR=str(root / "sock")))
     try:
         proc.wait_log("rq-scan ready")
-        # Then the web port listens on 127.0.0.1 and on no other address
-        assert listening_addresses(port) == {"0100007F"}
+        # Then the web port listens on that loopback address and on no other
+        expected = "00000000000000000000000001000000" if listen_at == "[::1]" else "0100007F"
+        assert listening_addresses(port) == {expected}
     finally:
         assert proc.stop() == 0, proc.log()
+
+
+def test_an_oversized_field_is_too_large_on_the_socket(make_queue, daemon) -> None:
+    make_queue("q", 'echo "done ok" >&3\n')
+    with pytest.raises(TooLarge, match=f"param2 too large: .* the limit is {PARAM_MAX} bytes"):
+        daemon("q").call("create", msg={"param2": "x" * (PARAM_MAX + 1)})
 
 
 def test_serve_refuses_an_open_address_without_a_password(root: Path) -> None:

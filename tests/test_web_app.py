@@ -20,6 +20,7 @@ from rqsys.errors import (
     QueueDown,
     RQError,
     StoreError,
+    TooLarge,
     Unavailable,
 )
 from rqsys.web import answers, body, logs
@@ -36,7 +37,7 @@ def _client(layout, **cfg) -> falcon.testing.TestClient:
 
 @pytest.mark.parametrize(("exc", "status"), [
     (NotFound("x"), 404), (BadRequest("x"), 400), (ConfigError("x"), 400),
-    (answers.TooLarge("x"), 413), (answers.Forbidden("x"), 403), (QueueDown("x"), 503),
+    (TooLarge("x"), 413), (answers.Forbidden("x"), 403), (QueueDown("x"), 503),
     (Unavailable("x"), 503), (ProtocolError("x"), 502), (StoreError("x"), 500),
     (RQError("x"), 500)])
 def test_every_rq_error_maps_to_one_status(exc, status):
