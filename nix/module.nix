@@ -242,8 +242,8 @@ in
       };
       address = mkOption {
         type = types.str;
-        default = "0.0.0.0";
-        description = "Web listen address.";
+        default = "127.0.0.1";
+        description = "Web listen address (a non-loopback one needs basicAuth, or rqsys refuses to start the web).";
       };
       relativeRoot = mkOption {
         type = types.strMatching "/.*";
@@ -388,7 +388,7 @@ in
       ];
       systemd.sockets.rq-web = {
         wantedBy = [ "sockets.target" ];
-        # The empty entry resets the upstream ListenStream=3333.
+        # The empty entry resets the upstream ListenStream=127.0.0.1:3333.
         listenStreams = [
           ""
           "${cfg.web.address}:${toString cfg.web.port}"

@@ -56,6 +56,7 @@ py.buildPythonApplication {
       py.waitress
       py.jsonschema
       py.pyinotify
+      py.argon2-cffi
       py.systemd
     ]
     ++ lib.optionals needsAsyncore [ py.pyasyncore ];

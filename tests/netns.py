@@ -112,7 +112,10 @@ class Rqsys:
         self.addr = lab.hosts[host]
         self.layout = Layout(base / "root", base / "root" / "sock")
         self.layout.make_dirs()
-        self.layout.config_file.write_text(json.dumps({"host": self.addr, "port": port}))
+        # The test hosts talk over their veth, inside namespaces nothing else can reach.
+        self.layout.config_file.write_text(json.dumps({
+            "host": self.addr, "port": port, "addr": "0.0.0.0",
+            "allow_unauthenticated_network": True}))
         self.scandir = base / "scandir"
         self.scandir.mkdir(parents=True, exist_ok=True)
         self.log_path = base / "serve.log"

@@ -118,7 +118,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             hosts.append(host)
         a, b, c = hosts
         c.layout.config_file.write_text(json.dumps({
-            "host": c.addr, "port": c.port,
+            "host": c.addr, "port": c.port, "addr": "0.0.0.0",
             "basic_auth": {"realm": "rq", "users": {"relay": "s3cret"}}}))
         add_queue(c, "work", WORK)
         add_queue(a, "fan", DUP)

@@ -13,6 +13,7 @@ let
     "waitress"
     "jsonschema"
     "pyinotify"
+    "argon2-cffi"
     "systemd"
     "pyasyncore"
   ];
