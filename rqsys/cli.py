@@ -17,7 +17,7 @@ from typing import Any
 
 from rqsys.client import QueueClient, find_message, queue_for_dest
 from rqsys.errors import BadRequest, RQError, Unavailable
-from rqsys.store import Layout
+from rqsys.store import ADMIN_OPERS, Layout
 
 RET_OK = 0  # the request succeeded
 RET_FAIL = 1  # the queue answered fail (bad message, unknown id, queue down, ...)
@@ -206,7 +206,7 @@ def rq_parser() -> argparse.ArgumentParser:
             _add_msg_options(sub)
         elif verb == "adminoper":
             sub.add_argument("--queue", required=True)
-            sub.add_argument("--oper", required=True, choices=["up", "down", "pause", "resume"])
+            sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))
         else:
             sub.add_argument("--msg_id", required=True, help="short id or full message URL")
         if verb == "attachmesg":

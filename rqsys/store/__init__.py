@@ -19,6 +19,7 @@ for every name other modules use.
 from rqsys.store.attachments import Upload, file_md5
 from rqsys.store.durable import fsync_path, syncfs, write_file_durably
 from rqsys.store.layout import (
+    ADMIN_OPERS,
     ADMIN_STATES,
     ATTACH_NAME_RE,
     DEFAULT_ROOT,
@@ -45,7 +46,8 @@ from rqsys.store.tunables import FLUSH_INTERVAL, MSG_BLANK, SPARE_BATCH, SPARE_D
 from rqsys.store.view import QueueView
 
 __all__ = [
-    "ADMIN_STATES", "ATTACH_NAME_RE", "DEFAULT_ROOT", "DISABLED_MARK", "ENDED_STATES",
+    "ADMIN_OPERS", "ADMIN_STATES", "ATTACH_NAME_RE", "DEFAULT_ROOT", "DISABLED_MARK",
+    "ENDED_STATES",
     "FLUSH_INTERVAL", "MSG_BLANK", "MSG_ID_RE", "QUE_SNAPSHOT", "QUEUE_NAME_RE",
     "SCANDIR_MARK", "SHARDED_STATES", "SPARE_BATCH", "SPARE_DIRS", "SPARE_PREFIX",
     "SPARE_RETRY", "STATES", "SYSTEMD_SOCKET_DIR", "TMP_DIR",

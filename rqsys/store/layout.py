@@ -24,6 +24,8 @@ STATES = ("prep", "que", "run", "done", "err", "relayed")
 SHARDED_STATES = ("done", "relayed")  # sharded by the hour: they grow without bound
 ENDED_STATES = ("done", "err", "relayed")  # a message there will not run again
 ADMIN_STATES = ("UP", "PAUSE", "DOWN")
+# RQ's admin operations (adminoper, the web form's field names) and the state each sets.
+ADMIN_OPERS = {"up": "UP", "down": "DOWN", "pause": "PAUSE", "resume": "UP"}
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MSG_ID_RE = re.compile(r"^\d{8}\.\d{4}\.\d{2}\.\d{3}(\.\d{1,9})?$")
 ATTACH_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,199}$")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rqsys.store import ADMIN_OPERS
+
 QUEUE = {"name": "name", "in": "path", "required": True,
          "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}}
 MSG_ID = {"name": "mid", "in": "path", "required": True,
@@ -135,7 +137,7 @@ def _queue_paths() -> dict[str, Any]:
         "/q/{name}/new_message": _post([QUEUE], _mesg_form(),
                                        "Create a message (mesg=<JSON>, _method inside)"),
         "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {
-            "enum": ["up", "down", "pause", "resume"]}}), "Set the admin state"),
+            "enum": list(ADMIN_OPERS)}}), "Set the admin state"),
         "/new_queue": _post([], _new_queue_form(), "Create a queue (allow_new_queue): RQ's "
                                            "queue[...] form fields or plain ones"),
     }

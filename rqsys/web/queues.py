@@ -14,12 +14,11 @@ from rqsys import config
 from rqsys.errors import BadRequest, NotFound, RQError, SpawnError, Unavailable
 from rqsys.message import split_method
 from rqsys.spawn import script_argv
-from rqsys.store import QUEUE_NAME_RE, STATES, check_queue_name
+from rqsys.store import ADMIN_OPERS, QUEUE_NAME_RE, STATES, check_queue_name
 from rqsys.web import body, pages
 from rqsys.web.answers import Forbidden, ok
 from rqsys.web.context import Web, split_suffix
 
-ADMIN_OPERS = ("up", "down", "pause", "resume")
 CREATE_METHODS: dict[str, dict[str, Any]] = {
     "commit": {}, "prep": {"state": "prep"}, "single_que": {"single": True}}
 MAX_DONE_LIMIT = 1000
