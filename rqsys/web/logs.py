@@ -15,11 +15,10 @@ from typing import Any
 import falcon
 
 from rqsys.errors import BadRequest, NotFound
-from rqsys.store import ATTACH_NAME_RE
+from rqsys.store import ATTACH_NAME_RE, ENDED_STATES
 from rqsys.web.context import Web, queue_and_id
 
 TAIL_CHUNK = 64 * 1024
-ENDED_STATES = ("done", "err", "relayed")
 LOOKUPS = 3
 
 
