@@ -23,7 +23,7 @@ from rqsys.errors import RQError
 from rqsys.store import Layout
 from rqsys.systemd import Notifier, listen_sockets
 from rqsys.web import answers, auth, csrf, listen, messages, openapi, pages, paths, queues
-from rqsys.web.context import Web
+from rqsys.web.context import Resource, Web
 from rqsys.web.logs import LogFile, Tail
 from rqsys.web.pool import ClientPool
 
@@ -32,18 +32,12 @@ MAX_UPLOAD = 1 << 40  # waitress spools bodies to disk; our own limits are per r
 SEND_BYTES = 18000  # answers up to this size leave in one write (see _one_write)
 
 
-class Dashboard:
-    def __init__(self, web: Web) -> None:
-        self.web = web
-
+class Dashboard(Resource):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         pages.dashboard(self.web, req, resp)
 
 
-class OpenAPI:
-    def __init__(self, web: Web) -> None:
-        self.web = web
-
+class OpenAPI(Resource):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = openapi.document(self.web.prefix)
 

@@ -53,3 +53,10 @@ def split_suffix(name: str, allowed: tuple[str, ...] = (".json", ".txt")) -> tup
 
 def queue_and_id(queue: str, msg_id: str) -> tuple[str, str]:
     return check_queue_name(queue), check_msg_id(msg_id)
+
+
+class Resource:
+    """Base of the web resources: each is given the shared ``Web`` and nothing else."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web

@@ -16,7 +16,7 @@ import falcon
 
 from rqsys.errors import BadRequest, NotFound
 from rqsys.store import ATTACH_NAME_RE, ENDED_STATES
-from rqsys.web.context import Web, queue_and_id
+from rqsys.web.context import Resource, Web, queue_and_id
 
 TAIL_CHUNK = 64 * 1024
 LOOKUPS = 3
@@ -76,11 +76,8 @@ def job_files(web: Web, queue: str, state: str, msg_id: str) -> list[str]:
         return []
 
 
-class LogFile:
+class LogFile(Resource):
     """``GET /q/<q>/<id>/log/<file>`` as text/plain, honouring ``Range``."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str,
                file: str) -> None:
@@ -126,15 +123,12 @@ def _limited(stream: Any, remaining: int) -> Any:
             yield chunk
 
 
-class Tail:
+class Tail(Resource):
     """``GET /q/<q>/<id>/tail.json?offset=N``: new output of ``job/stdio.log``.
 
     Answers ``{"data", "offset", "state", "status", "ended"}``; the page polls it until
     ``ended`` is true (the message left ``run``/``que`` and all was read).
     """
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)

@@ -14,7 +14,7 @@ from rqsys.errors import BadRequest, NotFound
 from rqsys.store import check_attach_name
 from rqsys.web import body, logs, pages, upload
 from rqsys.web.answers import ok
-from rqsys.web.context import Web, queue_and_id, split_suffix
+from rqsys.web.context import Resource, Web, queue_and_id, split_suffix
 
 POST_METHODS = ("delete", "destroy", "commit")
 
@@ -35,11 +35,8 @@ def rq_status_text(state: str, text: str) -> str:
     return f"{state} - {text}" if text else state
 
 
-class MessageResource:
+class MessageResource(Resource):
     """``/q/<q>/<id>`` (HTML), ``.json``; POST ``_method`` delete | destroy | commit."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         mid, suffix = split_suffix(mid, (".json",))
@@ -60,20 +57,14 @@ class MessageResource:
         ok(req, resp, value, params, page=self.web.queue_path(queue))
 
 
-class MessageState:
-    def __init__(self, web: Web) -> None:
-        self.web = web
-
+class MessageState(Resource):
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
         resp.media = [self.web.call(queue, "state", msg_id=msg_id)["state"]]
 
 
-class Clone:
+class Clone(Resource):
     """``POST /q/<q>/<id>/clone``: a new message with the same fields and attachments."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
@@ -83,10 +74,7 @@ class Clone:
            page=self.web.msg_path(queue, got["msg_id"]))
 
 
-class RunNow:
-    def __init__(self, web: Web) -> None:
-        self.web = web
-
+class RunNow(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
         params = body.read_params(req)
@@ -95,11 +83,8 @@ class RunNow:
            page=self.web.msg_path(queue, msg_id))
 
 
-class AttachNew:
+class AttachNew(Resource):
     """``POST /q/<q>/<id>/attach/new``: stream ``filedata`` and hand its fd to the daemon."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
@@ -117,11 +102,8 @@ class AttachNew:
            page=self.web.msg_path(queue, msg_id))
 
 
-class AttachFile:
+class AttachFile(Resource):
     """``GET /q/<q>/<id>/attach/<name>``: the attachment's bytes (Range honoured)."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str,
                aname: str) -> None:

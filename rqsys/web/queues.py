@@ -17,7 +17,7 @@ from rqsys.spawn import script_argv
 from rqsys.store import ADMIN_OPERS, QUEUE_NAME_RE, STATES, check_queue_name
 from rqsys.web import body, pages
 from rqsys.web.answers import Forbidden, ok
-from rqsys.web.context import Web, split_suffix
+from rqsys.web.context import Resource, Web, split_suffix
 
 CREATE_METHODS: dict[str, dict[str, Any]] = {
     "commit": {}, "prep": {"state": "prep"}, "single_que": {"single": True}}
@@ -72,10 +72,7 @@ def process_age(pid: int) -> int:
     return max(0, int(since_boot - started))
 
 
-class QueueList:
-    def __init__(self, web: Web) -> None:
-        self.web = web
-
+class QueueList(Resource):
     def on_get_json(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = self.web.layout.queue_names()
 
@@ -85,11 +82,8 @@ class QueueList:
         resp.text = "".join(f"q/{name}.txt\n" for name in self.web.layout.queue_names())
 
 
-class QueueResource:
+class QueueResource(Resource):
     """``/q/<q>`` (HTML), ``/q/<q>.json`` and ``/q/<q>.txt``."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         name, suffix = split_suffix(name)
@@ -115,10 +109,7 @@ def summary_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-class QueueConfig:
-    def __init__(self, web: Web) -> None:
-        self.web = web
-
+class QueueConfig(Resource):
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         cfg = dict(self.web.call(name, "config")["config"])
         if isinstance(cfg.get("script"), str):
@@ -139,11 +130,8 @@ def shown_script(web: Web, script: str) -> str:
         return str(Path(path.parent.name, path.name))
 
 
-class DoneList:
+class DoneList(Resource):
     """``/q/<q>/done.json?limit=N``: the newest done message ids."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         limit = _int_param(req.get_param("limit"), "limit", default=10)
@@ -161,12 +149,9 @@ def _int_param(value: str | None, name: str, default: int) -> int:
         raise BadRequest(f"{name} must be an integer, not {value[:40]!r}") from exc
 
 
-class NewMessage:
+class NewMessage(Resource):
     """``POST /q/<q>/new_message``: ``mesg`` JSON (RQ: ``_method`` inside it), RQ's
     ``mesg[field]`` form or our ``mesg_*`` fields; GET: the form."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         pages.new_message_page(self.web, req, resp, check_queue_name(name))
@@ -184,11 +169,8 @@ class NewMessage:
            page=self.web.msg_path(name, got["msg_id"]))
 
 
-class AdminOper:
+class AdminOper(Resource):
     """``POST /q/<q>/adminoper``: a field named up, down, pause or resume (or oper=)."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         check_queue_name(name)
@@ -202,13 +184,10 @@ class AdminOper:
         ok(req, resp, got["admin"], params)
 
 
-class NewQueue:
+class NewQueue(Resource):
     """``POST /new_queue`` when ``allow_new_queue`` is set: RQ's form (``queue[name]``,
     ``queue[script]``, ``queue[num_workers]``, ``queue[exec_prefix]``,
     ``queue[env_vars][K]``, ``queue[coalesce_params][]``, ...) or plain fields."""
-
-    def __init__(self, web: Web) -> None:
-        self.web = web
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         if not self.web.sysconfig.get("allow_new_queue"):
