@@ -95,18 +95,28 @@ def task_spooler(scratch: Path, slots: int, n: int) -> float | None:
     def tsp_run(*args: str) -> None:
         subprocess.run([tsp, *args], env=env, check=True, stdout=subprocess.DEVNULL)
 
-    tsp_run("-S", str(slots))
-    for _ in range(slots):
-        tsp_run("-n", "sh", "-c", f"cat {gate} > /dev/null")
-    for _ in range(n):
-        tsp_run("-n", str(job))
-    _wait_running(tsp, env, slots)
-    started = time.perf_counter()
-    os.close(os.open(gate, os.O_WRONLY))  # every gate job reads EOF and ends
-    tsp_run("-w")  # waits for the last job
-    elapsed = time.perf_counter() - started
-    tsp_run("-K")
-    return n / elapsed
+    try:
+        tsp_run("-S", str(slots))
+        for _ in range(slots):
+            tsp_run("-n", "sh", "-c", f"cat {gate} > /dev/null")
+        for _ in range(n):
+            tsp_run("-n", str(job))
+        _wait_running(tsp, env, slots)
+        started = time.perf_counter()
+        os.close(os.open(gate, os.O_WRONLY))  # every gate job reads EOF and ends
+        tsp_run("-w")  # waits for the last job
+        return n / (time.perf_counter() - started)
+    finally:
+        _open_gate(gate)  # on failure too: no gate job is left blocked on the FIFO
+        subprocess.run([tsp, "-K"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+
+def _open_gate(gate: Path) -> None:
+    try:
+        os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # ENXIO: nobody is reading it (any more)
 
 
 def _wait_running(tsp: str, env: dict[str, str], slots: int) -> None:
