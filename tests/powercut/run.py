@@ -151,7 +151,9 @@ class ImageRun:
         check = self.chan / f"check.{boot}.json"
         if check.exists():
             result = json.loads(check.read_text())
-            self.tally.add_check(result, _read(self.chan / f"fsck.{boot}.after-cut.txt"))
+            fsck = "".join(_read(self.chan / f"fsck.{boot}.{when}.txt")
+                           for when in ("after-cut", "repair"))
+            self.tally.add_check(result, fsck)
             self.last_acked = int(result["acked"])
         for event in self.events(boot):
             if event["event"] == "fsck":

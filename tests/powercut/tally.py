@@ -44,13 +44,16 @@ class Tally:
 
 
 def about_inode(fsck_text: str, where: str) -> str:
-    """What fsck said after the cut about the inode a lost message was found
-    at (``lost+found/#N``): which directory it was last in."""
+    """What fsck said after the cut (checking, then repairing) about the inode
+    a lost message was found at (``lost+found/#N``): which directory it was
+    last in.  An inode the stale group descriptors hide from the read-only
+    check shows only in the repair's words."""
     match = re.search(r"#(\d+)", where)
     if not match:
         return ""
     pattern = re.compile(rf"\binode {match.group(1)}\b")
-    return " | ".join(ln.strip() for ln in fsck_text.splitlines() if pattern.search(ln))[:300]
+    lines = dict.fromkeys(ln.strip() for ln in fsck_text.splitlines() if pattern.search(ln))
+    return " | ".join(lines)[:300]
 
 
 def fsck_findings(text: str) -> list[str]:

@@ -116,8 +116,14 @@ class Client:
         data = self.rng.randbytes(self.rng.choice(ATTACH_SIZES))
         # on the same disk the daemon hard-links the file; from tmpfs it copies it
         where = self.scratch if self.rng.random() < 0.5 else Path(tempfile.gettempdir())
-        path = where / f"{os.getpid()}.{self.seq}.{name}"
-        path.write_bytes(data)
+        # A new name every time (O_EXCL): the daemon hard-links the file, and
+        # a name whose unlink a cut undid would otherwise be opened and
+        # truncated again by a later client (pids repeat from boot to boot),
+        # rewriting a stored attachment through its other name.
+        fd, name_on_disk = tempfile.mkstemp(prefix=f"{name}.", dir=where)
+        path = Path(name_on_disk)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         md5 = hashlib.md5(data).hexdigest()
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
