@@ -48,7 +48,8 @@ class EventLog:
     def event(self, kind: str, text: str, msg_id: str = "", **fields: Any) -> None:
         line = f"{self.component}: {msg_id + ': ' if msg_id else ''}{kind}: {text}"
         if self._send is None:
-            print(line, file=sys.stderr, flush=True)
+            sys.stderr.write(line + "\n")  # one write(2) per event: print() makes two
+            sys.stderr.flush()
             return
         extra = {k.upper(): str(v) for k, v in fields.items()}
         if msg_id:
