@@ -9,9 +9,8 @@ from urllib.parse import urlsplit
 from rqsys import wire
 from rqsys.errors import BadRequest, NotFound, Unavailable
 from rqsys.message import is_remote
+from rqsys.special import RELAY_QUEUE
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
-
-RELAY_QUEUE = "relay"
 
 
 class QueueClient:
@@ -113,17 +112,6 @@ def local_queue_of(url: str, sysconfig: dict[str, Any]) -> str | None:
     if not is_remote(url) or not is_local_url(url, sysconfig):
         return None
     return split_queue_url(url)
-
-
-def route(dest: str, sysconfig: dict[str, Any], force_remote: bool = False) -> str:
-    """The local queue that takes a message for ``dest``, with a shortcut RQ does not
-    have: a URL naming this rqsys goes straight to that queue.  New code follows
-    RQ with :func:`queue_for_dest` (this stays until its last callers move)."""
-    if is_remote(dest):
-        if force_remote:
-            return RELAY_QUEUE
-        return local_queue_of(dest, sysconfig) or RELAY_QUEUE
-    return RELAY_QUEUE if force_remote else check_queue_name(dest)
 
 
 def find_message(layout: Layout, msg_ref: str, queue: str | None = None) -> tuple[str, str]:

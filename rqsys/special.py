@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rqsys import config
-
 if TYPE_CHECKING:
     from rqsys.store import Layout
 
@@ -38,6 +36,10 @@ SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 
 def special_config(name: str) -> dict[str, Any]:
     """The default effective config of special queue ``name``."""
+    # Imported here: the names above are read by ``rq``, which must start
+    # without loading the configuration schemas (jsonschema).
+    from rqsys import config
+
     overlay = dict(SPECIAL_QUEUES[name], exec_prefix=shlex.quote(sys.executable))
     return config.queue_config(name, str(SCRIPTS_DIR / f"{name}.py"), overlay,
                                f"built-in {name} queue")

@@ -195,7 +195,7 @@ def deliver(layout: Layout, sysconfig: dict[str, Any], timer: Timer, due: float)
     msg: dict[str, Any] = dict(timer.msg)
     if due:
         msg["due"] = due
-    queue = client.route(msg["dest"], sysconfig)
+    queue = client.queue_for_dest(msg["dest"], bool(msg.get("force_remote")))
     with client.QueueClient(layout, queue, timeout=10.0) as conn:
         admin = conn.call("counts")["admin"]
         if admin != "UP":

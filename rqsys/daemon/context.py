@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rqsys import config
-from rqsys.client import queue_for_dest, route
+from rqsys.client import local_queue_of, queue_for_dest
 from rqsys.daemon.adminfiles import AdminFiles, stricter
 from rqsys.errors import BadRequest, QueueDown
 from rqsys.message import is_remote
+from rqsys.special import RELAY_QUEUE
 from rqsys.store import Layout
 
 
@@ -70,9 +71,9 @@ class QueueContext:
         a URL naming this queue on this host becomes its plain name."""
         dest = msg["dest"]
         remote = is_remote(dest) or msg.get("force_remote")
-        if (remote and self.name == "relay") or dest == self.name:
+        if (remote and self.name == RELAY_QUEUE) or dest == self.name:
             return
-        if is_remote(dest) and route(dest, self.sysconfig) == self.name:
+        if local_queue_of(dest, self.sysconfig) == self.name:
             msg["dest"] = self.name
             return
         raise BadRequest(f"dest {dest!r} is not queue {self.name}")
