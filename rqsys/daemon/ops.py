@@ -20,12 +20,11 @@ from rqsys.daemon import tunables
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.runner import Runner
-from rqsys.daemon.schema import ADMIN_OPERS
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest
 from rqsys.events import EventLog
-from rqsys.store import QueueStore
+from rqsys.store import ADMIN_OPERS, QueueStore
 
 ALREADY_COMMITTED = ("que", "run", "done", "relayed")  # a commit of these is answered ok
 

@@ -15,9 +15,7 @@ from typing import Any
 import jsonschema
 
 from rqsys.errors import BadRequest
-from rqsys.store import ATTACH_NAME_RE, MSG_ID_RE, STATES
-
-ADMIN_OPERS = {"up": "UP", "resume": "UP", "down": "DOWN", "pause": "PAUSE"}
+from rqsys.store import ADMIN_OPERS, ATTACH_NAME_RE, MSG_ID_RE, STATES
 
 MSG_ID = {"title": "message id", "type": "string", "pattern": MSG_ID_RE.pattern}
 ATTACH_NAME = {"title": "attachment name", "type": "string", "pattern": ATTACH_NAME_RE.pattern,
