@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rqsys import config
+from rqsys import config, tunables
 from rqsys.errors import RQError
 from rqsys.events import EventLog
 from rqsys.scandir import reconcile
@@ -29,9 +29,6 @@ from rqsys.store import Layout
 from rqsys.systemd import child_environ
 from rqsys.unixsock import listen_unix
 from rqsys.web import listen
-
-BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0
-STOP_TIMEOUT = 30.0
 
 
 class CannotListen(RQError):
@@ -50,7 +47,7 @@ class Program:
     pid: int = 0
     pidfd: int = -1
     started: float = 0.0
-    backoff: float = BACKOFF_START
+    backoff: float = tunables.BACKOFF_START
     restart_at: float | None = None
     waiting_for_socket: bool = False
     removed: bool = False
@@ -173,11 +170,11 @@ class Supervisor:
         self._schedule_restart(program, code)
 
     def _schedule_restart(self, program: Program, code: int) -> None:
-        if time.monotonic() - program.started > STABLE_AFTER:
-            program.backoff = BACKOFF_START
+        if time.monotonic() - program.started > tunables.STABLE_AFTER:
+            program.backoff = tunables.BACKOFF_START
         program.restart_at = time.monotonic() + program.backoff
         self.log.event("err", f"{program.name} exited ({code}); restart in {program.backoff:.1f}s")
-        program.backoff = min(program.backoff * 2, BACKOFF_MAX)
+        program.backoff = min(program.backoff * 2, tunables.BACKOFF_MAX)
 
     def _watch_socket(self, program: Program) -> None:
         assert program.sock is not None
@@ -217,7 +214,7 @@ class Supervisor:
         if signal.SIGHUP in flags and self.stop_deadline is None:
             self._sync_queues(lazy=True)
         if flags & {signal.SIGTERM, signal.SIGINT} and self.stop_deadline is None:
-            self.stop_deadline = time.monotonic() + STOP_TIMEOUT
+            self.stop_deadline = time.monotonic() + tunables.STOP_TIMEOUT
             for program in self.programs.values():
                 if program.pid:
                     _kill(program.pid, signal.SIGTERM)

@@ -12,8 +12,8 @@ import os
 import pytest
 from daemon_util import drain, install_with_script
 
-from rqsys import wire
-from rqsys.daemon import schema, tunables
+from rqsys import tunables, wire
+from rqsys.daemon import schema
 from rqsys.daemon.loop import QueueDaemon
 from rqsys.daemon.server import Request
 from rqsys.errors import BadRequest, NotFound, QueueDown

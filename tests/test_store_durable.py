@@ -14,7 +14,7 @@ from conftest import wait_for
 import rqsys.store
 from rqsys.errors import NotFound
 from rqsys.store import QueueStore, durable
-from rqsys.store.tunables import MSG_BLANK, SPARE_DIRS
+from rqsys.tunables import MSG_BLANK, SPARE_DIRS
 
 STORE_DIR = Path(rqsys.store.__file__).parent
 RENAMES_AND_SYNCS = {"rename", "replace", "renames", "fsync", "fdatasync", "syncfs", "sync"}

@@ -9,10 +9,10 @@ Its rooms, each a module:
 * ``intake``      create, clone, a local dup, attachments, the group commit
 * ``runner``      starting scripts, their environment, status lines, dups, exits
 * ``transitions`` the only place a message changes state; it owns the counts
+* ``children``    the scripts' status pipes and pidfds, read in one batch a turn
 * ``outbound``    anything that talks to another queue daemon: dups, webhooks (off the loop)
 * ``context``     what every room reads of the queue: name, config, admin state
 * ``adminfiles``  RQ's admin files config/<q>.down|.pause, watched with inotify
-* ``tunables``    limits, timeouts and intervals, in one place
 
 Slow work runs on background threads (``rqsys.background``): attachments are
 hashed on one lane, the fsyncs an answer waits for on another, each peer

@@ -19,8 +19,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from rqsys import tunables
 from rqsys.background import SYNC, Background, peer_lane
-from rqsys.daemon import ops, schema, tunables
+from rqsys.daemon import ops, schema
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.outbound import Outbound

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rqsys import tunables
 from rqsys.background import SYNC, Background
-from rqsys.daemon import tunables
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.runner import Runner

@@ -5,7 +5,7 @@ Each call runs on the background lane of the daemon it calls
 (``rqsys.background.peer_lane``), so a peer that hangs holds up only the
 calls to itself, never the loop, the hashing of attachments or the calls to
 other peers; its answer comes back to the loop as a callback.  A call gives
-up after its timeout (``tunables``): a dup is then answered ``fail`` on the
+up after its timeout (``rqsys.tunables``): a dup is then answered ``fail`` on the
 script's fd 4, a webhook is logged as not queued.
 """
 
@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rqsys import tunables
 from rqsys.background import Background, peer_lane
 from rqsys.client import QueueClient
-from rqsys.daemon import tunables
 from rqsys.daemon.context import QueueContext
 from rqsys.errors import RQError
 from rqsys.events import EventLog

@@ -17,8 +17,7 @@ import signal
 import time
 from typing import Any
 
-from rqsys import config, limits
-from rqsys.daemon import tunables
+from rqsys import config, limits, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake, copy_fields

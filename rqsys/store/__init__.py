@@ -4,7 +4,6 @@ Modules, each with one job:
 
 - ``layout``: names on disk (states, ids, validators, markers) and ``Layout``,
   the paths under the root.
-- ``tunables``: the store's tunables (flush interval, spare counts), once each.
 - ``durable``: every rename, fsync, fdatasync and syncfs of the store.
 - ``view``: ``QueueView``, a read-only view of one queue (the web, the CLI).
 - ``queue``: ``QueueStore``, the view plus every change the daemon makes.
@@ -42,8 +41,8 @@ from rqsys.store.layout import (
 )
 from rqsys.store.queue import QueueStore, Staged
 from rqsys.store.spares import SpareMaker
-from rqsys.store.tunables import FLUSH_INTERVAL, MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
 from rqsys.store.view import QueueView
+from rqsys.tunables import FLUSH_INTERVAL, MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
 
 __all__ = [
     "ADMIN_OPERS", "ADMIN_STATES", "ATTACH_NAME_RE", "DEFAULT_ROOT", "DISABLED_MARK",

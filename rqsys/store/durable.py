@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rqsys.errors import StoreError
-from rqsys.store.tunables import FLUSH_INTERVAL
+from rqsys.tunables import FLUSH_INTERVAL
 
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 

@@ -12,7 +12,7 @@ import time
 from rqsys.store import durable
 from rqsys.store.durable import NEW_FILE
 from rqsys.store.layout import SPARE_PREFIX
-from rqsys.store.tunables import MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
+from rqsys.tunables import MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
 
 
 class SpareMaker:

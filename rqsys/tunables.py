@@ -1,0 +1,71 @@
+"""Every tunable of rqsys in one place: limits, timeouts, intervals, back-off.
+
+Each is defined once, with why it has its value.  The two timeouts of calls
+to other queue daemons can be set per unit through the environment (read when
+the daemon starts), e.g. a drop-in with ``Environment=RQ_DUP_TIMEOUT=30``;
+tests shorten them the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rqsys.errors import ConfigError
+
+# ---------------------------------------------------------------- the store
+# Seconds between fsyncs of the directories batched transitions touched
+# (que -> run, run -> done ...): a busy queue pays one journal commit per
+# interval, not per message; a crash in between may re-run a message, never
+# lose one (see the durability table in recovery.py).
+FLUSH_INTERVAL = 0.5
+
+# Message directories kept ready in .tmp/ for new messages (see SpareMaker):
+# enough to absorb a burst of creates between two batches of the thread.
+SPARE_DIRS = 16
+
+# Spares made and synced together: the fsyncs of a batch share their writes,
+# and the daemon's own fsyncs meet the spare thread's once a batch.
+SPARE_BATCH = 8
+
+# Seconds before making spares again after a failure (disk full, queue removed).
+SPARE_RETRY = 1.0
+
+# Bytes of spaces in a spare's blank msg: a message that fits is written over
+# blocks the file already has, so fdatasync has only its data to write.
+MSG_BLANK = 1024
+
+# ---------------------------------------------------------------- the queue daemon
+MAX_LIST = 1000  # ids in one ``list`` answer (a larger limit is cut to this)
+
+# Calls to other queue daemons, made off the loop (``outbound``): how long
+# one may take before it is given up.
+DUP_TIMEOUT = 10.0  # a script's ``dup`` to another queue; then ``fail`` on its fd 4
+DUP_TIMEOUT_ENV = "RQ_DUP_TIMEOUT"
+WEBHOOK_TIMEOUT = 2.0  # queueing a post_run_webhook call; then it is logged, not made
+WEBHOOK_TIMEOUT_ENV = "RQ_WEBHOOK_TIMEOUT"
+
+SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
+STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
+SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot
+LONGEST_WAIT = 60.0  # the loop wakes at least this often, whatever it waits for
+STOP_POLL = 0.5  # while stopping, how often the loop checks the grace period
+
+# ---------------------------------------------------------------- the embedded supervisor
+# A crashed child is restarted after BACKOFF_START s, doubling up to BACKOFF_MAX;
+# one that ran STABLE_AFTER s before it crashed starts again from BACKOFF_START.
+BACKOFF_START, BACKOFF_MAX, STABLE_AFTER = 0.5, 30.0, 10.0
+STOP_TIMEOUT = 30.0  # seconds the children get to stop on TERM before KILL
+
+
+def seconds_from_env(var: str, default: float, environ: dict[str, str] | None = None) -> float:
+    """A timeout in seconds from the environment (``default`` when unset)."""
+    text = (os.environ if environ is None else environ).get(var, "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"{var}={text[:40]!r}: not a number of seconds > 0")
+    return value
