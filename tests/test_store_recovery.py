@@ -143,3 +143,33 @@ def test_recovery_finishes_a_prep_publish_into_prep(store):
     # When the daemon starts again, Then it is in prep/, not que/
     assert store.recover() == []
     assert store.find(staged.msg_id) == "prep"
+
+
+def test_recovery_drops_a_temp_copy_of_a_message_already_placed(store):
+    # Given a power cut (and fsck) that left a message both in que/ and as the
+    # temp directory it was published from
+    placed = store.stage({"dest": "q", "param1": "placed"})
+    Path(placed.tmp, "msg").write_text(json.dumps(placed.msg))
+    store.recover()
+    leftover = store.qdir / ".tmp" / f"{placed.msg_id}.que"
+    leftover.mkdir()
+    (leftover / "msg").write_text(json.dumps(placed.msg))
+    # When the daemon starts again, Then recovery does not crash on the second
+    # copy: the placed message stays, the leftover goes
+    store.recover()
+    assert store.read_msg("que", placed.msg_id)["param1"] == "placed"
+    assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_recovery_replaces_a_torn_target_with_the_whole_temp_copy(store):
+    # Given a publish whose target in que/ reached the disk without its msg
+    staged = store.stage({"dest": "q", "param1": "whole"})
+    Path(staged.tmp, "msg").write_text(json.dumps(staged.msg))
+    torn = store.state_dir("que") / staged.msg_id
+    torn.mkdir()
+    (torn / "job").mkdir()
+    # When the daemon starts again
+    store.recover()
+    # Then the message is in que/ whole
+    assert store.read_msg("que", staged.msg_id)["param1"] == "whole"
+    assert list((store.qdir / ".tmp").iterdir()) == []

@@ -64,7 +64,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rqsys.errors import StoreError
+from rqsys.errors import RQError, StoreError
 from rqsys.store import durable
 from rqsys.store.layout import MSG_ID_RE, QUE_SNAPSHOT, SPARE_PREFIX, STATES, TMP_DIR
 
@@ -94,13 +94,36 @@ def _recover_tmp(store: QueueStore) -> None:
     for entry in os.listdir(tmp):
         path = tmp / entry
         msg_id, state = _published_as(path)
-        if msg_id:
+        if msg_id and _placed_whole(store, msg_id):
+            shutil.rmtree(path)  # its publish reached the disk; this is the leftover
+        elif msg_id:
+            _replace_torn(store, state, msg_id)
             durable.rename(path, store.state_dir(state) / msg_id)
             store.dirty.add(str(tmp), str(store.state_dir(state)))
         elif path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+def _placed_whole(store: QueueStore, msg_id: str) -> bool:
+    """True when ``msg_id`` is in some state with a readable msg.  After a power
+    cut (and fsck) a temp directory can survive beside the message it became."""
+    for state in STATES:
+        try:
+            store.read_msg(state, msg_id)
+        except (RQError, OSError):  # missing or unreadable: not placed whole
+            continue
+        return True
+    return False
+
+
+def _replace_torn(store: QueueStore, state: str, msg_id: str) -> None:
+    """Remove a directory left at the target without a readable msg, so the
+    temp copy that holds the message can take its place."""
+    target = store.state_dir(state) / msg_id
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
 
 
 def _published_as(path: Path) -> tuple[str, str]:
