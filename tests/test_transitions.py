@@ -126,13 +126,33 @@ def test_resend_is_busy_until_its_new_due_is_durable_then_queued(ledger):
                         written="later") == []
     # Still in run/ while its msg is rewritten: no client may move it meanwhile
     assert ledger.where(msg_id) == "run" and ledger.t.busy(msg_id)
-    with pytest.raises(BadRequest, match="being requeued"):
-        ledger.t.delete(msg_id, print)
     drain(ledger.background)
     assert ledger.where(msg_id) == "que" and not ledger.t.busy(msg_id)
     on_disk = ledger.store.read_msg("que", msg_id)
     assert on_disk["count"] == 1 and before + 59 < on_disk["due"] < time.time() + 61
     assert ledger.schedule.msgs[msg_id] == on_disk
+
+
+def test_a_delete_of_a_message_being_requeued_waits_then_deletes_it(ledger):
+    msg_id, _msg = ledger.run()
+    ledger.t.end(msg_id, Outcome("que", "later", delay=60, recount=1), written="later")
+    answers: list[BaseException | None] = []
+    ledger.t.delete(msg_id, answers.append)
+    assert answers == [] and ledger.where(msg_id) == "run"  # waits for the rewrite
+    drain(ledger.background)
+    drain(ledger.background)  # the delete itself, queued by the first
+    assert answers == [None] and ledger.where(msg_id) == "gone"
+    assert msg_id not in ledger.schedule.msgs and not ledger.t.busy(msg_id)
+
+
+def test_a_run_now_of_a_message_being_requeued_makes_it_due_after_the_rewrite(ledger):
+    msg_id, _msg = ledger.run()
+    ledger.t.end(msg_id, Outcome("que", "later", delay=60, recount=1), written="later")
+    answers: list[BaseException | None] = []
+    ledger.t.run_now(msg_id, answers.append)
+    drain(ledger.background)
+    assert answers == [None] and ledger.schedule.msgs[msg_id]["due"] == 0
+    assert ledger.store.read_msg("que", msg_id)["due"] == 0
 
 
 def coalesced(layout, n=2):

@@ -23,7 +23,8 @@ Durability is the store's table (``rqsys.store``): a rewrite of ``msg`` that
 must be on disk before the move (resend) or the answer (run_now), and the
 directory syncs an answer waits for (commit), are handed to the background
 ``sync`` lane, so the loop never waits for the disk; meanwhile the message is
-*busy*: no other transition takes it.
+*busy*: no other transition takes it, and a client's delete or run_now of it
+waits until the rewrite is durable (a moment), then runs.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class Transitions:
         self.running: dict[str, Msg] = {}  # run/: messages whose script runs
         self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
+        self._after_busy: dict[str, list[Callable[[], None]]] = {}  # client requests waiting
         self._counts = dict.fromkeys(COUNTED, 0)
         self._blank: set[str] = set()  # placed here, never run: its status file is blank
 
@@ -241,18 +243,20 @@ class Transitions:
         self._busy[msg_id] = "being requeued"
 
         def moved(_result: Any, error: BaseException | None) -> None:
-            del self._busy[msg_id]
             if error is not None:
                 self.log.event("err", f"new count and due not saved: {error}", msg_id)
             self._move(msg_id, "run", "que")
             self.schedule.add(msg_id, msg)
             self.log.event("resend", outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+            self._free(msg_id)
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)
 
     # ------------------------------------------------------------ client requests
     def run_now(self, msg_id: str, done: Done) -> None:
         """que → que, due now: out of the que until its rewritten msg is durable."""
+        if self._wait_while_busy(msg_id, lambda: self.run_now(msg_id, done), done):
+            return
         msg = self.schedule.remove(msg_id)
         if msg is None:
             raise BadRequest(f"message {msg_id} is not queued")
@@ -260,15 +264,17 @@ class Transitions:
         self._busy[msg_id] = "being rescheduled"
 
         def rescheduled(_result: Any, error: BaseException | None) -> None:
-            del self._busy[msg_id]
             self.schedule.add(msg_id, msg)
             done(error)
+            self._free(msg_id)
 
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
 
     def delete(self, msg_id: str, done: Done) -> None:
         """prep | que | done | err | relayed → gone (a running one is destroyed
         instead); ``done`` is called once the delete is durable."""
+        if self._wait_while_busy(msg_id, lambda: self.delete(msg_id, done), done):
+            return
         why = self.busy(msg_id)
         if why:
             raise BadRequest(why)
@@ -293,6 +299,26 @@ class Transitions:
             self._counts[state] -= count
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
         return removed
+
+    def _wait_while_busy(self, msg_id: str, request: Callable[[], None], done: Done) -> bool:
+        """Defer a client's request while the message's rewrite is on its way
+        to disk; True if deferred. Its error, if any, then goes to ``done``."""
+        if msg_id not in self._busy:
+            return False
+
+        def later() -> None:
+            try:
+                request()
+            except RQError as error:
+                done(error)
+        self._after_busy.setdefault(msg_id, []).append(later)
+        return True
+
+    def _free(self, msg_id: str) -> None:
+        """The rewrite is durable: the message may move again; run what waited."""
+        del self._busy[msg_id]
+        for request in self._after_busy.pop(msg_id, []):
+            request()
 
     def _log_failed(self, msg_id: str) -> Callable[[Any, BaseException | None], None]:
         def then(_result: Any, error: BaseException | None) -> None:
