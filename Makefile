@@ -18,8 +18,8 @@ DEB_DEBS  := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all-d
              python3-cffi python3-setuptools python3-wheel scdoc lintian
 # Only the tests: systemd booted in containers, man pages, network namespaces,
 # curl, a browser, the Nix module's checks, power cuts of a User-Mode Linux
-# kernel on ext4 and xfs images, and the .deb.
-TEST_DEBS := systemd systemd-container man-db mandoc iproute2 curl \
+# kernel on ext4 and xfs images, crash points (strace's fault injection), and the .deb.
+TEST_DEBS := systemd systemd-container man-db mandoc iproute2 curl strace \
              chromium chromium-driver nix-bin user-mode-linux e2fsprogs xfsprogs $(DEB_DEBS)
 
 VERSION  := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
@@ -31,7 +31,7 @@ DEB_SKIP := --exclude=__pycache__ --exclude='*.so' --exclude=_rqspawn.c --exclud
 # environment (a venv or pyenv first on PATH would build for another Python).
 DEB_ENV  := env -i HOME="$$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-.PHONY: install install-test run test lint bench deb conformance test-powercut test-crashpoints clean
+.PHONY: install install-test run test lint bench bench-ab deb conformance test-powercut test-crashpoints clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/build_spawn.py
@@ -61,8 +61,16 @@ lint: install-test
 test: lint
 	$(VENV)/bin/pytest -q tests
 
+# The benchmarks' baselines: task-spooler beside the drain, strace counting syscalls.
+BENCH_DEBS := task-spooler strace
+
 bench: install-test
+	@bash .ci/install-debs $(BENCH_DEBS)
 	$(PY) bench/run_all.py
+
+# Before/after, alternated in one run: make bench-ab BEFORE=<dir of the old checkout, made with make install>
+bench-ab: install
+	$(PY) bench/ab.py --rounds 3 $(BEFORE) $(CURDIR)
 
 deb: $(DEB)
 	@echo $(DEB)
