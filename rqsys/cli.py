@@ -39,7 +39,19 @@ def _message_from(args: argparse.Namespace) -> dict[str, Any]:
             msg[name] = getattr(args, name)
     if args.force_remote:
         msg["force_remote"] = True
+    if getattr(args, "unique_key", None) is not None:
+        msg["unique_key"] = args.unique_key
+    if getattr(args, "unique_for", None) is not None:
+        msg["unique_for"] = args.unique_for
     return msg
+
+
+def _created_url(reply: dict[str, Any]) -> str:
+    """The new message's URL; a duplicate (its unique key held) says so on stderr."""
+    if reply.get("duplicate"):
+        print(f"rq: duplicate: {reply['url']} holds this unique key; no new message",
+              file=sys.stderr)
+    return str(reply["url"])
 
 
 def _client_for_dest(layout: Layout, dest: str, force_remote: bool = False) -> QueueClient:
@@ -72,8 +84,10 @@ def cmd_sendmesg(layout: Layout, args: argparse.Namespace, state: str = "que",
     with _client_for_dest(layout, args.dest, args.force_remote) as client:
         if not args.attach or state == "prep":
             reply = client.call("create", msg=_message_from(args), state=state, single=single)
-            return str(reply["url"])
+            return _created_url(reply)
         reply = client.call("create", msg=_message_from(args), state="prep")
+        if reply.get("duplicate"):
+            return _created_url(reply)  # the holder is not ours to attach to
         for path in args.attach:
             _attach(client, reply["msg_id"], path, None)
         return str(client.call("commit", msg_id=reply["msg_id"])["url"])
@@ -161,6 +175,11 @@ def _add_msg_options(parser: argparse.ArgumentParser) -> None:
                         help="RQ's consent to relay a URL dest; accepted, URLs always relay")
     parser.add_argument("--attach", action="append", metavar="PATH",
                         help="attach a file (repeatable)")
+    parser.add_argument("--unique-key", dest="unique_key", metavar="KEY",
+                        help="no new message while one with KEY is queued or running "
+                        "('params': the key is param1..4)")
+    parser.add_argument("--unique-for", dest="unique_for", type=float, metavar="SECS",
+                        help="keep the key SECS seconds after its message ended")
 
 
 RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {

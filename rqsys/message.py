@@ -28,6 +28,8 @@ def new_message(data: Any, queue: str) -> dict[str, Any]:
     from rqsys import config  # here: `rq`, which never validates, starts without jsonschema
 
     check_message(data)  # every field's size limit (rqsys.limits), so the script can start
+    if isinstance(data, dict) and "unique_for" in data and "unique_key" not in data:
+        raise BadRequest("message: unique_for needs a unique_key")
     try:
         msg = config.validate("message", rq_values(data), "message")
     except ConfigError as exc:
@@ -60,6 +62,9 @@ def rq_values(data: Any) -> Any:
         out["post_run_webhook"] = out["post_run_webhook"].split()
     if isinstance(out.get("force_remote"), str):
         out["force_remote"] = out["force_remote"].strip().lower() not in _FALSE_WORDS
+    for key in ("unique_for", "slot"):  # ours, from a form: a number, or left for the schema
+        if isinstance(out.get(key), str) and _RUBY_FLOAT.fullmatch(out[key]):
+            out[key] = float(out[key])
     return out
 
 

@@ -19,6 +19,7 @@ from rqsys.background import FILES, Background
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
+from rqsys.daemon.unique import Duplicates
 from rqsys.errors import BadRequest, StoreError
 from rqsys.events import EventLog
 from rqsys.message import new_message
@@ -45,6 +46,7 @@ class Intake:
         self.ctx, self.store, self.ledger = ctx, store, ledger
         self.background, self.log = background, log
         self.pending: list[tuple[Staged, str, Published]] = []
+        self.dups = Duplicates(ctx, ledger.unique)
 
     # ------------------------------------------------------------ requests
     def create(self, r: Request) -> Reply | None:
@@ -54,19 +56,23 @@ class Intake:
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)
         self.ctx.check_dest(msg)
+        holder = self.dups.holder_of(msg)
+        if holder is not None:  # a duplicate: the holder's URL, once the holder is stored
+            return self.dups.answer_for(holder, r)
         if r.args.get("single") and state == "que":
             existing = self.ledger.schedule.find_same_params(msg)
             if existing:
                 return self._created(existing)
         staged = self.store.stage(msg, state)
+        self.dups.hold(staged)
         specs = r.args.get("attachments") or []
         if not specs and not r.fds:
             self._await_publish(staged, state, r)
             return None
         try:
             uploads = self._take_uploads(specs, r.fds)
-        except Exception:
-            self.store.discard(staged)
+        except Exception as exc:
+            self._discard(staged, exc)
             raise
 
         def place(actual: list[str]) -> None:
@@ -75,7 +81,7 @@ class Intake:
                 self.store.place_upload(upload, adir, name, md5, got, sync=False)
             self._await_publish(staged, state, r)
 
-        self._check_uploads(r, uploads, place, undo=lambda: self.store.discard(staged))
+        self._check_uploads(r, uploads, place, undo=lambda exc: self._discard(staged, exc))
         return None
 
     def attach(self, r: Request) -> None:
@@ -136,9 +142,14 @@ class Intake:
     def _created(self, msg_id: str) -> Reply:
         return {"ok": True, "msg_id": msg_id, "url": self.ctx.url(msg_id)}
 
+    def _discard(self, staged: Staged, error: BaseException) -> None:
+        self.store.discard(staged)
+        self.dups.dropped(staged.msg_id, error)
+
     def _await_publish(self, staged: Staged, state: str, r: Request) -> None:
         def then(error: BaseException | None) -> None:
             r.fail(error) if error else r.answer(self._created(staged.msg_id))
+            self.dups.published(staged.msg_id, error)
 
         self.pending.append((staged, state, then))
 
@@ -162,7 +173,7 @@ class Intake:
 
     def _check_uploads(self, r: Request, uploads: list[Incoming],
                        place: Callable[[list[str]], Reply | None],
-                       undo: Callable[[], None] | None = None) -> None:
+                       undo: Callable[[BaseException], None] | None = None) -> None:
         """Copy if need be, sync and hash the uploads on the ``files`` lane
         (seconds for large files: the loop goes on meanwhile); then, on the
         loop, ``place`` them and answer with what it returns (None: the group
@@ -180,7 +191,7 @@ class Intake:
                 for _name, _md5, upload, _fd in uploads:
                     self.store.drop_upload(upload)
                 if undo is not None:
-                    undo()
+                    undo(exc)
                 r.fail(exc)
                 return
             if reply is not None:

@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rqsys.daemon.unique import UniqueIndex
 from rqsys.errors import BadRequest, InternalError, RQError
 from rqsys.events import EventLog
 from rqsys.message import param_key
@@ -46,6 +47,7 @@ Ended = tuple[str, Msg, Outcome]  # a message that reached done, err or relayed
 Done = Callable[[BaseException | None], None]  # called on the loop once it is durable
 Offload = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
 
+ENDED = ("done", "err", "relayed")
 COUNTED = ("prep", "done", "err", "relayed")  # counted here; que and run are in memory
 MOVES = frozenset({  # every rename between two states the daemon makes
     ("prep", "que"), ("que", "run"), ("run", "que"), ("run", "done"), ("run", "err"),
@@ -66,6 +68,7 @@ class Transitions:
         self._after_busy: dict[str, list[Callable[[], None]]] = {}  # client requests waiting
         self._counts = dict.fromkeys(COUNTED, 0)
         self._blank: set[str] = set()  # placed here, never run: its status file is blank
+        self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
 
     # ------------------------------------------------------------ reading
     def count(self, state: str) -> int:
@@ -109,6 +112,8 @@ class Transitions:
             for msg_id, read in self.store.read_all("que"):
                 self._load_one(msg_id, read)
         self._counts = {state: self.store.count(state) for state in COUNTED}
+        prep = ((i, m) for i, m in self.store.read_all("prep") if not isinstance(m, RQError))
+        self.unique.load([*self.schedule.msgs.items(), *prep], time.time())
 
     def _load_one(self, msg_id: str, msg: Msg | RQError) -> None:
         if not isinstance(msg, RQError):
@@ -127,6 +132,7 @@ class Transitions:
         self.store.place(batch, state)
         for staged in batch:
             self._blank.add(staged.msg_id)
+            self.unique.hold(staged.msg_id, staged.msg)
             if state == "prep":
                 self._counts["prep"] += 1
             else:
@@ -282,6 +288,7 @@ class Transitions:
         finish = self.store.delete_later(msg_id, state)  # its sync and rmtree: off the loop
         self._blank.discard(msg_id)
         self.schedule.remove(msg_id)
+        self.unique.forget(msg_id)
         if state in COUNTED:
             self._counts[state] -= 1
         self.log.event("deleted", f"deleted from {state}", msg_id)
@@ -329,6 +336,8 @@ class Transitions:
     def _move(self, msg_id: str, src: str, dest: str) -> None:
         _guard((src, dest) in MOVES, f"no transition {src} → {dest}")
         self.store.move(msg_id, src, dest)
+        if dest in ENDED:
+            self.unique.ended(msg_id, time.time())
 
 
 def _guard(ok: bool, why: str) -> None:

@@ -30,6 +30,13 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                "post_run_webhook": {"oneOf": [{"type": "array", "items": {"type": "string"}},
                                               {"type": "string"}]},
                "relay_via": {"type": "array", "items": {"type": "string"}},
+               "unique_key": {"type": "string", "minLength": 1, "description":
+                              "while a message with this key is in prep, que or run (or "
+                              "ended under unique_for s ago) the answer is its URL, with the "
+                              "header RQ-Duplicate: true; \"params\": the key is param1..4"},
+               "unique_for": {"oneOf": [{"type": "number", "minimum": 0}, NUMBER_TEXT]},
+               "timer": {"type": "string"},
+               "slot": {"oneOf": [{"type": "number", "minimum": 0}, NUMBER_TEXT]},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
 MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_attachments"],
@@ -88,6 +95,14 @@ def _post(params: list[dict[str, Any]], body: dict[str, Any], summary: str,
                      "responses": _answers(schema)}}
 
 
+def _duplicate_header(path: dict[str, Any]) -> dict[str, Any]:
+    """new_message's ok answer may be an existing message's URL: its header says so."""
+    path["post"]["responses"]["200"]["headers"] = {"RQ-Duplicate": {
+        "description": "true when the message's unique_key was held: the URL is the "
+                       "holder's and no message was made", "schema": {"enum": ["true"]}}}
+    return path
+
+
 def _with(extra: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": {**FORM_POST["properties"], **extra}}
 
@@ -134,8 +149,8 @@ def _queue_paths() -> dict[str, Any]:
                 "name": "limit", "in": "query", "required": False,
                 "schema": {"type": "integer", "minimum": 0, "maximum": 1000}}],
             "responses": _answers({"type": "array", "items": {"type": "string"}})}},
-        "/q/{name}/new_message": _post([QUEUE], _mesg_form(),
-                                       "Create a message (mesg=<JSON>, _method inside)"),
+        "/q/{name}/new_message": _duplicate_header(_post(
+            [QUEUE], _mesg_form(), "Create a message (mesg=<JSON>, _method inside)")),
         "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {
             "enum": list(ADMIN_OPERS)}}), "Set the admin state"),
         "/new_queue": _post([], _new_queue_form(), "Create a queue (allow_new_queue): RQ's "

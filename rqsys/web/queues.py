@@ -22,6 +22,7 @@ from rqsys.web.context import Resource, Web, split_suffix
 CREATE_METHODS: dict[str, dict[str, Any]] = {
     "commit": {}, "prep": {"state": "prep"}, "single_que": {"single": True}}
 MAX_DONE_LIMIT = 1000
+DUPLICATE_HEADER = "RQ-Duplicate"  # "true": a unique key was held; the URL is the holder's
 
 
 def queue_summary(web: Web, name: str) -> dict[str, Any]:
@@ -165,6 +166,8 @@ class NewMessage(Resource):
         if method not in CREATE_METHODS:
             raise BadRequest(f"_method must be commit, prep or single_que, not {method!r:.40}")
         got = self.web.call(name, "create", msg=msg, **CREATE_METHODS[method])
+        if got.get("duplicate"):  # RQ's answer stays ["ok", url]: the flag is a header
+            resp.set_header(DUPLICATE_HEADER, "true")
         ok(req, resp, self.web.msg_url(name, got["msg_id"]), params,
            page=self.web.msg_path(name, got["msg_id"]))
 

@@ -1,0 +1,162 @@
+"""Unique messages (``unique_key``, ``unique_for``) through a real daemon,
+its socket, the ``rq`` CLI and concurrent clients."""
+
+# ruff: noqa: F811  (pytest fixtures imported from test_web_support are parameters here)
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+from daemon_util import settle, write_gate
+from test_web_support import web_server  # noqa: F401
+
+from rqsys.client import QueueClient
+from rqsys.daemon.unique import ENDED_FILE, UniqueIndex, key_of
+from rqsys.errors import BadRequest
+
+GATED = 'while [ ! -e "$GATE" ]; do sleep 0.02; done; echo "done ok" >&3'
+
+
+def _gated(make_queue, tmp_path, **cfg):
+    make_queue("q", GATED, env_vars={"GATE": str(tmp_path / "gate")}, **cfg)
+    return tmp_path / "gate"
+
+
+def test_sixteen_concurrent_creators_make_exactly_one_message(layout, make_queue, daemon,
+                                                               tmp_path):
+    # Given a paused queue, and 16 clients ready to send the same unique key at once
+    _gated(make_queue, tmp_path)
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")
+    barrier, replies = threading.Barrier(16), []
+
+    def send() -> None:
+        with QueueClient(layout, "q") as client:
+            barrier.wait()
+            replies.append(client.call("create", msg={"unique_key": "nightly"}))
+
+    threads = [threading.Thread(target=send) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    # Then one message exists; every client got its URL, 15 of them flagged duplicate
+    assert len(replies) == 16
+    assert len({r["msg_id"] for r in replies}) == 1
+    assert sorted(bool(r.get("duplicate")) for r in replies) == [False] + [True] * 15
+    assert proc.call("counts")["counts"]["que"] == 1
+
+
+def test_key_held_while_queued_across_restart_and_freed_when_done(layout, make_queue, daemon,
+                                                                  tmp_path):
+    gate = _gated(make_queue, tmp_path)
+    proc = daemon("q")
+    first = proc.call("create", msg={"unique_key": "k", "param1": "a"})["msg_id"]
+    proc.stop()
+    # After a restart, the running-then-requeued message still holds the key
+    proc = daemon("q")
+    again = proc.call("create", msg={"unique_key": "k", "param1": "b"})
+    assert again["msg_id"] == first and again["duplicate"] is True
+    # Another key is a new message
+    other = proc.call("create", msg={"unique_key": "k2"})
+    assert other["msg_id"] != first and "duplicate" not in other
+    write_gate(gate)
+    assert settle(proc, first)["state"] == "done"
+    # Without unique_for the key is free once its message ended
+    fresh = proc.call("create", msg={"unique_key": "k"})
+    assert fresh["msg_id"] != first and "duplicate" not in fresh
+
+
+def test_unique_for_holds_the_key_after_the_end_across_restart(layout, make_queue, daemon,
+                                                               tmp_path):
+    write_gate(_gated(make_queue, tmp_path))
+    proc = daemon("q")
+    msg = {"unique_key": "params", "param1": "x", "unique_for": 3600}
+    first = proc.call("create", msg=msg)["msg_id"]
+    assert settle(proc, first)["state"] == "done"
+    assert proc.call("create", msg=msg)["msg_id"] == first
+    # other params make another key
+    assert proc.call("create", msg=dict(msg, param1="y"))["msg_id"] != first
+    proc.stop()
+    proc = daemon("q")
+    assert proc.call("create", msg=msg) == {"ok": True, "msg_id": first, "duplicate": True,
+                                            "url": proc.call("get", msg_id=first)["url"]}
+    # Deleting the holder frees its key
+    proc.call("delete", msg_id=first)
+    assert proc.call("create", msg=msg)["msg_id"] != first
+
+
+def test_an_ended_window_expires(tmp_path):
+    index = UniqueIndex(tmp_path)
+    index.hold("m1", {"unique_key": "k", "unique_for": 10})
+    index.ended("m1", now=100.0)
+    assert index.holder(key_of({"unique_key": "k"}) or "", 109.0) == "m1"
+    assert index.holder(key_of({"unique_key": "k"}) or "", 110.0) is None
+    # and a start drops expired lines from the file
+    later = UniqueIndex(tmp_path)
+    later.load([], now=200.0)
+    assert (tmp_path / ENDED_FILE).read_text() == ""
+
+
+def test_literal_and_params_keys_never_collide():
+    assert key_of({"unique_key": "params", "param1": "a"}) != key_of({"unique_key": '["params"'})
+    assert key_of({}) is None
+
+
+@pytest.mark.parametrize(("msg", "why"), [
+    ({"unique_for": 5}, "unique_for needs a unique_key"),
+    ({"unique_key": ""}, "unique_key"),
+    ({"unique_key": 7}, "unique_key"),
+    ({"unique_key": "k", "unique_for": -1}, "unique_for"),
+    ({"unique_key": "k", "unique_for": "soon"}, "unique_for"),
+    ({"unique_key": "x" * 1025}, "unique_key"),
+])
+def test_bad_unique_fields_are_refused_naming_the_field(layout, make_queue, daemon, msg, why):
+    make_queue("q", 'echo "done" >&3')
+    proc = daemon("q")
+    with pytest.raises(BadRequest, match=why):
+        proc.call("create", msg=msg)
+    assert proc.call("counts")["counts"]["que"] == 0
+
+
+def test_rq_sendmesg_unique_key_says_duplicate(layout, make_queue, daemon, tmp_path):
+    _gated(make_queue, tmp_path)
+    daemon("q")
+
+    def rq(*args: str) -> subprocess.CompletedProcess[str]:
+        code = "import sys; from rqsys.cli import rq_main; sys.exit(rq_main(sys.argv[1:]))"
+        return subprocess.run([sys.executable, "-c", code, "--root", str(layout.root), *args],
+                              capture_output=True, text=True, timeout=30)
+
+    first = rq("sendmesg", "--dest", "q", "--unique-key", "job-1")
+    second = rq("sendmesg", "--dest", "q", "--unique-key", "job-1", "--unique-for", "60")
+    assert first.returncode == 0 and second.returncode == 0
+    assert first.stdout == second.stdout and first.stdout.startswith("ok http")
+    assert "duplicate" in second.stderr and "duplicate" not in first.stderr
+    bad = rq("sendmesg", "--dest", "q", "--unique-for", "60")
+    assert bad.returncode == 1 and "unique_for needs a unique_key" in bad.stderr
+
+
+def test_http_answers_rq_ok_url_and_a_duplicate_header(layout, make_queue, daemon, tmp_path,
+                                                       web_server):
+    from urllib.parse import urlencode
+    _gated(make_queue, tmp_path)
+    daemon("q")
+    server = web_server()
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+
+    def post(mesg: str):
+        status, headers, data = server.request("POST", "/q/q/new_message",
+                                               urlencode({"mesg": mesg}), form)
+        return status, headers.get("RQ-Duplicate"), json.loads(data)
+
+    # RQ's form encoding: numbers as strings
+    first = post('{"unique_key": "k", "unique_for": "60"}')
+    second = post('{"unique_key": "k"}')
+    assert first[0] == second[0] == 200 and first[2][0] == "ok" and first[2] == second[2]
+    assert first[1] is None and second[1] == "true"
+    status, _dup, body = post('{"unique_key": "k", "unique_for": "later"}')
+    assert status == 400 and body[0] == "fail" and "unique_for" in body[1]
