@@ -15,15 +15,17 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Protocol
 
-from rqsys import systemd
+from rqsys import config, limits_render, systemd
 from rqsys.client import QueueClient
 from rqsys.errors import RQError
 from rqsys.events import EventLog
 from rqsys.store import Layout
 
 RELOAD_TIMEOUT = 10.0  # seconds a queue daemon has to answer "reload"
+UNIT_DIR = Path("/etc/systemd/system")  # where rq-scan writes queues' limits drop-ins
 
 
 class Enabler(Protocol):
@@ -105,13 +107,29 @@ class SystemdEnabler:
     could fill), read when it has exited.
     """
 
-    def __init__(self, log: EventLog, systemctl: str = "systemctl") -> None:
+    def __init__(self, log: EventLog, systemctl: str = "systemctl",
+                 layout: Layout | None = None, unit_dir: Path = UNIT_DIR) -> None:
         self.log, self.systemctl = log, systemctl
+        self.layout, self.unit_dir = layout, unit_dir
         self.running: list[Helper] = []
         self.stopping: dict[str, Helper] = {}
 
-    def _start(self, *args: str) -> Helper | None:
+    def _limits_changed(self, names: list[str], removed: bool = False) -> bool:
+        """Bring each queue's limits drop-in in line with its config; True when
+        one changed (systemd must then reload its units first)."""
+        changed, layout = False, self.layout
+        for name in names if layout is not None else []:
+            try:
+                cfg = {} if removed or layout is None else config.load_queue_config(layout, name)
+                changed |= limits_render.sync_drop_in(self.unit_dir, name, cfg.get("limits"))
+            except (RQError, OSError) as exc:
+                self.log.event("err", f"queue {name}: limits drop-in not written: {exc}")
+        return changed
+
+    def _start(self, *args: str, reload_first: bool = False) -> Helper | None:
         argv = [self.systemctl, *args]
+        if reload_first:  # one helper: the units are read again before the job
+            argv = ["sh", "-c", '"$0" daemon-reload && exec "$0" "$@"', *argv]
         errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Helper.finish)
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
@@ -122,21 +140,25 @@ class SystemdEnabler:
             return None
         return Helper(argv, proc, errors)
 
-    def _run(self, *args: str) -> int | None:
-        helper = self._start(*args)
+    def _run(self, *args: str, reload_first: bool = False) -> int | None:
+        helper = self._start(*args, reload_first=reload_first)
         if helper is None:
             return None
         self.running.append(helper)
         return os.pidfd_open(helper.proc.pid)
 
     def enable(self, names: list[str]) -> int | None:
-        return self._run("enable", "--now", *(f"rq@{n}.socket" for n in names)) if names \
-            else None
+        if not names:
+            return None
+        return self._run("enable", "--now", *(f"rq@{n}.socket" for n in names),
+                         reload_first=self._limits_changed(names))
 
     def reload(self, name: str) -> int | None:
-        return self._run("try-reload-or-restart", f"rq@{name}.service")
+        return self._run("try-reload-or-restart", f"rq@{name}.service",
+                         reload_first=self._limits_changed([name]))
 
     def disable(self, name: str) -> int | None:
+        self._limits_changed([name], removed=True)  # read again at the next daemon-reload
         helper = self._start("disable", "--now", f"rq@{name}.socket", f"rq@{name}.service")
         if helper is None:
             return None  # no systemctl to run: nothing of systemd's can be serving it
@@ -213,5 +235,5 @@ def choose(layout: Layout, log: EventLog, environ: dict[str, str] | None = None)
     if env.get("RQ_SUPERVISOR_PID", "").isdigit():
         return SupervisorEnabler(layout, int(env["RQ_SUPERVISOR_PID"]), log)
     if env.get("INVOCATION_ID") or systemd_booted():
-        return SystemdEnabler(log)
+        return SystemdEnabler(log, layout=layout)
     return NullEnabler(layout, log)

@@ -103,3 +103,22 @@ def test_removed_link_disables_units_requeues_and_trashes(box: Container) -> Non
     assert active(box, "rq@sd2.socket") == "inactive"
     enabled = box.run("systemctl", "is-enabled", "rq@sd2.socket", check=False).stdout.strip()
     assert enabled == "disabled"
+
+
+def test_queue_limits_become_a_drop_in_and_go_with_the_setting(box: Container) -> None:
+    # Given a queue whose config.json has limits
+    box.run("ln", "-s", entry(box, "sd3"), "/var/lib/rq/scandir/sd3")
+    config = box.path("/opt/scantest/sd3/config.json")
+    config.write_text(json.dumps({"limits": {"memory_max": "2G", "tasks_max": 256,
+                                             "cpu_quota": "150%", "io_weight": 50}}))
+    # Then systemd shows them on rq@sd3.service
+    wait_for(lambda: box.show("rq@sd3.service", "MemoryMax") == str(2 << 30), 30,
+             "MemoryMax=2G on rq@sd3.service")
+    assert box.show("rq@sd3.service", "TasksMax") == "256"
+    assert box.show("rq@sd3.service", "CPUQuotaPerSecUSec") == "1.500000s"
+    assert box.show("rq@sd3.service", "IOWeight") == "50"
+    # When the limits are removed, they go
+    config.write_text(json.dumps({"num_workers": 2}))
+    wait_for(lambda: box.show("rq@sd3.service", "MemoryMax") == "infinity", 30,
+             "MemoryMax back to infinity")
+    assert not box.path("/etc/systemd/system/rq@sd3.service.d/50-rqsys-limits.conf").exists()
