@@ -25,7 +25,7 @@ RET_USAGE = 2  # bad command line (argparse's own code)
 RET_UNAVAILABLE = 3  # the queue daemon could not be reached
 
 MSG_FIELDS = ("src", "param1", "param2", "param3", "param4", "orig_msg_id")
-NUMBER_FIELDS = ("due", "count", "max_count")
+NUMBER_FIELDS = ("due", "count", "max_count", "timeout", "retry_max")
 
 
 # ---------------------------------------------------------------------- rq
@@ -170,6 +170,9 @@ def _add_msg_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--due", type=float, help="epoch seconds before which it will not run")
     parser.add_argument("--count", type=int, help="runs so far (kept, as RQ keeps it)")
     parser.add_argument("--max_count", type=int, help="runs allowed with resend (default 15)")
+    parser.add_argument("--timeout", type=float,
+                        help="seconds its script may run (at most the queue's timeout)")
+    parser.add_argument("--retry_max", type=int, help="retries of a failed run (0: none)")
     parser.add_argument("--force_remote", action="store_true", help="send through relay")
     parser.add_argument("--relay-ok", dest="relay_ok", action="store_true",
                         help="RQ's consent to relay a URL dest; accepted, URLs always relay")

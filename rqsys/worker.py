@@ -34,8 +34,10 @@ class Outcome:
 
     state: str  # done | err | relayed | que | deleted
     text: str
-    delay: int = 0
+    delay: float = 0
     recount: int = 0  # added to the message's count: 1 after a resend (RQ's count)
+    kind: str = ""  # why a failure failed (a retry's "on"): err, exit, signal, timeout
+    fields: dict[str, Any] = field(default_factory=dict)  # set in the msg (retries, ...)
 
 
 @dataclass
@@ -47,7 +49,8 @@ class Worker:
     terminal: Command | None = None
     status: str = ""
     on_disk: str | None = None  # what its status file holds now, when known
-    stop_reason: str = ""  # "stopping" (daemon stop) or "destroy"
+    stop_reason: str = ""  # "stopping" (daemon stop), "destroy" or "timeout"
+    stop_text: str = ""  # the status a "timeout" ends with
     _buf: bytearray = field(default_factory=bytearray)
     _cutting: bool = False
     _replies: collections.deque[list[str]] = field(default_factory=collections.deque)
@@ -117,14 +120,17 @@ class Worker:
             return Outcome("deleted", "destroyed")
         if self.stop_reason == "stopping":
             return Outcome("que", "requeued: the queue daemon stopped")
+        if self.stop_reason == "timeout":
+            return Outcome("err", self.stop_text, kind="timeout")
         cmd = self.terminal
         if cmd is not None and cmd.kind == "err":
-            return Outcome("err", cmd.text)
+            return Outcome("err", cmd.text, kind="err")
         if wait_status != 0:
             return Outcome("err", improper_exit(cmd.kind if cmd else "", self.child.pid,
-                                                wait_status))
+                                                wait_status),
+                           kind="signal" if os.WIFSIGNALED(wait_status) else "exit")
         if cmd is None:
-            return Outcome("err", "script exited 0 without sending done")
+            return Outcome("err", "script exited 0 without sending done", kind="exit")
         if cmd.kind == "resend":
             if int(self.msg.get("count", 0)) + 1 >= max_count:
                 said = f" - {cmd.text}" if cmd.text else ""  # why it wanted to resend

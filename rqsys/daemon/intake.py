@@ -17,6 +17,7 @@ from typing import Any
 
 from rqsys.background import FILES, Background
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.deadlines import check_timeout
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.daemon.unique import Duplicates
@@ -28,7 +29,8 @@ from rqsys.store import QueueStore, Staged, Upload
 Published = Callable[[BaseException | None], None]  # after the group commit: error or None
 Incoming = tuple[str, str, Upload, int]  # an attachment on its way in: name, md5 sent, file, fd
 COPIED_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count",
-                 "force_remote", "post_run_webhook", "relay_via")  # relay_via: loop detection
+                 "force_remote", "post_run_webhook", "relay_via",  # relay_via: loop detection
+                 "timeout", "retry_max")
 
 
 def copy_fields(source: dict[str, Any], dest: str, orig_url: str) -> dict[str, Any]:
@@ -56,6 +58,7 @@ class Intake:
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)
         self.ctx.check_dest(msg)
+        check_timeout(msg, self.ctx.config)
         holder = self.dups.holder_of(msg)
         if holder is not None:  # a duplicate: the holder's URL, once the holder is stored
             return self.dups.answer_for(holder, r)

@@ -108,6 +108,7 @@ class QueueDaemon:
             for key, mask in self.selector.select(self._timeout()):
                 key.data(key, mask)
             self.intake.publish_pending()
+            self.runner.enforce_deadlines()
             if self._handle_flags():
                 break
             self.runner.start_due()

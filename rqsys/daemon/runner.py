@@ -20,6 +20,7 @@ from typing import Any
 from rqsys import config, limits, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.transitions import Ended, Msg, Transitions
@@ -28,6 +29,7 @@ from rqsys.events import EventLog
 from rqsys.message import param_key
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
+from rqsys.retry import retried
 from rqsys.spawn import QueueEnviron, ScriptPath, script_argv, spawn
 from rqsys.store import QueueStore
 from rqsys.systemd import child_environ
@@ -53,6 +55,7 @@ class Runner:
         self._environ: QueueEnviron | None = None  # _env_cache as C strings
         self._pid = os.getpid()  # the spawn helper checks its child's parent against it
         self.children = Children(selector, self._on_lines, self._on_exit)
+        self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
 
     # ------------------------------------------------------------ starting
     def can_start(self) -> bool:
@@ -60,8 +63,12 @@ class Runner:
                 and len(self.workers) < self.ctx.config["num_workers"] and self._script_ready())
 
     def next_wait(self) -> float | None:
-        """Seconds until a script may start (a message is due, or the script
-        is to be checked again); None when nothing waits for time."""
+        """Seconds until a script may start or one must be stopped (its
+        timeout); None when nothing waits for time."""
+        waits = [w for w in (self._start_wait(), self.deadlines.wait()) if w is not None]
+        return min(waits) if waits else None
+
+    def _start_wait(self) -> float | None:
         if self.script_error:
             return self._script_check_at - time.monotonic()
         if self.can_start():
@@ -100,6 +107,12 @@ class Runner:
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
         blank = self.ledger.take_blank_status(msg_id)
+        left = budget(msg, self.ctx.config)
+        if left is not None and left <= 0:  # earlier runs cut short used it all
+            text = timed_out_text(msg, self.ctx.config)
+            self.log.event("timeout", f"{text} (in runs cut short)", msg_id)
+            self._conclude(msg_id, msg, Outcome("err", text, kind="timeout"), None)
+            return
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
         out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
         run = self._run_env(msg_id, msg, argv[-1], job)
@@ -117,6 +130,8 @@ class Runner:
         self.ledger.coalesce(msg_id, msg, self.ctx.url(msg_id))
         self.workers[msg_id] = worker
         self.children.watch(worker)
+        if left is not None:
+            self._arm_timeout(worker, left)
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"])
 
@@ -267,7 +282,40 @@ class Runner:
         """The script has ended and was reaped (its group signalled, its fds closed)."""
         del self.workers[worker.msg_id]
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
-        self._webhooks(self.ledger.end(worker.msg_id, outcome, worker.on_disk))
+        self._conclude(worker.msg_id, worker.msg, outcome, worker.on_disk, worker)
+
+    def _conclude(self, msg_id: str, msg: Msg, outcome: Outcome, on_disk: str | None,
+                  worker: Worker | None = None) -> None:
+        """End a run: retried when the queue's policy says so (``retry``)."""
+        outcome = retried(outcome, msg, self.ctx.config)
+        if outcome.state == "que" and (USED in msg or budget(msg, self.ctx.config)):
+            outcome.fields[USED] = _time_used(worker)
+        self._webhooks(self.ledger.end(msg_id, outcome, on_disk))
+
+    # ------------------------------------------------------------ timeouts
+    def enforce_deadlines(self) -> None:
+        """Stop the scripts whose timeout has come (a loop phase)."""
+        self.deadlines.fire()
+
+    def _arm_timeout(self, worker: Worker, seconds: float) -> None:
+        self.store.write_started(worker.msg_id, worker.started)  # for recovery: the time used
+        self.deadlines.after(seconds, lambda: self._time_out(worker))
+
+    def _time_out(self, worker: Worker) -> None:
+        """TERM the script's whole process group, KILL it after stop_grace."""
+        if self.workers.get(worker.msg_id) is not worker or worker.stop_reason:
+            return  # ended, destroyed, or the daemon is stopping it anyway
+        worker.stop_reason = "timeout"
+        worker.stop_text = timed_out_text(worker.msg, self.ctx.config)
+        self.log.event("timeout", f"{worker.stop_text}: SIGTERM to its process group",
+                       worker.msg_id)
+        worker.child.signal_group(signal.SIGTERM)
+        self.deadlines.after(float(self.ctx.config["stop_grace"]), lambda: self._kill(worker))
+
+    def _kill(self, worker: Worker) -> None:
+        if self.workers.get(worker.msg_id) is worker:
+            self.log.event("timeout", "still running after stop_grace: SIGKILL", worker.msg_id)
+            worker.child.signal_group(signal.SIGKILL)
 
     def _webhooks(self, ended: list[Ended]) -> None:
         """Call the post_run_webhook of each message that ended."""
@@ -289,6 +337,14 @@ class Runner:
     def kill_all(self) -> None:
         for worker in self.workers.values():
             worker.child.signal_group(signal.SIGKILL)
+
+
+def _time_used(worker: Worker | None) -> float:
+    """What a requeued message has used of its timeout: a run the daemon's
+    stop cut short adds its time; a resend or a retry starts afresh."""
+    if worker is None or worker.stop_reason != "stopping":
+        return 0.0
+    return float(worker.msg.get(USED) or 0) + time.time() - worker.started
 
 
 def _version() -> str:

@@ -230,7 +230,7 @@ class Transitions:
             return []
         if outcome.text != written:
             self.store.write_status("run", msg_id, outcome.text)
-        msg = dict(msg, count=int(msg.get("count", 0)) + outcome.recount)
+        msg = dict(msg, count=int(msg.get("count", 0)) + outcome.recount, **outcome.fields)
         if outcome.state == "que":
             self._requeue(msg_id, msg, outcome)
             return []
@@ -253,7 +253,8 @@ class Transitions:
                 self.log.event("err", f"new count and due not saved: {error}", msg_id)
             self._move(msg_id, "run", "que")
             self.schedule.add(msg_id, msg)
-            self.log.event("resend", outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+            self.log.event("retry" if outcome.kind == "retry" else "resend", outcome.text,
+                           msg_id, RQ_COUNT=msg.get("count", 0))
             self._free(msg_id)
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)

@@ -190,6 +190,11 @@ class QueueStore(QueueView):
         except FileNotFoundError:
             pass  # the message moved on meanwhile
 
+    def write_started(self, msg_id: str, at: float) -> None:
+        """Record when a run with a timeout started (not synced: recovery's
+        estimate of the time a crash cut short, see ``recovery``)."""
+        durable.overwrite(f"{self._path('run', msg_id)}/{recovery.STARTED}", f"{at:.3f}".encode())
+
     def job_path(self, msg_id: str) -> str:
         """The ``job/`` dir of a running message: a spare brings it, a run after
         a resend reuses it, and the script's start makes it when missing."""

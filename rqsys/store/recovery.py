@@ -28,8 +28,10 @@ que -> run, run -> done / err  renamed at once; parents fsynced     found in its
                                (advisory)                           ended message without its
                                                                     ``count`` reads as count 0
 a run a crash cut short        at start: its msg's count raised     counted again at the next
-                               by one, durably, before the move     start
-                               back to que/
+                               by one (and, with a timeout, the     start
+                               time it used added to its
+                               ``timeout_used``), durably, before
+                               the move back to que/
 =============================  ==================================  ===========================
 
 A clean stop with many queued messages writes them all to ``que.snapshot``
@@ -67,6 +69,9 @@ from typing import TYPE_CHECKING, Any
 from rqsys.errors import RQError, StoreError
 from rqsys.store import durable
 from rqsys.store.layout import MSG_ID_RE, QUE_SNAPSHOT, SPARE_PREFIX, STATES, TMP_DIR
+
+STARTED = "started"  # in a message's directory: when its last run with a timeout began
+TIME_USED = "timeout_used"  # msg field: seconds of its timeout runs cut short used
 
 if TYPE_CHECKING:
     from rqsys.store.queue import QueueStore
@@ -155,7 +160,31 @@ def _count_crashed_run(store: QueueStore, msg_id: str) -> None:
         msg = store.read_msg("run", msg_id)
     except StoreError:
         return  # an unreadable msg is reported when que/ is loaded
-    store.write_msg("run", msg_id, dict(msg, count=int(msg.get("count", 0)) + 1))
+    msg = dict(msg, count=int(msg.get("count", 0)) + 1)
+    used = _time_used(store.msg_dir("run", msg_id))
+    if used:
+        msg[TIME_USED] = float(msg.get(TIME_USED) or 0) + used
+    store.write_msg("run", msg_id, msg)
+
+
+def _time_used(run_dir: Path) -> float:
+    """Seconds of its timeout a run cut short by a crash used: from its
+    ``started`` file (written when a run with a timeout starts) to its last
+    sign of life (the latest change of that file, its status or its
+    output).  The time the daemon was down is not the message's."""
+    try:
+        started = float((run_dir / STARTED).read_text())
+    except (OSError, ValueError):
+        return 0.0  # no timeout, or never written
+    last = max(_mtime(run_dir / name) for name in (STARTED, "status", "job/stdio.log"))
+    return max(0.0, last - started)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def save_que_snapshot(qdir: Path, msgs: dict[str, dict[str, Any]]) -> None:

@@ -37,6 +37,9 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                "unique_for": {"oneOf": [{"type": "number", "minimum": 0}, NUMBER_TEXT]},
                "timer": {"type": "string"},
                "slot": {"oneOf": [{"type": "number", "minimum": 0}, NUMBER_TEXT]},
+               "timeout": {"type": "number", "exclusiveMinimum": 0,
+                           "description": "seconds its script may run (<= the queue's)"},
+               "retry_max": {"type": "integer", "minimum": 0, "maximum": 1000},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
 MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_attachments"],
