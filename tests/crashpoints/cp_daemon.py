@@ -26,6 +26,7 @@ STRACE = ("strace", "-f", "-qq", "-b", "execve", "--seccomp-bpf",
           "-e", "trace=" + ",".join(WRITE_SIDE))
 OPEN_FOR_WRITING = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TMPFILE")
 READY_TIMEOUT = 20.0
+TAG = "RQ_CRASHPOINT_ROOT"  # in the environment of a daemon and of the scripts it starts
 
 
 class DaemonDied(Exception):
@@ -41,7 +42,7 @@ class Daemon:
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind(str(notify_path))
         self.notify.settimeout(0.1)
-        env = dict(os.environ, NOTIFY_SOCKET=str(notify_path))
+        env = dict(os.environ, NOTIFY_SOCKET=str(notify_path), **{TAG: str(root)})
         env.pop("JOURNAL_STREAM", None)
         cmd = [*strace, sys.executable, "-m", "rqsys.cli", "--root", str(root), "queue", name]
         self.log_path = root / f".stderr-{time.monotonic_ns()}"
@@ -92,12 +93,15 @@ class Daemon:
         return self.proc.returncode
 
     def kill(self) -> None:
-        """SIGKILL the daemon's whole session (the daemon, strace, scripts), and reap it."""
+        """SIGKILL the daemon's whole session (the daemon, strace), and reap it; then
+        its scripts, as systemd ends a unit's cgroup once its main process died
+        (each script has a process group of its own)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self.proc.wait()
+        kill_tagged(str(self.root))
 
     def close(self) -> None:
         """End whatever is left of its session and close the notify socket."""
@@ -106,6 +110,21 @@ class Daemon:
 
     def log_tail(self, size: int = 2000) -> str:
         return self.log_path.read_text(errors="replace")[-size:]
+
+
+def kill_tagged(root: str) -> int:
+    """SIGKILL every process started for ``root`` (its environment names it)."""
+    wanted, killed = f"{TAG}={root}".encode() + b"\0", 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if wanted in (entry / "environ").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ValueError):
+            continue  # gone, or another user's
+    return killed
 
 
 def inject(syscall: str, n: int) -> tuple[str, ...]:

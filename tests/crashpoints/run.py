@@ -24,12 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    calibration = {phase: cp_points.calibrate(phase) for phase in cp_points.PHASES}
-    sizes = {p: {s: len(ns) for s, ns in c.items()} for p, c in calibration.items()}
-    print(f"calibration (write-side calls per syscall): {sizes}", flush=True)
-    points = cp_points.all_points(calibration)
-    chosen = cp_points.spread(points, args.points or len(points))
-    results = run_all(chosen, args.jobs, args.verbose)
+    try:
+        calibration = {phase: cp_points.calibrate(phase) for phase in cp_points.PHASES}
+        sizes = {p: {s: len(ns) for s, ns in c.items()} for p, c in calibration.items()}
+        print(f"calibration (write-side calls per syscall): {sizes}", flush=True)
+        points = cp_points.all_points(calibration)
+        chosen = cp_points.spread(points, args.points or len(points))
+        results = run_all(chosen, args.jobs, args.verbose)
+    finally:
+        cp_points.close_far_end()
     return report(results, len(points), time.monotonic() - started)
 
 

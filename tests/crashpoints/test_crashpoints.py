@@ -13,11 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import need
+from conftest import need, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cp_points  # noqa: E402
+import cp_relay  # noqa: E402
 import cp_scenario  # noqa: E402
 from cp_checker import check  # noqa: E402
 from cp_daemon import Daemon  # noqa: E402
@@ -26,9 +27,12 @@ SAMPLE = 20
 
 
 @pytest.fixture(scope="module")
-def calibration() -> dict[str, dict[str, list[int]]]:
+def calibration():
     need(shutil.which("strace") is not None, "strace is not installed")
-    return {phase: cp_points.calibrate(phase) for phase in cp_points.PHASES}
+    try:
+        yield {phase: cp_points.calibrate(phase) for phase in cp_points.PHASES}
+    finally:
+        cp_points.close_far_end()
 
 
 def test_calibration_covers_every_operation_and_recovery(calibration):
@@ -38,6 +42,11 @@ def test_calibration_covers_every_operation_and_recovery(calibration):
         assert ops.get(syscall), f"the ops workload made no {syscall}"
     # recovery moves run/ back to que/ and removes temp directories
     assert recovery.get("rename") and recovery.get("unlinkat")
+    # the cleaner removes messages one by one, and a whole shard by one rename
+    assert len(calibration["prune"]["unlinkat"]) > 20
+    assert calibration["prune-shard"].get("rename")
+    # relay scripts' notes (relay_id) and the relayed messages' renames
+    assert calibration["relay"].get("rename") and calibration["relay"].get("fsync")
 
 
 def test_a_sample_of_crash_points_loses_nothing(calibration):
@@ -108,3 +117,25 @@ def test_checker_catches_a_harmed_store(drained, tmp_path, harm, kind, why):
     verdict = check(qdir, acks)
     found = verdict.lost if kind == "lost" else verdict.corrupted
     assert [f for f in found if msg_id in f and why in f], (verdict.lost, verdict.corrupted)
+
+
+def test_far_checker_catches_a_lost_and_a_doubled_relay(calibration, tmp_path):
+    # Given: the relay workload run to its end (no crash): all relayed, once each
+    layout = cp_scenario.make_root(tmp_path / "root")
+    acks = cp_scenario.Acks()
+    assert not cp_points.workload(layout, cp_points.PHASES["relay"], acks, ())
+    far = cp_points.far_end()
+    assert check(layout.queue_dir("relay"), acks).ok
+    assert cp_relay.check_far(far, layout, acks).ok
+    msg_id = next(i for i, e in acks.messages.items() if e.msg["param2"] == "relay-attached")
+    far_dir = wait_for(lambda: next((d for o, cs in far.copies().items()
+                                     if o.endswith(f"/{msg_id}") for s, d in cs if s == "done"),
+                                    None), 30, "the far copy in done")
+    # When one far copy is doubled, then gone, the checker says so
+    twin = far_dir.parent / (far_dir.name + "9")
+    shutil.copytree(far_dir, twin)
+    assert any("2 committed copies" in c for c in cp_relay.check_far(far, layout, acks).corrupted)
+    shutil.rmtree(twin)
+    shutil.rmtree(far_dir)
+    assert any(msg_id in lost and "no committed copy" in lost
+               for lost in cp_relay.check_far(far, layout, acks).lost)
