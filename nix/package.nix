@@ -57,6 +57,7 @@ py.buildPythonApplication {
       py.jsonschema
       py.pyinotify
       py.argon2-cffi
+      py.croniter
       py.systemd
     ]
     ++ lib.optionals needsAsyncore [ py.pyasyncore ];

@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +23,29 @@ from rqsys import client, config, store
 from rqsys.background import peer_lane
 from rqsys.errors import ConfigError, QueueDown, RQError, Unavailable
 from rqsys.events import EventLog
+from rqsys.schedules import Spec
 from rqsys.store import Layout
 
 EARLY = 60.0  # seconds a message may be queued before its scheduled time
 RETRY = 5.0  # seconds before trying again when the destination daemon is unreachable
 TIMER_FILE_RE = re.compile(r"^([^.]+)\.json$")
+SCHEDULE_KINDS = ("period", "calendar", "cron")
+SLOT_FIELDS = ("timezone", "persistent", "jitter", "unique")  # calendar and cron only
 
 
 @dataclass(frozen=True)
 class Timer:
-    """One timer file's content."""
+    """One timer file's content: a ``period``, or a calendar or cron ``spec``
+    (then ``period`` is 0; see :mod:`rqsys.slots`)."""
 
     name: str
     period: int
     msg: dict[str, str]
+    spec: Spec | None = None
+    persistent: bool = True
+    jitter: float = 0.0
+    unique: bool = True
+    source: str = field(default="", compare=False)  # the file, for log lines
 
 
 def timer_name(filename: str) -> str | None:
@@ -58,7 +67,18 @@ def load_timer(path: Path) -> Timer:
     if not path.is_file():
         raise ConfigError(f"{path}: {'broken link' if path.is_symlink() else 'not a file'}")
     data = config.load_checked("timer", path)
-    return Timer(name, int(data["period"]), dict(data["msg"]))
+    kinds = [k for k in SCHEDULE_KINDS if k in data]
+    if len(kinds) != 1:
+        given = " and ".join(kinds) or "none"
+        raise ConfigError(f"{path}: {'/'.join(SCHEDULE_KINDS)}: give exactly one (given: {given})")
+    if kinds[0] == "period":
+        extra = sorted(set(data) & set(SLOT_FIELDS))
+        if extra:
+            raise ConfigError(f"{path}: {extra[0]}: goes with calendar or cron, not period")
+        return Timer(name, int(data["period"]), dict(data["msg"]), source=str(path))
+    spec = Spec(kinds[0], str(data[kinds[0]]), str(data.get("timezone", "")))
+    return Timer(name, 0, dict(data["msg"]), spec, bool(data.get("persistent", True)),
+                 float(data.get("jitter", 0)), bool(data.get("unique", True)), str(path))
 
 
 Sender = Callable[[Timer, float], str]
@@ -187,12 +207,14 @@ class TimerTable:
         self._save_state()
 
 
-def deliver(layout: Layout, sysconfig: dict[str, Any], timer: Timer, due: float) -> str:
-    """Queue ``timer``'s message (through the relay for another host); its id.
+def deliver(layout: Layout, sysconfig: dict[str, Any], timer: Timer, due: float,
+            extra: dict[str, Any] | None = None) -> str:
+    """Queue ``timer``'s message (through the relay for another host), with the
+    ``extra`` fields; its id (a duplicate's: the one holding its unique key).
 
     QueueDown when the destination is PAUSE or DOWN, NotFound without it.
     """
-    msg: dict[str, Any] = dict(timer.msg)
+    msg: dict[str, Any] = dict(timer.msg, **(extra or {}))
     if due:
         msg["due"] = due
     queue = client.queue_for_dest(msg["dest"], bool(msg.get("force_remote")))

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyinotify  # type: ignore[import-untyped]
 
-from rqsys import config, enabler, scandir, timers
+from rqsys import config, enabler, scandir, slots, timers
 from rqsys.background import Background
 from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
@@ -39,6 +39,8 @@ from rqsys.special import SPECIAL_QUEUES, install_special_queues
 from rqsys.store import QUEUE_NAME_RE, Layout
 from rqsys.systemd import Notifier
 from rqsys.watches import Settler, Watches
+
+SLOT_STATE = "timer-slots.json"  # beside timer-state.json: calendar and cron timers
 
 
 class Watcher:
@@ -52,6 +54,8 @@ class Watcher:
         self.background = Background()  # timer deliveries: a hung destination holds no loop
         self.timers = timers.TimerTable(layout.timer_state, self._send, log, clock,
                                         self.background.submit)
+        self.slots = slots.SlotTable(layout.timer_state.with_name(SLOT_STATE), self._send_slot,
+                                     log, clock, self.background.submit)
         self.watches = Watches(log, self._on_unwatched)
         self.settler = Settler()
         self.selector = selectors.DefaultSelector()
@@ -77,7 +81,7 @@ class Watcher:
         self._initial_sync()
         names = scandir.scandir_queues(self.layout)
         self._enable_at_start(names + self._special_queues())
-        status = f"{len(names)} queues, {len(self.timers.timers)} timers"
+        status = f"{len(names)} queues, {len(self.timers.timers) + len(self.slots.timers)} timers"
         self.log.event("daemon", f"rq-scan ready: {status}; watching {self.scandir}")
         self.notifier.ready(status)
 
@@ -104,6 +108,7 @@ class Watcher:
         self._finish_removals()
         self._sync_dirty(enable=False)  # entries re-added while their removal was pending
         self.timers.forget_missing()
+        self.slots.forget_missing()
 
     # ---------------------------------------------------------------- events
     def _on_scandir(self, event: Any) -> None:
@@ -135,7 +140,8 @@ class Watcher:
         names = set(scandir.entry_names(self.scandir)) | set(scandir.scandir_queues(self.layout))
         for name in names:
             self.settler.mark(("q", name), changed=False)
-        files = self.watches.keys("t") | {f"{n}.json" for n in self.timers.timers}
+        files = self.watches.keys("t") | {f"{n}.json" for n in [*self.timers.timers,
+                                                                *self.slots.timers]}
         for tdir in self.timer_dirs:
             files |= set(scandir.entry_names(tdir))
         for fname in files:
@@ -231,19 +237,27 @@ class Watcher:
             self.watches.unuse(("t", fname))
             if name is not None:
                 self.timers.remove(name)
+                self.slots.remove(name)
             return
         self.watches.use_link_target(("t", fname), path, None, self._on_target)
         try:
             timer = timers.load_timer(path)
         except ConfigError as exc:
-            kept = "; the previous one is kept" if name in self.timers.timers else ""
+            kept = "; the previous one is kept" if name in self.timers.timers or \
+                name in self.slots.timers else ""
             self.log.event("err", f"timer file refused: {exc}{kept}")
             return
-        if self.timers.timers.get(timer.name) != timer:
-            self.timers.set(timer)
+        table, other = (self.slots, self.timers) if timer.spec else (self.timers, self.slots)
+        if name in other.timers:
+            other.remove(timer.name)
+        if table.timers.get(timer.name) != timer:
+            table.set(timer)
 
     def _send(self, timer: timers.Timer, due: float) -> str:
         return timers.deliver(self.layout, self.sysconfig, timer, due)
+
+    def _send_slot(self, timer: timers.Timer, due: float, extra: dict[str, Any]) -> str:
+        return timers.deliver(self.layout, self.sysconfig, timer, due, extra)
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> int:
@@ -269,13 +283,15 @@ class Watcher:
         if self.check_removals:
             self._finish_removals()
         self.timers.fire_due()
+        self.slots.fire_due()
         self.notifier.kick_watchdog(time.monotonic())
 
     def _timeout(self) -> float | None:
         waits = [self.settler.due_in(), self.notifier.watchdog_due(time.monotonic())]
-        wake = self.timers.next_wake()
-        if wake is not None:
-            waits.append(wake - self.timers.clock())
+        for table in (self.timers, self.slots):
+            wake = table.next_wake()
+            if wake is not None:
+                waits.append(wake - table.clock())
         found = [w for w in waits if w is not None]
         return max(0.0, min(found)) if found else None
 

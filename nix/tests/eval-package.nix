@@ -14,6 +14,7 @@ let
     "jsonschema"
     "pyinotify"
     "argon2-cffi"
+    "croniter"
     "systemd"
     "pyasyncore"
   ];
