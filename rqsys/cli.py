@@ -25,7 +25,7 @@ RET_USAGE = 2  # bad command line (argparse's own code)
 RET_UNAVAILABLE = 3  # the queue daemon could not be reached
 
 MSG_FIELDS = ("src", "param1", "param2", "param3", "param4", "orig_msg_id")
-NUMBER_FIELDS = ("due", "count", "max_count", "timeout", "retry_max")
+NUMBER_FIELDS = ("due", "count", "max_count", "timeout", "retry_max", "priority")
 
 
 # ---------------------------------------------------------------------- rq
@@ -173,6 +173,8 @@ def _add_msg_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float,
                         help="seconds its script may run (at most the queue's timeout)")
     parser.add_argument("--retry_max", type=int, help="retries of a failed run (0: none)")
+    parser.add_argument("--priority", type=int,
+                        help="-1000 to 1000: among due messages, smaller runs first (default 0)")
     parser.add_argument("--force_remote", action="store_true", help="send through relay")
     parser.add_argument("--relay-ok", dest="relay_ok", action="store_true",
                         help="RQ's consent to relay a URL dest; accepted, URLs always relay")

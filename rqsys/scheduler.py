@@ -1,4 +1,16 @@
-"""The in-memory que of one queue: due order, blocking keys and coalescing."""
+"""The in-memory que of one queue: which message runs next (priority, due
+time, arrival), blocking keys and coalescing.
+
+Two heaps: messages not yet due wait in ``_heap`` by due time; once due they
+move to ``_ready``, ordered by ``priority`` (smaller first, default 0, as
+Oban and Solid Queue), then due time, then id (arrival).  A message that is
+not due never holds back one that is, whatever their priorities.  The order
+is strict: a due message of a better priority always starts first, so a
+steady stream of them can starve worse ones (no ageing: what a user asks
+for is what runs; give work that must not wait behind others its own queue).
+With every priority 0 the order is the one without priorities: due time,
+then id.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +21,16 @@ from typing import Any
 from rqsys.message import due_time, param_key
 
 Msg = dict[str, Any]
+Ready = tuple[int, float, str]  # (priority, due, id)
+
+
+def priority(msg: Msg) -> int:
+    return int(msg.get("priority") or 0)
 
 
 class Schedule:
-    """Queued messages, popped oldest-due first, honouring blocking_params.
+    """Queued messages, popped best priority then oldest-due first, honouring
+    blocking_params.
 
     The heap may hold stale entries (deleted or re-timed messages); they are
     skipped when popped, so every operation stays O(log n).
@@ -22,8 +40,9 @@ class Schedule:
         self.blocking = list(blocking)
         self.coalesce = list(coalesce)
         self.msgs: dict[str, Msg] = {}
-        self._heap: list[tuple[float, str]] = []
-        self._waiting: dict[tuple[str, ...], list[tuple[float, str]]] = defaultdict(list)
+        self._heap: list[tuple[float, str]] = []  # not due yet when pushed: (due, id)
+        self._ready: list[Ready] = []  # due
+        self._waiting: dict[tuple[str, ...], list[Ready]] = defaultdict(list)
         self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
 
     def __len__(self) -> int:
@@ -52,25 +71,40 @@ class Schedule:
         msg = self.msgs.get(entry[1])
         return msg is not None and due_time(msg) == entry[0]
 
+    def _live_ready(self, entry: Ready) -> bool:
+        msg = self.msgs.get(entry[2])
+        return msg is not None and (priority(msg), due_time(msg)) == entry[:2]
+
     def next_due(self) -> float | None:
         """The earliest due time of a runnable entry, or None."""
+        while self._ready and not self._live_ready(self._ready[0]):
+            heapq.heappop(self._ready)
         while self._heap and not self._live(self._heap[0]):
             heapq.heappop(self._heap)
-        return self._heap[0][0] if self._heap else None
+        dues = [entry[1] for entry in self._ready[:1]] + [entry[0] for entry in self._heap[:1]]
+        return min(dues) if dues else None
+
+    def _promote(self, now: float) -> None:
+        """Entries due by ``now`` move to the ready heap (priority order)."""
+        while self._heap and self._heap[0][0] <= now:
+            due, msg_id = heapq.heappop(self._heap)
+            if self._live((due, msg_id)):
+                heapq.heappush(self._ready, (priority(self.msgs[msg_id]), due, msg_id))
 
     def pop_ready(self, now: float, busy_keys: set[tuple[str, ...]]) -> tuple[str, Msg] | None:
         """The next due message whose blocking key is free, removed from the que."""
-        while self._heap and self._heap[0][0] <= now:
-            entry = heapq.heappop(self._heap)
-            if not self._live(entry):
+        self._promote(now)
+        while self._ready:
+            entry = heapq.heappop(self._ready)
+            if not self._live_ready(entry):
                 continue
-            key = param_key(self.msgs[entry[1]], self.blocking)
+            key = param_key(self.msgs[entry[2]], self.blocking)
             if key is not None and key in busy_keys:
                 self._waiting[key].append(entry)
                 continue
-            msg = self.remove(entry[1])
+            msg = self.remove(entry[2])
             assert msg is not None
-            return entry[1], msg
+            return entry[2], msg
         return None
 
     def release(self, key: tuple[str, ...] | None) -> None:
@@ -78,7 +112,7 @@ class Schedule:
         if key is None:
             return
         for entry in self._waiting.pop(key, []):
-            heapq.heappush(self._heap, entry)
+            heapq.heappush(self._ready, entry)
 
     def take_coalesced(self, msg: Msg) -> list[tuple[str, Msg]]:
         """Remove and return the queued messages with ``msg``'s coalesce key,

@@ -40,6 +40,8 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                "timeout": {"type": "number", "exclusiveMinimum": 0,
                            "description": "seconds its script may run (<= the queue's)"},
                "retry_max": {"type": "integer", "minimum": 0, "maximum": 1000},
+               "priority": {"type": "integer", "minimum": -1000, "maximum": 1000,
+                            "description": "among due messages, smaller runs first"},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
 MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_attachments"],
