@@ -49,11 +49,14 @@ class Intake:
         self.background, self.log = background, log
         self.pending: list[tuple[Staged, str, Published]] = []
         self.dups = Duplicates(ctx, ledger.unique)
+        self.pool: Any = None  # a pool queue's PoolMember (rqsys.pool): creates go there
 
     # ------------------------------------------------------------ requests
     def create(self, r: Request) -> Reply | None:
         """New message in ``que`` (default) or ``prep``; answered by the group
         commit (after its attachments are checked, if it has any)."""
+        if self.pool is not None:
+            return self.pool.create(r)
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)
@@ -109,6 +112,7 @@ class Intake:
         """A new queued copy of a message (attachments hard-linked)."""
         msg_id = r.args["msg_id"]
         self.ctx.check_accepting()
+        self._not_pool("a clone")
         source = self.ledger.running.get(msg_id)
         state = "run" if source is not None else self.store.find(msg_id)
         if source is None:
@@ -122,6 +126,7 @@ class Intake:
         """A running message's dup to this same queue: ``published(url, error)``
         once it is durable (or could not be stored)."""
         self.ctx.check_accepting(strict=True)
+        self._not_pool("a dup to itself")
         staged = self._stage_copy(msg, "run", src_id)
 
         def then(error: BaseException | None) -> None:
@@ -137,6 +142,10 @@ class Intake:
             self.store.discard(staged)
             raise
         return staged
+
+    def _not_pool(self, what: str) -> None:
+        if self.pool is not None:
+            raise BadRequest(f"queue {self.ctx.name} is a pool queue: {what} is not supported")
 
     def _require_prep(self, msg_id: str) -> None:
         if self.store.find(msg_id) != "prep":

@@ -31,6 +31,7 @@ from rqsys.daemon.transitions import Transitions
 from rqsys.errors import RQError
 from rqsys.events import EventLog
 from rqsys.output import ScriptOutput
+from rqsys.pool import member_for
 from rqsys.scheduler import Schedule
 from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import WEBHOOK_QUEUE
@@ -69,6 +70,8 @@ class QueueDaemon:
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
                                                    self.log))
+        self.pool = member_for(self)  # None unless the queue config names a pool
+        self.intake.pool = self.pool
         self.server = self._server(extra_ops or {})
         self.listener = listener
         self.stopping_until: float | None = None
@@ -79,6 +82,8 @@ class QueueDaemon:
         handlers = ops.Ops(self.ctx, self.store, self.ledger, self.runner, self.background,
                            self.log, self.reload, self.status_line)
         table, schemas = ops.table(handlers, self.intake), dict(schema.OPS)
+        if self.pool is not None:
+            self.pool.wrap_ops(table)
         for op, (handler, op_schema) in extra_ops.items():
             table[op], schemas[op] = handler, op_schema
         return Server(self.selector, table, schemas, self.log)
@@ -88,6 +93,8 @@ class QueueDaemon:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.ledger.load()
         self.ctx.admin_oper = self.store.admin_state()
+        if self.pool is not None:
+            self.pool.start(self.selector)  # joins the pool, or says why not
         self.server.listen(self.listener or listen_unix(
             self.ctx.layout.socket_path(self.ctx.name)))
         self.signals = SignalFlags()
@@ -111,6 +118,8 @@ class QueueDaemon:
             self.runner.enforce_deadlines()
             if self._handle_flags():
                 break
+            if self.pool is not None:
+                self.pool.turn()  # pull for free workers, ack ends, extend runs
             self.runner.start_due()
             self.store.flush()
             self._report()
@@ -127,6 +136,8 @@ class QueueDaemon:
         self.background.close()
         self.runner.output.close_all()
         self.store.flush(force=True)
+        if self.pool is not None:
+            self.pool.close()  # acks the ends just flushed, hands the rest back
         if len(self.schedule) >= tunables.SNAPSHOT_MIN:
             self.store.save_que_snapshot(self.schedule.msgs)
         self.notifier.stopping()
@@ -136,7 +147,8 @@ class QueueDaemon:
             return 0.0
         now = time.monotonic()
         waits = [tunables.LONGEST_WAIT, self.runner.next_wait(), self.store.flush_due(),
-                 self.notifier.watchdog_due(now)]
+                 self.notifier.watchdog_due(now),
+                 self.pool.next_wait() if self.pool is not None else None]
         if self._status_stale:
             waits.append(self._status_at - now)
         if self.stopping_until is not None:
@@ -168,7 +180,7 @@ class QueueDaemon:
     # ---------------------------------------------------------------- idle
     def _is_idle(self) -> bool:
         busy = (self.runner.workers or len(self.schedule) or self.intake.pending
-                or self.background.busy())
+                or self.background.busy() or self.pool is not None)  # a pool pulls
         others = len(self.selector.get_map()) > self.always_registered  # clients, scripts
         return not busy and not others and self.stopping_until is None
 

@@ -78,6 +78,7 @@ class DirtyDirs:
         self._interval = interval
         self._dirs: set[str] = set()
         self._flushed_at = 0.0
+        self.flushes = 0  # how many flushes synced something (a pool acks after one)
 
     def add(self, *paths: str) -> None:
         self._dirs.update(paths)
@@ -95,6 +96,7 @@ class DirtyDirs:
         self._flushed_at = time.monotonic()
         dirs, self._dirs = self._dirs, set()
         fsync_dirs(dirs, missing_ok=True)  # an empty shard the cleaner removed
+        self.flushes += 1
 
 
 # -- writes ------------------------------------------------------------------

@@ -1,0 +1,31 @@
+"""Pool queues: one logical queue worked by many hosts through NATS JetStream.
+
+A queue whose config names a ``pool`` publishes its new messages to the
+pool's work-queue stream instead of placing them in its own ``que/``; each
+host's daemon pulls as many as it has free workers, runs them as local
+messages and acks them once its store has recorded the end.  Nothing here
+imports ``nats`` until :func:`member_for` is given a pool queue: a plain
+queue never loads it.
+
+* ``settings`` names and limits of a pool, from the two configs (no NATS)
+* ``ids``      message ids unique across the pool's hosts
+* ``bridge``   an asyncio loop on its own thread, results back to the daemon loop
+* ``link``     the NATS side: connect, stream, consumer, KV bucket, publish, fetch, acks
+* ``member``   the daemon side: create, pull, materialise, ack/nak, lookups
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rqsys.pool.member import PoolMember
+
+
+def member_for(daemon: Any) -> PoolMember | None:
+    """The pool side of a queue daemon, or None for a plain queue (nothing imported)."""
+    if not daemon.ctx.config.get("pool"):
+        return None
+    from rqsys.pool.member import PoolMember
+
+    return PoolMember(daemon)

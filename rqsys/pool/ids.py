@@ -1,0 +1,34 @@
+"""Message ids unique across a pool's hosts.
+
+RQ's ids (``YYYYmmdd.HHMM.SS.mmm.n``) are unique per host only.  A pool's
+host claims a number (1..99) in the pool's KV bucket when it joins (an
+atomic create of ``host.<n>``: the first host to create a key owns it, and
+finds it again by its own name at the next start).  Its ids end in
+``n * 100 + host``: the last two digits name the host, so two hosts never
+make the same id, and the id keeps RQ's form (``rqsys.store.MSG_ID_RE``).
+"""
+
+from __future__ import annotations
+
+from rqsys.store.layout import IdMaker
+
+MAX_HOSTS = 99
+
+
+class PoolIds:
+    """RQ-form ids whose last two digits are this host's number in the pool."""
+
+    def __init__(self, host_number: int, maker: IdMaker | None = None) -> None:
+        if not 1 <= host_number <= MAX_HOSTS:
+            raise ValueError(f"host number {host_number} not in 1..{MAX_HOSTS}")
+        self.host_number = host_number
+        self._maker = maker or IdMaker()
+
+    def next_id(self) -> str:
+        stamp, _, n = self._maker.next_id().rpartition(".")
+        return f"{stamp}.{int(n) * 100 + self.host_number}"
+
+
+def host_of(msg_id: str) -> int:
+    """The number of the host that made a pool id."""
+    return int(msg_id.rpartition(".")[2]) % 100

@@ -1,0 +1,168 @@
+"""The NATS side of a pool: connection, stream, consumer, KV bucket, and the
+calls the daemon makes through them (coroutines run on the ``bridge``).
+
+The stream is a work-queue stream on ``rq.pool.<name>`` with ``replicas``
+copies; one durable pull consumer is shared by every host (explicit acks,
+redelivery after ``ack_wait``, no limit on deliveries).  A KV bucket of the
+same replicas holds each message's state, host and status, and the host
+numbers (see ``ids``).  Creating them is idempotent: every host does it at
+start and the first one wins.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg as NatsMsg
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+
+from rqsys.errors import ConfigError, Unavailable
+from rqsys.pool.ids import MAX_HOSTS
+from rqsys.pool.settings import PoolSettings
+
+START_ATTEMPTS = 2  # tries of each server at start, before the start fails
+DUPLICATE_WINDOW = 600.0  # seconds JetStream remembers a Nats-Msg-Id (a retried publish)
+MAX_PENDING = 10_000  # messages handed out and not yet acked, over all hosts
+
+__all__ = ["Link", "NatsMsg"]
+
+
+class Link:
+    """One host's connection to its pool."""
+
+    def __init__(self, settings: PoolSettings) -> None:
+        self.s = settings
+        self.nc: Any = None
+        self.js: Any = None
+        self.kv: Any = None
+        self.sub: Any = None
+        self.errors: list[str] = []  # asynchronous errors, for the daemon's log
+
+    # ------------------------------------------------------------ start
+    async def open(self) -> int:
+        """Connect, make sure stream, consumer and bucket exist; this host's number."""
+        self.nc = await self._connect()
+        self.js = self.nc.jetstream()
+        await self._stream()
+        self.kv = await self.js.create_key_value(bucket=self.s.bucket, history=1,
+                                                 replicas=self.s.replicas)
+        self.sub = await self.js.pull_subscribe(
+            self.s.subject, durable=self.s.consumer, stream=self.s.stream,
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=self.s.ack_wait,
+                                  max_deliver=-1, max_ack_pending=MAX_PENDING))
+        return await self._host_number()
+
+    async def _connect(self) -> Any:
+        """Connect, trying each server twice; once connected, reconnect forever."""
+        try:
+            nc = await nats.connect(
+                servers=list(self.s.servers), name=f"rqsys {self.s.host} {self.s.pool}",
+                connect_timeout=self.s.connect_timeout, allow_reconnect=True,
+                max_reconnect_attempts=START_ATTEMPTS, reconnect_time_wait=0.5,
+                user_credentials=self.s.creds or None, tls=self._tls(),
+                error_cb=self._error, disconnected_cb=self._note("disconnected"),
+                reconnected_cb=self._note("reconnected"))
+        except Exception as exc:  # unreachable, refused, bad credentials, TLS
+            why = self.errors[-1] if self.errors else f"{exc or type(exc).__name__}"
+            self.errors.clear()
+            raise Unavailable(f"pool {self.s.pool}: cannot reach NATS at "
+                              f"{', '.join(_public(u) for u in self.s.servers)}: {why}") from exc
+        nc.options["max_reconnect_attempts"] = -1  # a server that goes later comes back
+        return nc
+
+    def _tls(self) -> ssl.SSLContext | None:
+        if not self.s.tls:
+            return None
+        try:
+            ctx = ssl.create_default_context(cafile=self.s.tls.get("ca") or None)
+            if self.s.tls.get("cert"):
+                ctx.load_cert_chain(self.s.tls["cert"], self.s.tls.get("key") or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"config.json: nats/tls: {exc}") from exc
+        return ctx
+
+    async def _stream(self) -> None:
+        try:
+            await self.js.stream_info(self.s.stream)
+        except NotFoundError:
+            await self.js.add_stream(StreamConfig(
+                name=self.s.stream, subjects=[self.s.subject],
+                retention=RetentionPolicy.WORK_QUEUE, num_replicas=self.s.replicas,
+                duplicate_window=DUPLICATE_WINDOW))
+
+    async def _host_number(self) -> int:
+        """Claim ``host.<n>`` in the bucket (or find the one this host has)."""
+        me = self.s.host.encode()
+        for n in range(1, MAX_HOSTS + 1):
+            try:
+                await self.kv.create(f"host.{n}", me)
+                return n
+            except KeyWrongLastSequenceError:
+                if (await self.kv.get(f"host.{n}")).value == me:
+                    return n
+        raise Unavailable(f"pool {self.s.pool}: all {MAX_HOSTS} host numbers are taken")
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            await self.nc.drain()
+
+    async def _error(self, exc: Exception) -> None:
+        self.errors.append(f"NATS: {exc or type(exc).__name__}")
+
+    def _note(self, what: str) -> Any:
+        async def note() -> None:
+            self.errors.append(f"NATS {what}")
+        return note
+
+    # ------------------------------------------------------------ messages
+    async def publish(self, msg_id: str, msg: dict[str, Any], record: dict[str, Any]) -> None:
+        """Publish ``msg`` (answered once JetStream acks it), and its first record."""
+        await self.js.publish(self.s.subject, json.dumps(msg).encode(),
+                              headers={"Nats-Msg-Id": msg_id})
+        try:
+            await self.kv.create(msg_id, json.dumps(record).encode())
+        except KeyWrongLastSequenceError:
+            pass  # a host has pulled it already and said so
+
+    async def fetch(self, batch: int, wait: float) -> list[NatsMsg]:
+        """Up to ``batch`` messages, waiting at most ``wait`` s for the first."""
+        try:
+            return list(await self.sub.fetch(batch, timeout=wait))
+        except NatsTimeout:
+            return []
+
+    async def record(self, msg_id: str, record: dict[str, Any]) -> None:
+        """The message's state, host and status, for lookups from every host."""
+        await self.kv.put(msg_id, json.dumps(record).encode())
+
+    async def lookup(self, msg_id: str) -> dict[str, Any] | None:
+        try:
+            entry = await self.kv.get(msg_id)
+        except KeyNotFoundError:
+            return None
+        return dict(json.loads(entry.value))
+
+    @staticmethod
+    async def ack(msg: NatsMsg) -> None:
+        await msg.ack_sync()
+
+    @staticmethod
+    async def nak(msg: NatsMsg, delay: float) -> None:
+        await msg.nak(delay=delay or None)
+
+    @staticmethod
+    async def progress(msgs: list[NatsMsg]) -> None:
+        for msg in msgs:
+            await msg.in_progress()
+
+
+def _public(url: str) -> str:
+    """A server URL without the password it may carry."""
+    scheme, sep, rest = url.partition("://")
+    user, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}{user.split(':')[0]}:***@{host}" if at else url

@@ -1,0 +1,151 @@
+"""The daemon side of a pool queue: joining the pool, publishing creates,
+lookups of messages other hosts hold, and stopping (see ``worker`` for the
+pulling and running).
+
+Everything NATS does runs on the ``bridge``; the daemon's loop only submits
+coroutines and handles their results in its own turn.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import selectors
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rqsys.daemon.server import Handler, Reply, Request
+from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
+from rqsys.message import new_message
+from rqsys.pool.bridge import Bridge
+from rqsys.pool.ids import PoolIds
+from rqsys.pool.link import Link
+from rqsys.pool.settings import from_configs
+from rqsys.pool.worker import PoolWorker
+
+START_TIMEOUT = 30.0  # seconds to join the pool at start (connect, stream, bucket)
+STOP_TIMEOUT = 5.0  # seconds to hand held messages back at stop
+LOOKUP_OPS = ("get", "state", "status")  # answered from the pool's bucket when not here
+
+
+class PoolMember:
+    """One queue daemon's membership of its pool."""
+
+    def __init__(self, daemon: Any) -> None:
+        self.ctx, self.log = daemon.ctx, daemon.log
+        self.settings = from_configs(self.ctx.config, self.ctx.sysconfig)
+        self.bridge = Bridge()
+        self.link = Link(self.settings)
+        self.worker = PoolWorker(daemon, self.bridge, self.link)
+        self.ids: PoolIds | None = None
+
+    # ------------------------------------------------------------ start, stop
+    def start(self, selector: selectors.BaseSelector) -> None:
+        """Join the pool (before READY=1); an RQError says why it cannot."""
+        try:
+            number = self.bridge.call(self.link.open(), START_TIMEOUT)
+        except concurrent.futures.TimeoutError as exc:
+            self.bridge.close()
+            raise Unavailable(f"pool {self.settings.pool}: NATS did not answer in "
+                              f"{START_TIMEOUT:g}s (is JetStream on, with "
+                              f"{self.settings.replicas} servers?)") from exc
+        except RQError:
+            self.bridge.close()
+            raise
+        except Exception as exc:  # JetStream refused: replicas, permissions
+            self.bridge.close()
+            raise Unavailable(f"pool {self.settings.pool}: {exc or type(exc).__name__}") from exc
+        self.ids = PoolIds(number)
+        selector.register(self.bridge, selectors.EVENT_READ,
+                          lambda _key, _mask: self.bridge.run_finished())
+        self.worker.hand_back_local()
+        self.log.event("daemon", f"pool {self.settings.pool}: joined as host {number} "
+                       f"({', '.join(self.settings.servers)})")
+
+    def close(self) -> None:
+        """At stop, after the store's last flush: ack what ended, hand the rest back."""
+        try:
+            self.bridge.call(self.worker.final(), STOP_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - NATS redelivers after ack_wait anyway
+            self.log.event("err", f"pool {self.settings.pool}: not handed back: {exc}")
+        self.bridge.close()
+
+    # ------------------------------------------------------------ the loop
+    def turn(self) -> None:
+        """Once a loop turn, before due messages start."""
+        for line in self.link.errors:
+            self.log.event("err", f"pool {self.settings.pool}: {line}")
+        self.link.errors.clear()
+        self.worker.turn()
+
+    def next_wait(self) -> float | None:
+        return self.worker.next_wait(time.monotonic())
+
+    # ------------------------------------------------------------ requests
+    def create(self, r: Request) -> None:
+        """A new message goes to the pool's stream; ``ok`` once JetStream has it."""
+        self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
+        self._check_plain(r)
+        msg = new_message(r.args.get("msg"), self.ctx.name)
+        self.ctx.check_dest(msg)
+        assert self.ids is not None
+        msg_id = self.ids.next_id()
+        msg["msg_id"] = msg_id
+        url = self.ctx.url(msg_id)
+        record = {"state": "que", "host": "", "status": "", "url": url, "msg": msg}
+
+        def then(_result: Any, error: BaseException | None) -> None:
+            if error is None:
+                r.answer({"ok": True, "msg_id": msg_id, "url": url})
+            else:
+                r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
+                                   f"{error or type(error).__name__}"))
+
+        self.bridge.submit(self.link.publish(msg_id, msg, record), then)
+
+    def _check_plain(self, r: Request) -> None:
+        """What a pool queue does not take (yet), refused with the reason."""
+        what = ("a prep message" if r.args.get("state", "que") != "que" else
+                "attachments" if r.args.get("attachments") or r.fds else
+                "single (single_que)" if r.args.get("single") else "")
+        if what:
+            raise BadRequest(f"queue {self.ctx.name} is a pool queue "
+                             f"({self.settings.pool}): it takes no {what}")
+
+    def wrap_ops(self, table: dict[str, Handler]) -> None:
+        """``get``, ``state`` and ``status`` of a message another host holds
+        are answered from the pool's bucket."""
+        for op in LOOKUP_OPS:
+            table[op] = self._or_from_pool(op, table[op])
+
+    def _or_from_pool(self, op: str, local: Handler) -> Handler:
+        def handler(r: Request) -> Reply | None:
+            try:
+                return local(r)
+            except NotFound:
+                pass
+            msg_id = r.args["msg_id"]
+            self.bridge.submit(self.link.lookup(msg_id), self._answer_lookup(r, op, msg_id))
+            return None
+        return handler
+
+    def _answer_lookup(self, r: Request, op: str,
+                       msg_id: str) -> Callable[[Any, BaseException | None], None]:
+        def then(record: Any, error: BaseException | None) -> None:
+            if error is not None:
+                r.fail(Unavailable(f"pool {self.settings.pool}: lookup failed: {error}"))
+            elif record is None:
+                r.fail(NotFound(f"no message {msg_id} in pool {self.settings.pool}"))
+            else:
+                r.answer(_lookup_reply(op, record))
+        return then
+
+
+def _lookup_reply(op: str, record: dict[str, Any]) -> Reply:
+    reply: Reply = {"ok": True, "state": record["state"]}
+    if op != "state":
+        reply["status"] = record.get("status", "")
+    if op == "get":
+        reply.update(msg=record.get("msg", {}), url=record.get("url", ""),
+                     host=record.get("host", ""), attachments={})
+    return reply

@@ -1,0 +1,210 @@
+"""A pool queue's host at work: it pulls only as many messages as it has free
+workers, materialises each in its own store (``que/``, then ``run/`` as any
+message), extends the ack deadline while it runs (on each turn that saw a
+new status line, and every third of ``ack_wait``), acks once the store has
+recorded and flushed the end, and naks with the delay of a ``resend``.
+
+A message pulled here is *held* (its NATS delivery kept for the ack) from
+the fetch until its end is acked or it is handed back.  What the local
+store does with it is the daemon's usual business (``transitions``); this
+class only watches which held messages are no longer queued or running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any
+
+from rqsys.errors import NotFound
+from rqsys.message import due_time
+from rqsys.pool.bridge import Bridge
+from rqsys.pool.link import Link, NatsMsg
+from rqsys.store import Staged
+from rqsys.store.layout import ENDED_STATES, TMP_DIR
+
+FETCH_WAIT = 1.0  # seconds a fetch waits for a first message (then the loop asks again)
+SOON = 0.05  # seconds: an ack that waits for the store's next flush is looked at again
+
+
+class PoolWorker:
+    """Pulls, materialises, extends, acks and naks one host's pool messages."""
+
+    def __init__(self, daemon: Any, bridge: Bridge, link: Link) -> None:
+        self.ctx, self.store, self.ledger = daemon.ctx, daemon.store, daemon.ledger
+        self.intake, self.runner, self.log = daemon.intake, daemon.runner, daemon.log
+        self.bridge, self.link = bridge, link
+        self.held: dict[str, NatsMsg] = {}
+        self.placing: set[str] = set()  # staged, waiting for the group commit
+        self.ended: list[tuple[int, str, NatsMsg]] = []  # flush count at the end, id, delivery
+        self.seen: dict[str, str] = {}  # last status line of each running held message
+        self.fetching = False
+        self.progress_at = 0.0
+
+    # ------------------------------------------------------------ each turn
+    def turn(self) -> None:
+        self._settle()
+        self._ack_flushed()
+        self._extend(time.monotonic())
+        self._pull()
+
+    def next_wait(self, now: float) -> float | None:
+        waits = [self.progress_at - now] if self.held else []
+        if self.ended:
+            waits.append(SOON)
+        return min(waits) if waits else None
+
+    def _free(self) -> int:
+        if not self.runner.can_start():
+            return 0
+        taken = len(self.runner.workers) + len(self.ledger.schedule) + len(self.placing)
+        return int(self.ctx.config["num_workers"]) - taken
+
+    def _pull(self) -> None:
+        free = self._free()
+        if self.fetching or free <= 0:
+            return
+        self.fetching = True
+        self.bridge.submit(self.link.fetch(free, FETCH_WAIT), self._fetched)
+
+    def _fetched(self, msgs: Any, error: BaseException | None) -> None:
+        self.fetching = False
+        if error is not None:
+            self.log.event("err", f"pool: fetch failed: {error or type(error).__name__}")
+            return
+        for msg in msgs:
+            self._take(msg)
+
+    # ------------------------------------------------------------ a message arrives
+    def _take(self, delivery: NatsMsg) -> None:
+        msg = json.loads(delivery.data)
+        msg_id = str(msg["msg_id"])
+        if msg_id in self.held:  # redelivered while held: acks go to the newest delivery
+            self.held[msg_id] = delivery
+            return
+        delay = due_time(msg) - time.time()
+        if delay > 1:
+            self.bridge.submit(self.link.nak(delivery, delay))  # not due: back until then
+            return
+        state = self._local_state(msg_id)
+        if state in ENDED_STATES:
+            self.log.event("pool", f"delivered again after it ended here ({state}): "
+                           "acked, not run again", msg_id)
+            self.bridge.submit(self.link.ack(delivery))
+            return
+        self._materialise(msg_id, msg, delivery)
+
+    def _local_state(self, msg_id: str) -> str:
+        try:
+            return self.store.find(msg_id)
+        except NotFound:
+            return ""
+
+    def _materialise(self, msg_id: str, msg: dict[str, Any], delivery: NatsMsg) -> None:
+        """Into this store's que/ (the group commit places it; a turn starts it)."""
+        count = int(delivery.metadata.num_delivered) - 1  # RQ_COUNT shows redeliveries
+        msg = dict(msg, count=count, due=0)
+        tmp = f"{self.store.qdir}/{TMP_DIR}/{msg_id}.que"
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a crash while it was staged
+        os.mkdir(tmp)
+        self.held[msg_id] = delivery
+        self.placing.add(msg_id)
+        self.intake.pending.append((Staged(msg_id, tmp, msg), "que", self._placed(msg_id)))
+        self._record(msg_id, msg, "run", f"taken by {self.ctx.sysconfig['host']}")
+
+    def _placed(self, msg_id: str) -> Any:
+        def then(error: BaseException | None) -> None:
+            self.placing.discard(msg_id)
+            if error is not None:
+                self.log.event("err", f"pool: not stored here, handed back: {error}", msg_id)
+                self.bridge.submit(self.link.nak(self.held.pop(msg_id), 1.0))
+        return then
+
+    # ------------------------------------------------------------ a message ends
+    def _settle(self) -> None:
+        """Held messages neither queued, placing nor running here have ended."""
+        running, queued = self.ledger.running, self.ledger.schedule
+        for msg_id in list(self.held):
+            if (msg_id in running or msg_id in queued or msg_id in self.placing
+                    or self.ledger.busy(msg_id)):
+                continue
+            self._ended(msg_id, self._local_state(msg_id))
+
+    def _ended(self, msg_id: str, state: str) -> None:
+        delivery = self.held.pop(msg_id)
+        self.seen.pop(msg_id, None)
+        if state == "que":  # a resend: back to the pool with its delay, for any host
+            self._resend(msg_id, delivery)
+            return
+        self.ended.append((self.store.dirty.flushes, msg_id, delivery))
+        if state:
+            status = self.store.read_status(state, msg_id)
+            self._record(msg_id, self.store.read_msg(state, msg_id), state, status)
+
+    def _resend(self, msg_id: str, delivery: NatsMsg) -> None:
+        msg = self.store.read_msg("que", msg_id)
+        delay = max(0.0, due_time(msg) - time.time())
+        self.ledger.delete(msg_id, lambda _error: None)
+        self.bridge.submit(self.link.nak(delivery, delay))
+        self._record(msg_id, msg, "que", f"resend in {delay:.0f}s (any host)")
+
+    def _ack_flushed(self) -> None:
+        """Ack the ends the store has flushed to disk since they were recorded."""
+        flushes, clean = self.store.dirty.flushes, self.store.dirty.due() is None
+        keep = []
+        for entry in self.ended:
+            if clean or entry[0] < flushes:
+                self.bridge.submit(self.link.ack(entry[2]), self._acked(entry[1]))
+            else:
+                keep.append(entry)
+        self.ended = keep
+
+    def _acked(self, msg_id: str) -> Any:
+        def then(_result: Any, error: BaseException | None) -> None:
+            if error is not None:  # it comes back, and is acked then without running
+                self.log.event("err", f"pool: ack lost ({error}); will be delivered again",
+                               msg_id)
+        return then
+
+    # ------------------------------------------------------------ while it runs
+    def _extend(self, now: float) -> None:
+        """In-progress acks: for new status lines, and all held ones periodically."""
+        due = [i for i, w in self.runner.workers.items()
+               if i in self.held and self.seen.get(i) != w.status]
+        for msg_id in due:
+            self.seen[msg_id] = self.runner.workers[msg_id].status
+        if now >= self.progress_at and self.held:
+            due = list(self.held)
+            self.progress_at = now + self.link.s.ack_wait / 3
+        if due:
+            self.bridge.submit(self.link.progress([self.held[i] for i in due]))
+
+    def _record(self, msg_id: str, msg: dict[str, Any], state: str, status: str) -> None:
+        record = {"state": state, "host": self.ctx.sysconfig["host"], "status": status,
+                  "count": msg.get("count", 0), "url": self.ctx.url(msg_id), "msg": msg}
+        self.bridge.submit(self.link.record(msg_id, record), self._recorded(msg_id))
+
+    def _recorded(self, msg_id: str) -> Any:
+        def then(_result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self.log.event("err", f"pool: state not recorded: {error}", msg_id)
+        return then
+
+    # ------------------------------------------------------------ start and stop
+    def hand_back_local(self) -> None:
+        """At start: messages left queued here were pulled and never acked;
+        NATS delivers them again (here or elsewhere), so the local copies go."""
+        for msg_id in self.ledger.schedule.ordered_ids():
+            self.ledger.delete(msg_id, lambda _error: None)
+            self.log.event("pool", "left queued by the last run: handed back to the pool",
+                           msg_id)
+
+    async def final(self) -> None:
+        """On the bridge, at stop: ack every end (the store is flushed), nak the rest."""
+        for _flushes, _msg_id, delivery in self.ended:
+            await self.link.ack(delivery)
+        for delivery in self.held.values():
+            await self.link.nak(delivery, 0)
+        await self.link.close()

@@ -1,0 +1,78 @@
+"""Real ``nats-server`` processes for pool tests: one on loopback, or a
+JetStream cluster of three in the hosts of a ``netns.NetLab``."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+CLIENT_PORT, ROUTE_PORT = 4222, 6222
+
+
+def nats_available() -> bool:
+    return shutil.which("nats-server") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_conf(name: str, addr: str, port: int, store: Path, peers: list[str],
+                extra: str = "") -> str:
+    """A nats-server config: JetStream on, clustered with ``peers`` when given."""
+    conf = (f'server_name: "{name}"\nlisten: "{addr}:{port}"\n'
+            f'jetstream {{ store_dir: "{store}" }}\n{extra}\n')
+    if peers:
+        routes = ", ".join(f'"nats-route://{p}:{ROUTE_PORT}"' for p in peers)
+        conf += (f'cluster {{ name: "rqpool", listen: "{addr}:{ROUTE_PORT}", '
+                 f'routes: [{routes}] }}\n')
+    return conf
+
+
+def wait_port(addr: str, port: int, timeout: float = 20) -> None:
+    """Wait until something accepts on addr:port (from this namespace)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((addr, port), 0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nats-server on {addr}:{port} not up in {timeout}s"
+                                     ) from None
+            time.sleep(0.05)
+
+
+class LocalNats:
+    """One nats-server with JetStream on 127.0.0.1 (``extra``: more config)."""
+
+    def __init__(self, base: Path, extra: str = "") -> None:
+        self.port = free_port()
+        base.mkdir(parents=True, exist_ok=True)
+        conf = base / "nats.conf"
+        conf.write_text(server_conf("solo", "127.0.0.1", self.port, base / "js", [], extra))
+        self.log = open(base / "nats.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.proc: subprocess.Popen[Any] = subprocess.Popen(
+            ["nats-server", "-c", str(conf)], stdout=self.log, stderr=self.log,
+            start_new_session=True)
+        wait_port("127.0.0.1", self.port)
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()

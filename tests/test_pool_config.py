@@ -1,0 +1,156 @@
+"""Pool queues on one host: the config, the start error when NATS is not
+there (a plain queue beside it keeps working), nothing of NATS imported by
+a plain queue, ids unique across hosts, and one real nats-server on
+loopback: publish-then-ok, run, ack, resend through the pool, lookups from
+the pool's bucket, bad credentials."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DaemonProcess, need, wait_for
+from nats_util import LocalNats, free_port, nats_available
+
+from rqsys import config
+from rqsys.errors import ConfigError
+from rqsys.pool.ids import PoolIds, host_of
+from rqsys.store import MSG_ID_RE, Layout
+
+OK = 'echo "run working $RQ_PARAM1" >&3\necho "done ran $RQ_PARAM1 count $RQ_COUNT" >&3\n'
+RESEND_ONCE = ('if [ "$RQ_COUNT" = 0 ]; then echo "resend 0-once more" >&3; exit 0; fi\n'
+               'echo "done second run, count $RQ_COUNT" >&3\n')
+
+
+def use_nats(layout: Layout, *servers: str) -> None:
+    layout.config_file.write_text(json.dumps({"host": "127.0.0.1", "port": 3333,
+                                              "nats": {"servers": list(servers),
+                                                       "connect_timeout": 1}}))
+
+
+@pytest.mark.parametrize(("pool", "field"), [
+    ({"replicas": 3}, "pool"), ({"name": "a b"}, "pool/name"),
+    ({"name": "p", "replicas": 9}, "pool/replicas"), ({"name": "p", "ack_wait": 0},
+                                                        "pool/ack_wait"),
+    ({"name": "p", "color": "red"}, "pool")])
+def test_bad_pool_config_names_the_field(pool: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=f"cfg: {field}: "):
+        config.queue_config("q", "/bin/true", {"pool": pool}, source="cfg")
+
+
+@pytest.mark.parametrize(("nats", "field"), [
+    ({"servers": []}, "nats/servers"), ({"servers": ["http://x:4222"]}, "nats/servers/0"),
+    ({"tls": {"ca": ""}}, "nats/tls/ca"), ({"connect_timeout": 0}, "nats/connect_timeout"),
+    ({"server": ["nats://x"]}, "nats")])
+def test_bad_nats_config_names_the_field(layout: Layout, nats: dict[str, Any],
+                                         field: str) -> None:
+    layout.config_file.write_text(json.dumps({"nats": nats}))
+    with pytest.raises(ConfigError, match=f"config.json: {field}: "):
+        config.load_system_config(layout)
+
+
+def test_pool_ids_are_rq_ids_naming_their_host() -> None:
+    makers = [PoolIds(n) for n in (1, 2, 57)]
+    ids = [m.next_id() for _ in range(300) for m in makers]
+    assert len(set(ids)) == len(ids)
+    assert all(MSG_ID_RE.match(i) for i in ids)
+    assert {host_of(i) for i in ids} == {1, 2, 57}
+    with pytest.raises(ValueError):
+        PoolIds(100)
+
+
+def test_a_plain_queue_imports_nothing_of_nats(layout: Layout,
+                                               make_queue: Callable[..., Path]) -> None:
+    make_queue("plain", OK)
+    code = ("import sys; from rqsys.store import Layout; from rqsys.daemon import QueueDaemon;"
+            f"QueueDaemon(Layout.from_root({str(layout.root)!r}), 'plain');"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'nats'"
+            " or m.startswith('rqsys.pool.')))")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert got.stdout.strip() == "[]"
+
+
+def test_unreachable_nats_fails_the_start_plain_queues_work(
+        layout: Layout, make_queue: Callable[..., Path],
+        daemon: Callable[..., DaemonProcess]) -> None:
+    # Given a pool queue whose NATS server is not there, and a plain queue
+    port = free_port()
+    use_nats(layout, f"nats://127.0.0.1:{port}")
+    make_queue("pq", OK, pool={"name": "p1", "replicas": 1})
+    make_queue("plain", OK)
+    # When the pool queue's daemon starts, it exits 1 saying why
+    with pytest.raises(AssertionError, match="daemon exited 1") as failed:
+        daemon("pq")
+    assert f"rqsys: pool p1: cannot reach NATS at nats://127.0.0.1:{port}" in str(failed.value)
+    # And the plain queue works all the same
+    plain = daemon("plain")
+    got = plain.call("create", msg={"dest": "plain", "param1": "x"})
+    wait_for(lambda: plain.call("get", msg_id=got["msg_id"])["state"] == "done", 10, "done")
+
+
+@pytest.fixture
+def solo(tmp_path: Path) -> Iterator[LocalNats]:
+    need(nats_available(), "nats-server (Debian package nats-server)")
+    server = LocalNats(tmp_path / "nats")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_bad_credentials_fail_the_start(tmp_path: Path, layout: Layout,
+                                        make_queue: Callable[..., Path],
+                                        daemon: Callable[..., DaemonProcess]) -> None:
+    need(nats_available(), "nats-server (Debian package nats-server)")
+    server = LocalNats(tmp_path / "nats-auth", extra='authorization { user: rq, password: s3 }')
+    try:
+        use_nats(layout, f"nats://rq:wrong@127.0.0.1:{server.port}")
+        make_queue("pq", OK, pool={"name": "p2", "replicas": 1})
+        with pytest.raises(AssertionError, match="daemon exited 1") as failed:
+            daemon("pq")
+        assert "rqsys: pool p2: " in str(failed.value)
+        assert "uthorization" in str(failed.value)  # NATS's own word for it
+        assert "wrong" not in str(failed.value)  # the password is not shown
+    finally:
+        server.stop()
+
+
+def test_pool_queue_on_one_server(solo: LocalNats, layout: Layout,
+                                  make_queue: Callable[..., Path],
+                                  daemon: Callable[..., DaemonProcess]) -> None:
+    # Given a pool queue with one nats-server
+    use_nats(layout, solo.url)
+    make_queue("pq", OK, pool={"name": "p3", "replicas": 1}, num_workers=2)
+    pq = daemon("pq")
+    # When messages are created, each is answered with a pool id of host 1
+    ids = [pq.call("create", msg={"dest": "pq", "param1": f"m{n}"})["msg_id"]
+           for n in range(5)]
+    assert {host_of(i) for i in ids} == {1}
+    # Then each runs here once, and ends done with count 0
+    for n, msg_id in enumerate(ids):
+        got = wait_for(lambda i=msg_id: (g := pq.call("get", msg_id=i))["state"] == "done"
+                       and g, 15, f"{msg_id} done")
+        assert got["status"] == f"ran m{n} count 0"
+    # And an id made by another host is looked up in the pool's bucket
+    other = PoolIds(2).next_id()
+    with pytest.raises(Exception, match=f"no message {other} in pool p3"):
+        pq.call("get", msg_id=other)
+
+
+def test_resend_goes_back_to_the_pool(solo: LocalNats, layout: Layout,
+                                      make_queue: Callable[..., Path],
+                                      daemon: Callable[..., DaemonProcess]) -> None:
+    use_nats(layout, solo.url)
+    make_queue("pq", RESEND_ONCE, pool={"name": "p4", "replicas": 1})
+    pq = daemon("pq")
+    msg_id = pq.call("create", msg={"dest": "pq"})["msg_id"]
+    got = wait_for(lambda: (g := pq.call("get", msg_id=msg_id))["state"] == "done" and g,
+                   15, "done after a resend")
+    # RQ_COUNT is the pool's deliveries before this one
+    assert got["status"] == "second run, count 1"
