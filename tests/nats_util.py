@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-CLIENT_PORT, ROUTE_PORT = 4222, 6222
+CLIENT_PORT, ROUTE_PORT, HTTP_PORT = 4222, 6222, 8222
 
 
 def nats_available() -> bool:
@@ -47,6 +47,11 @@ def wait_port(addr: str, port: int, timeout: float = 20) -> None:
                 raise AssertionError(f"nats-server on {addr}:{port} not up in {timeout}s"
                                      ) from None
             time.sleep(0.05)
+
+
+def cluster_conf(name: str, addr: str, store: Path, peers: list[str]) -> str:
+    """A clustered server of a NetLab host, with its monitoring port for /healthz."""
+    return server_conf(name, addr, CLIENT_PORT, store, peers, f'http: "{addr}:{HTTP_PORT}"')
 
 
 class LocalNats:

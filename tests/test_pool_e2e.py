@@ -1,0 +1,159 @@
+"""A pool queue worked by three hosts, each in its own network namespace
+with its own clustered nats-server (JetStream, R3) and ``rqsys serve``.
+
+Messages are sent on host a; every host runs some; each runs exactly once
+(counted by id in each host's run log and store); their URLs resolve from
+all three hosts.  Then host b's rqsys is SIGKILLed (its queue daemon, its
+supervisor, its scripts) while its scripts run: JetStream gives those
+messages to a or c after ``ack_wait``, none is lost, none ends twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import need, wait_for
+from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf, nats_available
+from netns import NetLab, Rqsys, netns_available
+
+from rqsys.store import QueueStore
+
+N = int(os.environ.get("RQ_POOL_N", "200"))
+ACK_WAIT = 4  # seconds: how soon a dead host's messages go elsewhere
+SCRIPT = """#!/bin/bash
+echo "$RQ_MSG_ID $RQ_COUNT" >> "$RUNLOG"
+sleep "${RQ_PARAM1:-0}"
+echo "done ran on $RQ_HOST count $RQ_COUNT" >&3
+"""
+HOSTS = ("a", "b", "c")
+
+
+class Pool:
+    def __init__(self, lab: NetLab, hosts: dict[str, Rqsys], base: Path) -> None:
+        self.lab, self.hosts, self.base = lab, hosts, base
+
+    def send(self, count: int, **fields: Any) -> list[str]:
+        a = self.hosts["a"]
+        return [a.call("pq", "create", msg={"dest": "pq", **fields})["msg_id"]
+                for _ in range(count)]
+
+    def runs(self, host: str) -> list[tuple[str, int]]:
+        """(id, RQ_COUNT) of every run the host's scripts started."""
+        path = self.base / host / "runs.log"
+        lines = path.read_text().split() if path.exists() else []
+        return [(lines[i], int(lines[i + 1])) for i in range(0, len(lines), 2)]
+
+    def ids(self, host: str, state: str) -> set[str]:
+        return set(QueueStore(self.hosts[host].layout.queue_dir("pq")).ids(state))
+
+    def done_everywhere(self, ids: list[str], hosts: tuple[str, ...] = HOSTS) -> bool:
+        done = set().union(*(self.ids(h, "done") for h in hosts))
+        return set(ids) <= done
+
+
+def start_nats(lab: NetLab, base: Path) -> None:
+    addrs = {h: lab.hosts[h] for h in HOSTS}
+    for host, addr in addrs.items():
+        conf = base / host / "nats.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        peers = [a for h, a in addrs.items() if h != host]
+        conf.write_text(cluster_conf(host, addr, base / host / "js", peers))
+        with open(base / host / "nats.log", "ab") as log:
+            lab.popen(host, ["nats-server", "-c", str(conf)], stdout=log, stderr=log)
+    for host, addr in addrs.items():
+        wait_for(lambda h=host, a=addr: '"ok"' in lab.run(h, [
+            "curl", "-s", "--max-time", "2", f"http://{a}:{HTTP_PORT}/healthz"]).stdout,
+            60, f"JetStream on {host}")
+
+
+def start_rqsys(lab: NetLab, base: Path) -> dict[str, Rqsys]:
+    servers = [f"nats://{lab.hosts[h]}:{CLIENT_PORT}" for h in HOSTS]
+    hosts = {}
+    for name in HOSTS:
+        host = hosts[name] = Rqsys(lab, name, base / name)
+        cfg = json.loads(host.layout.config_file.read_text())
+        cfg["nats"] = {"servers": servers}
+        host.layout.config_file.write_text(json.dumps(cfg))
+        entry = host.scandir / "pq"
+        entry.mkdir()
+        (entry / "run").write_text(SCRIPT)
+        (entry / "run").chmod(0o755)
+        (entry / "config.json").write_text(json.dumps({
+            "num_workers": 2, "env_vars": {"RUNLOG": str(base / name / "runs.log")},
+            "pool": {"name": "e2e", "replicas": 3, "ack_wait": ACK_WAIT}}))
+    for host in hosts.values():
+        host.start(wait_queues=("relay", "pq"))
+    return hosts
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    need(netns_available(), "network namespaces need root and iproute2")
+    need(nats_available(), "nats-server (Debian package nats-server)")
+    base = tmp_path_factory.mktemp("pool")
+    lab = NetLab()
+    hosts: dict[str, Rqsys] = {}
+    try:
+        for name in HOSTS:
+            lab.host(name)
+        start_nats(lab, base)
+        hosts = start_rqsys(lab, base)
+        yield Pool(lab, hosts, base)
+    finally:
+        for host in hosts.values():
+            host.stop()
+        lab.close()
+
+
+def test_messages_from_one_host_run_once_across_three(pool: Pool) -> None:
+    # Given three hosts working pool queue pq; when N messages are sent on a
+    ids = pool.send(N, param1="0.02")
+    assert len(set(ids)) == N
+    # Then all end done, somewhere
+    wait_for(lambda: pool.done_everywhere(ids), 120, f"{N} messages done")
+    # And each ran exactly once (every host's run log, every host's done/)
+    runs = [msg_id for h in HOSTS for msg_id, _count in pool.runs(h)]
+    assert sorted(runs) == sorted(ids)
+    done = [pool.ids(h, "done") for h in HOSTS]
+    assert sum(len(d) for d in done) == N
+    # And every host ran some
+    assert all(done), [len(d) for d in done]
+    print("done per host:", [len(d) for d in done])
+    # And each URL resolves from all three hosts (socket and HTTP)
+    for msg_id in (ids[0], ids[N // 2], ids[-1]):
+        ran_on = next(h for h, d in zip(HOSTS, done, strict=True) if msg_id in d)
+        for host in pool.hosts.values():
+            got = host.call("pq", "get", msg_id=msg_id)
+            assert got["state"] == "done", (host.host, got)
+            assert got["status"].startswith(f"ran on {pool.hosts[ran_on].url}")
+        c = pool.hosts["c"]
+        http = pool.lab.run("c", ["curl", "-s", "--max-time", "5", f"{c.url}q/pq/{msg_id}.json"])
+        assert json.loads(http.stdout)["state"] == "done"
+
+
+def test_a_host_killed_mid_run_loses_nothing(pool: Pool) -> None:
+    # Given slow messages, some of them running on b
+    b = pool.hosts["b"]
+    before = {h: len(pool.runs(h)) for h in HOSTS}
+    ids = pool.send(12, param1="2")
+    wait_for(lambda: pool.ids("b", "run") & set(ids), 30, "a message running on b")
+    # When b's whole rqsys (queue daemon, supervisor, scripts) is SIGKILLed
+    assert b.proc is not None
+    os.killpg(b.proc.pid, signal.SIGKILL)
+    b.proc.wait(10)
+    killed = pool.ids("b", "run") & set(ids)
+    assert killed
+    # Then every message ends done, those b was running on a or c
+    wait_for(lambda: pool.done_everywhere(ids), 90, "all done after b died")
+    done = {h: pool.ids(h, "done") & set(ids) for h in HOSTS}
+    assert sum(len(d) for d in done.values()) == len(ids)  # none twice, none lost
+    assert not killed & done["b"]
+    # And their second run shows the redelivery in RQ_COUNT
+    again = [(i, n) for h in ("a", "c") for i, n in pool.runs(h)[before[h]:] if i in killed]
+    assert {i for i, _n in again} == killed and all(n >= 1 for _i, n in again)
