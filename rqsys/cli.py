@@ -273,6 +273,9 @@ def rqsys_parser() -> argparse.ArgumentParser:
     scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)",
                            parents=root)
     scan.add_argument("--scandir", type=Path, help="default <root>/scandir")
+    timer = cmds.add_parser("timer", help="send a calendar or cron timer's latest slot "
+                            "(rq-timer@NAME.service)", parents=root)
+    timer.add_argument("name")
     units = cmds.add_parser("install-units", help="install the systemd units, sysusers, tmpfiles",
                             parents=root)
     units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
@@ -348,6 +351,13 @@ def run_scan(layout: Layout, args: argparse.Namespace) -> int:
     return int(watcher.main(layout, args.scandir or layout.scandir))
 
 
+def run_timer(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys import timer_units
+
+    print(f"ok {timer_units.send_slot(layout, args.name)}")
+    return RET_OK
+
+
 def run_install_units(layout: Layout, args: argparse.Namespace) -> int:
     from rqsys import units
 
@@ -366,6 +376,7 @@ RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "web": run_web,
     "scan": run_scan,
     "install-units": run_install_units,
+    "timer": run_timer,
     "passwd": run_passwd,
     "install-system": run_install_system,
 }

@@ -10,6 +10,7 @@ removal); with neither, queues are only installed and the log says so.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -130,6 +131,19 @@ class SystemdEnabler:
         argv = [self.systemctl, *args]
         if reload_first:  # one helper: the units are read again before the job
             argv = ["sh", "-c", '"$0" daemon-reload && exec "$0" "$@"', *argv]
+        return self._spawn(argv)
+
+    def run_steps(self, steps: list[list[str]], all_of: bool = True) -> int | None:
+        """One helper running the commands ``steps`` in turn: each only after the
+        last succeeded (``all_of``), or each whatever the last did."""
+        script = (" && " if all_of else "; ").join(shlex.join(step) for step in steps)
+        helper = self._spawn(["sh", "-c", script])
+        if helper is None:
+            return None
+        self.running.append(helper)
+        return os.pidfd_open(helper.proc.pid)
+
+    def _spawn(self, argv: list[str]) -> Helper | None:
         errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Helper.finish)
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,

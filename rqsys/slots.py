@@ -22,7 +22,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rqsys import store
 from rqsys.background import peer_lane
@@ -75,6 +75,16 @@ def delay(timer: Timer, slot: float) -> float:
     return timer.jitter * int.from_bytes(digest[:8], "big") / 2 ** 64
 
 
+class Units(Protocol):
+    """Under systemd, who turns timers into units (rqsys.timer_units.SystemdTimers)."""
+
+    def install(self, timer: Timer) -> None: ...
+
+    def remove(self, name: str) -> None: ...
+
+    def made(self) -> list[str]: ...
+
+
 class SlotTable:
     """The calendar and cron timers of one rq-scan, and the slot each fires next."""
 
@@ -87,6 +97,7 @@ class SlotTable:
         self.next: dict[str, float] = {}  # name -> slot it fires next (once planned)
         self.retry_at: dict[str, float] = {}
         self.busy: set[str] = set()  # being planned or sent
+        self.units: Units | None = None  # under systemd: timers are units, not fired here
 
     def _load_state(self) -> dict[str, float]:
         try:
@@ -133,28 +144,38 @@ class SlotTable:
             if not isinstance(error, RQError):
                 raise error
             self.log.event("err", f"timer file refused: {timer.source}: {error}")
-            del self.timers[timer.name]
+            self.remove(timer.name, quiet=True)
+        elif self.units is not None:
+            self.units.install(timer)
         elif slot is None:
             self.log.event("daemon", f"timer {timer.name}: no slot left; it fires no more")
         else:
             self.next[timer.name] = float(slot)
 
-    def remove(self, name: str) -> None:
-        """Stop a timer and forget its last slot."""
+    def remove(self, name: str, quiet: bool = False) -> None:
+        """Stop a timer (and its unit) and forget its last slot."""
         self.retry_at.pop(name, None)
         self.next.pop(name, None)
         if self.last.pop(name, None) is not None:
             self._save_state()
-        if self.timers.pop(name, None) is not None:
+        if self.units is not None:
+            self.units.remove(name)
+        if self.timers.pop(name, None) is not None and not quiet:
             self.log.event("daemon", f"timer {name} removed")
 
     def forget_missing(self) -> None:
-        """Drop saved slots of timers whose file went away while we were down."""
+        """Drop saved slots (and units) of timers whose file went away while we were down."""
         gone = set(self.last) - set(self.timers)
         for name in gone:
             del self.last[name]
         if gone:
             self._save_state()
+        units = self.units
+        if units is None:
+            return
+        for name in units.made():
+            if name not in self.timers:
+                units.remove(name)
 
     # ------------------------------------------------------------ firing
     def _fire_at(self, name: str) -> float:

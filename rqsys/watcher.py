@@ -30,7 +30,7 @@ from typing import Any
 
 import pyinotify  # type: ignore[import-untyped]
 
-from rqsys import config, enabler, scandir, slots, timers
+from rqsys import config, enabler, scandir, slots, timer_units, timers
 from rqsys.background import Background
 from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
@@ -56,6 +56,8 @@ class Watcher:
                                         self.background.submit)
         self.slots = slots.SlotTable(layout.timer_state.with_name(SLOT_STATE), self._send_slot,
                                      log, clock, self.background.submit)
+        if isinstance(enable, enabler.SystemdEnabler):  # calendar and cron: systemd timers
+            self.slots.units = timer_units.SystemdTimers(log, self._steps, enable.systemctl)
         self.watches = Watches(log, self._on_unwatched)
         self.settler = Settler()
         self.selector = selectors.DefaultSelector()
@@ -255,6 +257,10 @@ class Watcher:
 
     def _send(self, timer: timers.Timer, due: float) -> str:
         return timers.deliver(self.layout, self.sysconfig, timer, due)
+
+    def _steps(self, steps: list[list[str]], all_of: bool) -> None:
+        assert isinstance(self.enabler, enabler.SystemdEnabler)
+        self._wait_on(self.enabler.run_steps(steps, all_of))
 
     def _send_slot(self, timer: timers.Timer, due: float, extra: dict[str, Any]) -> str:
         return timers.deliver(self.layout, self.sysconfig, timer, due, extra)

@@ -189,11 +189,13 @@ def schema_fields(schema: dict[str, Any], prefix: str = "") -> list[tuple[str, d
     return fields
 
 
-def field_entry(text: str, name: str) -> str:
-    """The definition (heading + indented body) whose heading names ``name``."""
+def field_entry(text: str, name: str, types: tuple[str, ...] = ()) -> str:
+    """The definition (heading + indented body) whose heading names ``name``
+    (and ``types``, when two schemas give one name different types)."""
     for match in re.finditer(r"^(\*.+)\n((?:\t.*\n?)+)", text, re.M):
         names = match.group(1).split("(", 1)[0]  # the heading's names, not its type words
-        if re.search(rf"\*{re.escape(name)}\*", names):
+        if re.search(rf"\*{re.escape(name)}\*", names) and \
+                all(t in match.group(1) for t in types):
             return match.group(0)
     return ""
 
@@ -216,7 +218,8 @@ def expand_class(alternative: str) -> list[str]:
 def test_json_page_documents_every_field_type_and_default(schema_name: str) -> None:
     text = source("rqsys.json.5")
     for name, spec in schema_fields(config.schema(schema_name)):
-        entry = field_entry(text, name)
+        types = spec.get("type", [])
+        entry = field_entry(text, name, (types,) if isinstance(types, str) else tuple(types))
         if not entry and name.startswith(("param2", "param3", "param4")):
             entry = field_entry(text, "param1")
         if not entry and re.fullmatch(r"mesg_param[2-4]", name):

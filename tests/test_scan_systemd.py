@@ -122,3 +122,29 @@ def test_queue_limits_become_a_drop_in_and_go_with_the_setting(box: Container) -
     wait_for(lambda: box.show("rq@sd3.service", "MemoryMax") == "infinity", 30,
              "MemoryMax back to infinity")
     assert not box.path("/etc/systemd/system/rq@sd3.service.d/50-rqsys-limits.conf").exists()
+
+
+def test_a_calendar_timer_is_a_systemd_timer_that_fires_and_goes_with_its_file(
+        box: Container) -> None:
+    # Given a queue, and a calendar timer file every 10 s
+    box.run("ln", "-s", entry(box, "sd4"), "/var/lib/rq/scandir/sd4")
+    wait_for(lambda: active(box, "rq@sd4.socket") == "active", 20, "rq@sd4.socket active")
+    timer = box.path("/var/lib/rq/timers/tick.json")
+    timer.write_text(json.dumps({"calendar": "*:*:0/10", "timezone": "UTC",
+                                 "msg": {"dest": "sd4", "param1": "tick"}}))
+    # Then rq-timer@tick.timer is active and listed by systemctl list-timers
+    wait_for(lambda: active(box, "rq-timer@tick.timer") == "active", 30, "the timer active")
+    listed = box.run("systemctl", "list-timers", "--all", "--no-pager").stdout
+    assert "rq-timer@tick.timer" in listed and "rq-timer@tick.service" in listed
+    # And a slot's message reaches done, with its timer and slot
+    store = queue_store(box, "sd4")
+    wait_for(lambda: store.count("done") >= 1, 40, "a slot's message done")
+    [msg_id] = store.newest("done", 0, 1)
+    msg = store.read_msg("done", msg_id)
+    assert msg["timer"] == "tick" and msg["slot"] % 10 == 0 and msg["param1"] == "tick"
+    # When the file is removed, the units go
+    timer.unlink()
+    unit = box.path("/etc/systemd/system/rq-timer@tick.timer")
+    wait_for(lambda: not unit.exists(), 30, "the timer unit removed")
+    wait_for(lambda: "rq-timer@tick" not in box.run("systemctl", "list-timers", "--all",
+                                                    "--no-pager").stdout, 30, "not listed")
