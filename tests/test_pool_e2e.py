@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from conftest import need, wait_for
 from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf, nats_available
-from netns import NetLab, Rqsys, netns_available
+from netns import NetLab, Rqsys, netns_available, stop
 
 from rqsys.store import QueueStore
 
@@ -35,8 +36,9 @@ HOSTS = ("a", "b", "c")
 
 
 class Pool:
-    def __init__(self, lab: NetLab, hosts: dict[str, Rqsys], base: Path) -> None:
-        self.lab, self.hosts, self.base = lab, hosts, base
+    def __init__(self, lab: NetLab, hosts: dict[str, Rqsys], base: Path,
+                 nats: dict[str, subprocess.Popen[Any]]) -> None:
+        self.lab, self.hosts, self.base, self.nats = lab, hosts, base, nats
 
     def send(self, count: int, **fields: Any) -> list[str]:
         a = self.hosts["a"]
@@ -57,19 +59,42 @@ class Pool:
         return set(ids) <= done
 
 
-def start_nats(lab: NetLab, base: Path) -> None:
+def start_nats(lab: NetLab, base: Path, hosts: tuple[str, ...] = HOSTS
+               ) -> dict[str, subprocess.Popen[Any]]:
     addrs = {h: lab.hosts[h] for h in HOSTS}
-    for host, addr in addrs.items():
+    procs = {}
+    for host in hosts:
         conf = base / host / "nats.conf"
         conf.parent.mkdir(parents=True, exist_ok=True)
         peers = [a for h, a in addrs.items() if h != host]
-        conf.write_text(cluster_conf(host, addr, base / host / "js", peers))
+        conf.write_text(cluster_conf(host, addrs[host], base / host / "js", peers))
         with open(base / host / "nats.log", "ab") as log:
-            lab.popen(host, ["nats-server", "-c", str(conf)], stdout=log, stderr=log)
-    for host, addr in addrs.items():
-        wait_for(lambda h=host, a=addr: '"ok"' in lab.run(h, [
-            "curl", "-s", "--max-time", "2", f"http://{a}:{HTTP_PORT}/healthz"]).stdout,
-            60, f"JetStream on {host}")
+            procs[host] = lab.popen(host, ["nats-server", "-c", str(conf)], stdout=log,
+                                    stderr=log)
+    for host in hosts:
+        wait_for(lambda h=host: jsz(lab, h, "healthz") == {"status": "ok"}, 60,
+                 f"JetStream on {host}")
+    return procs
+
+
+def jsz(lab: NetLab, host: str, what: str) -> Any:
+    """A nats-server's monitoring answer (``healthz``, ``jsz?streams=true``), or None."""
+    got = lab.run(host, ["curl", "-s", "--max-time", "2",
+                         f"http://{lab.hosts[host]}:{HTTP_PORT}/{what}"])
+    try:
+        return json.loads(got.stdout)
+    except ValueError:
+        return None
+
+
+def stream_last_seq(lab: NetLab, host: str) -> int:
+    """The last sequence of the pool's stream as ``host``'s server has it (-1: none)."""
+    info = jsz(lab, host, "jsz?streams=true") or {}
+    for account in info.get("account_details", []):
+        for stream in account.get("stream_detail", []):
+            if stream["name"] == "RQ_POOL_e2e":
+                return int(stream["state"]["last_seq"])
+    return -1
 
 
 def start_rqsys(lab: NetLab, base: Path) -> dict[str, Rqsys]:
@@ -102,9 +127,9 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
     try:
         for name in HOSTS:
             lab.host(name)
-        start_nats(lab, base)
+        nats = start_nats(lab, base)
         hosts = start_rqsys(lab, base)
-        yield Pool(lab, hosts, base)
+        yield Pool(lab, hosts, base, nats)
     finally:
         for host in hosts.values():
             host.stop()
@@ -135,6 +160,19 @@ def test_messages_from_one_host_run_once_across_three(pool: Pool) -> None:
         c = pool.hosts["c"]
         http = pool.lab.run("c", ["curl", "-s", "--max-time", "5", f"{c.url}q/pq/{msg_id}.json"])
         assert json.loads(http.stdout)["state"] == "done"
+
+
+def test_one_nats_server_stopped_then_back(pool: Pool) -> None:
+    # Given c's nats-server stopped
+    stop(pool.nats["c"])
+    # When messages are sent on a, they are taken and all run (quorum: a and b)
+    ids = pool.send(30, param1="0.02")
+    wait_for(lambda: pool.done_everywhere(ids), 60, "done with one server down")
+    assert sum(len(pool.ids(h, "done") & set(ids)) for h in HOSTS) == len(ids)
+    # And once it is back, c's server catches up with the stream
+    pool.nats.update(start_nats(pool.lab, pool.base, ("c",)))
+    wait_for(lambda: stream_last_seq(pool.lab, "c") == stream_last_seq(pool.lab, "a") > 0,
+             60, "c's server caught up")
 
 
 def test_a_host_killed_mid_run_loses_nothing(pool: Pool) -> None:

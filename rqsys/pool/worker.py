@@ -26,6 +26,7 @@ from rqsys.store import Staged
 from rqsys.store.layout import ENDED_STATES, TMP_DIR
 
 FETCH_WAIT = 1.0  # seconds a fetch waits for a first message (then the loop asks again)
+RETRY = 1.0  # seconds before a failed fetch or ack is tried again (NATS away: no busy loop)
 SOON = 0.05  # seconds: an ack that waits for the store's next flush is looked at again
 
 
@@ -42,6 +43,7 @@ class PoolWorker:
         self.seen: dict[str, str] = {}  # last status line of each running held message
         self.fetching = False
         self.progress_at = 0.0
+        self.fetch_at = self.ack_at = 0.0  # a failed fetch or ack is retried from then
 
     # ------------------------------------------------------------ each turn
     def turn(self) -> None:
@@ -53,7 +55,9 @@ class PoolWorker:
     def next_wait(self, now: float) -> float | None:
         waits = [self.progress_at - now] if self.held else []
         if self.ended:
-            waits.append(SOON)
+            waits.append(max(SOON, self.ack_at - now))
+        if not self.fetching and self.fetch_at > now:
+            waits.append(self.fetch_at - now)
         return min(waits) if waits else None
 
     def _free(self) -> int:
@@ -64,7 +68,7 @@ class PoolWorker:
 
     def _pull(self) -> None:
         free = self._free()
-        if self.fetching or free <= 0:
+        if self.fetching or free <= 0 or time.monotonic() < self.fetch_at:
             return
         self.fetching = True
         self.bridge.submit(self.link.fetch(free, FETCH_WAIT), self._fetched)
@@ -73,6 +77,7 @@ class PoolWorker:
         self.fetching = False
         if error is not None:
             self.log.event("err", f"pool: fetch failed: {error or type(error).__name__}")
+            self.fetch_at = time.monotonic() + RETRY
             return
         for msg in msgs:
             self._take(msg)
@@ -152,20 +157,31 @@ class PoolWorker:
 
     def _ack_flushed(self) -> None:
         """Ack the ends the store has flushed to disk since they were recorded."""
+        if time.monotonic() < self.ack_at:
+            return
         flushes, clean = self.store.dirty.flushes, self.store.dirty.due() is None
         keep = []
         for entry in self.ended:
             if clean or entry[0] < flushes:
-                self.bridge.submit(self.link.ack(entry[2]), self._acked(entry[1]))
+                self.bridge.submit(self.link.ack(entry[2]), self._acked(entry))
             else:
                 keep.append(entry)
         self.ended = keep
 
-    def _acked(self, msg_id: str) -> Any:
+    def _acked(self, entry: tuple[int, str, NatsMsg]) -> Any:
         def then(_result: Any, error: BaseException | None) -> None:
-            if error is not None:  # it comes back, and is acked then without running
-                self.log.event("err", f"pool: ack lost ({error}); will be delivered again",
-                               msg_id)
+            if error is None:
+                return
+            # Tried again while ack_wait lasts: until then no other host runs it;
+            # after, JetStream has given it out again (a duplicate, or acked unrun here).
+            tries = -min(entry[0], 0) + 1  # the first field counts tries, negated, once failed
+            why = f"pool: ack not confirmed ({error or type(error).__name__})"
+            if tries * RETRY > self.link.s.ack_wait:
+                self.log.event("err", f"{why}; given up: it will be delivered again", entry[1])
+                return
+            self.log.event("err", f"{why}; trying again in {RETRY:g}s", entry[1])
+            self.ended.append((-tries, entry[1], entry[2]))
+            self.ack_at = time.monotonic() + RETRY
         return then
 
     # ------------------------------------------------------------ while it runs
