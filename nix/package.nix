@@ -58,6 +58,7 @@ py.buildPythonApplication {
       py.pyinotify
       py.argon2-cffi
       py.croniter
+      py.prometheus-client
       py.systemd
     ]
     ++ lib.optionals needsAsyncore [ py.pyasyncore ];

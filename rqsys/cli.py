@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rqsys import cli_observe
 from rqsys.client import QueueClient, find_message, queue_for_dest
 from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.store import ADMIN_OPERS, Layout
@@ -236,11 +237,14 @@ def rq_parser() -> argparse.ArgumentParser:
         if verb == "attachmesg":
             sub.add_argument("--pathname", required=True, help="the file to attach")
             sub.add_argument("--name", help="attachment name (default: the file's name)")
+    cli_observe.add_verbs(verbs, [_after_verb()])
     return parser
 
 
 def rq_main(argv: list[str] | None = None) -> int:
     args = rq_parser().parse_args(argv)
+    if args.verb in cli_observe.VERBS:
+        return cli_observe.run(Layout.from_root(args.root), args)
     try:
         print(f"ok {RQ_VERBS[args.verb][0](Layout.from_root(args.root), args)}")
     except Unavailable as exc:

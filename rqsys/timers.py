@@ -222,5 +222,6 @@ def deliver(layout: Layout, sysconfig: dict[str, Any], timer: Timer, due: float,
         admin = conn.call("counts")["admin"]
         if admin != "UP":
             raise QueueDown(f"destination queue {queue} is {admin}")
-        return str(conn.call("create", msg=msg, refuse_paused=True)["msg_id"])
+        return str(conn.call("create", msg=msg, refuse_paused=True,
+                             by=f"timer {timer.name}")["msg_id"])
 

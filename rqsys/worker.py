@@ -51,6 +51,7 @@ class Worker:
     on_disk: str | None = None  # what its status file holds now, when known
     stop_reason: str = ""  # "stopping" (daemon stop), "destroy" or "timeout"
     stop_text: str = ""  # the status a "timeout" ends with
+    rusage: Any = None  # os.wait4's resource usage, once reaped
     _buf: bytearray = field(default_factory=bytearray)
     _cutting: bool = False
     _replies: collections.deque[list[str]] = field(default_factory=collections.deque)

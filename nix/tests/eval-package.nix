@@ -15,6 +15,7 @@ let
     "pyinotify"
     "argon2-cffi"
     "croniter"
+    "prometheus-client"
     "systemd"
     "pyasyncore"
   ];

@@ -75,7 +75,7 @@ class Children:
     def _reap(self, worker: Worker) -> None:
         child = worker.child
         child.signal_group(signal.SIGTERM)  # background children left behind
-        pid, wait_status = os.waitpid(child.pid, os.WNOHANG)
+        pid, wait_status, worker.rusage = os.wait4(child.pid, os.WNOHANG)
         if pid == 0:
             return  # not ended after all (cannot happen for a ready pidfd)
         if child.status_r in self._status:

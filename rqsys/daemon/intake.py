@@ -71,6 +71,7 @@ class Intake:
                 return self._created(existing)
         staged = self.store.stage(msg, state)
         self.dups.hold(staged)
+        staged.origin = r.args.get("by") or r.peer
         specs = r.args.get("attachments") or []
         if not specs and not r.fds:
             self._await_publish(staged, state, r)
@@ -119,6 +120,7 @@ class Intake:
             source = self.store.read_msg(state, msg_id)
         staged = self._stage_copy(copy_fields(source, self.ctx.name, self.ctx.url(msg_id)),
                                   state, msg_id)
+        staged.origin = f"clone {self.ctx.url(msg_id)}"
         self._await_publish(staged, "que", r)
 
     def dup_here(self, msg: dict[str, Any], src_id: str,
@@ -128,6 +130,7 @@ class Intake:
         self.ctx.check_accepting(strict=True)
         self._not_pool("a dup to itself")
         staged = self._stage_copy(msg, "run", src_id)
+        staged.origin = f"dup {self.ctx.url(src_id)}"
 
         def then(error: BaseException | None) -> None:
             published(self.ctx.url(staged.msg_id), error)

@@ -21,9 +21,10 @@ from typing import Any
 
 from rqsys import tunables
 from rqsys.background import SYNC, Background, peer_lane
-from rqsys.daemon import ops, schema
+from rqsys.daemon import observe, ops, schema
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
+from rqsys.daemon.observe import Observer
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runner import Runner
 from rqsys.daemon.server import Handler, Server
@@ -66,6 +67,7 @@ class QueueDaemon:
         self.ledger = Transitions(self.store, self.schedule, self.log,
                                   lambda work, then: self.background.submit(work, then, SYNC))
         self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log)
+        self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log)
         self.runner = Runner(self.ctx, self.store, self.ledger, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
@@ -84,6 +86,8 @@ class QueueDaemon:
         table, schemas = ops.table(handlers, self.intake), dict(schema.OPS)
         if self.pool is not None:
             self.pool.wrap_ops(table)
+        table.update(self.observer.ops())
+        schemas.update(observe.SCHEMAS)
         for op, (handler, op_schema) in extra_ops.items():
             table[op], schemas[op] = handler, op_schema
         return Server(self.selector, table, schemas, self.log)
@@ -91,6 +95,7 @@ class QueueDaemon:
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
+        self.observer.load()
         self.ledger.load()
         self.ctx.admin_oper = self.store.admin_state()
         if self.pool is not None:
@@ -122,6 +127,7 @@ class QueueDaemon:
                 self.pool.turn()  # pull for free workers, ack ends, extend runs
             self.runner.start_due()
             self.store.flush()
+            self.observer.file.tick(time.monotonic())
             self._report()
             if self._idle_expired():
                 self.log.event("daemon", "idle: exiting until the next request")
@@ -134,6 +140,7 @@ class QueueDaemon:
             self.ctx.files.close(self.selector)
         self.store.spares.stop()
         self.background.close()
+        self.observer.file.close()
         self.runner.output.close_all()
         self.store.flush(force=True)
         if self.pool is not None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rqsys import tunables
+from rqsys import timeline, tunables
 from rqsys.background import SYNC, Background
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
@@ -76,8 +76,11 @@ class Ops:
         state = "run" if worker else self.store.find(msg_id)
         msg = dict(worker.msg) if worker else self.store.read_msg(state, msg_id)
         status = worker.status if worker else self.store.read_status(state, msg_id)
+        events = timeline.read(self.store.msg_dir(state, msg_id))
         return {"ok": True, "msg": msg, "state": state, "status": status,
-                "url": self.ctx.url(msg_id), "attachments": self._attachments(state, msg_id)}
+                "url": self.ctx.url(msg_id), "attachments": self._attachments(state, msg_id),
+                **timeline.times(events, float(msg.get("due") or 0)),
+                "timeline": events[-tunables.TIMELINE_SHOWN:]}
 
     def _attachments(self, state: str, msg_id: str) -> dict[str, Any]:
         found = {}

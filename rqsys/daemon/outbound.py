@@ -51,7 +51,7 @@ class Outbound:
             try:
                 with QueueClient(self.ctx.layout, target, timeout=self.dup_timeout) as client:
                     reply = client.call("create", fds=fds, msg=msg, attachments=specs,
-                                        refuse_paused=True)
+                                        refuse_paused=True, by=f"dup {msg['orig_msg_id']}")
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -69,7 +69,7 @@ class Outbound:
         def work() -> None:
             with QueueClient(self.ctx.layout, WEBHOOK_QUEUE,
                              timeout=self.webhook_timeout) as client:
-                client.call("create", msg=note)
+                client.call("create", msg=note, by=f"webhook {self.ctx.url(msg_id)}")
 
         def then(_result: Any, error: BaseException | None) -> None:
             if error is not None:

@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Any
 
-from rqsys import config, limits, tunables
+from rqsys import config, limits, timeline, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
@@ -110,7 +110,7 @@ class Runner:
         left = budget(msg, self.ctx.config)
         if left is not None and left <= 0:  # earlier runs cut short used it all
             text = timed_out_text(msg, self.ctx.config)
-            self.log.event("timeout", f"{text} (in runs cut short)", msg_id)
+            self.log.event("timeout", f"{text} (in runs cut short)", msg_id, RQ_STATE="run")
             self._conclude(msg_id, msg, Outcome("err", text, kind="timeout"), None)
             return
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
@@ -133,7 +133,8 @@ class Runner:
         if left is not None:
             self._arm_timeout(worker, left)
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
-                       RQ_COUNT=msg["count"])
+                       RQ_COUNT=msg["count"], RQ_STATE="run", RQ_PID=child.pid,
+                       RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
 
     def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],
                      argv: list[str]) -> None:
@@ -232,6 +233,7 @@ class Runner:
         if item.text != worker.on_disk:  # a bare "done" leaves a blank status file as it is
             self.store.write_status("run", worker.msg_id, item.text)
             worker.on_disk = item.text
+        self.log.record("status", worker.msg_id, item.text, RQ_STATE="run")
 
     def _dup(self, worker: Worker, cmd: Command) -> None:
         """Copy the running message (attachments hard-linked) to ``cmd.dest``;
@@ -281,6 +283,8 @@ class Runner:
     def _on_exit(self, worker: Worker, wait_status: int) -> None:
         """The script has ended and was reaped (its group signalled, its fds closed)."""
         del self.workers[worker.msg_id]
+        self.log.record("exit", worker.msg_id, **timeline.exit_fields(
+            wait_status, worker.rusage, time.time() - worker.started))
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
         self._conclude(worker.msg_id, worker.msg, outcome, worker.on_disk, worker)
 
@@ -308,13 +312,14 @@ class Runner:
         worker.stop_reason = "timeout"
         worker.stop_text = timed_out_text(worker.msg, self.ctx.config)
         self.log.event("timeout", f"{worker.stop_text}: SIGTERM to its process group",
-                       worker.msg_id)
+                       worker.msg_id, RQ_STATE="run")
         worker.child.signal_group(signal.SIGTERM)
         self.deadlines.after(float(self.ctx.config["stop_grace"]), lambda: self._kill(worker))
 
     def _kill(self, worker: Worker) -> None:
         if self.workers.get(worker.msg_id) is worker:
-            self.log.event("timeout", "still running after stop_grace: SIGKILL", worker.msg_id)
+            self.log.event("timeout", "still running after stop_grace: SIGKILL", worker.msg_id,
+                           RQ_STATE="run")
             worker.child.signal_group(signal.SIGKILL)
 
     def _webhooks(self, ended: list[Ended]) -> None:
@@ -326,6 +331,7 @@ class Runner:
     def destroy(self, worker: Worker) -> None:
         """Kill a running message's whole process group; it is deleted when it exits."""
         worker.stop_reason = "destroy"
+        self.log.record("destroy", worker.msg_id, "destroy requested", RQ_STATE="run")
         worker.child.signal_group(signal.SIGKILL)
 
     def stop_all(self) -> None:

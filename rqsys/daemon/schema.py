@@ -24,6 +24,7 @@ MD5 = {"title": "md5 (32 lowercase hex digits)", "type": "string", "pattern": "^
 COUNT = {"type": "integer", "minimum": 0}
 DAYS = {"type": "number", "minimum": 0}
 FLAG = {"type": "boolean"}
+BY = {"title": "creator (by)", "type": "string", "maxLength": 200}
 ATTACHMENT = {"type": "object", "properties": {"name": ATTACH_NAME, "md5": MD5},
               "required": ["name", "md5"], "additionalProperties": False}
 
@@ -44,7 +45,7 @@ OPS: dict[str, dict[str, Any]] = {
     "create": request(
         msg={"title": "message"},  # its fields: message.json, when it is made
         state={"title": "state for a new message", "enum": ["que", "prep"]},
-        single=FLAG, refuse_paused=FLAG,
+        single=FLAG, refuse_paused=FLAG, by=BY,
         attachments={"title": "attachments", "type": "array", "items": ATTACHMENT}),
     "attach": request(("msg_id", "name", "md5"), msg_id=MSG_ID, name=ATTACH_NAME, md5=MD5),
     "list": request(state={"title": "state", "enum": list(STATES)}, offset=COUNT, limit=COUNT),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import selectors
 import socket
+import struct
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class Request:
     fds: list[int]  # files sent with it; a handler keeping one removes it from the list
     answer: Callable[[Reply], None]  # for an answer that comes later
     errors: Callable[[str, BaseException], Reply]  # the answer to an exception
+    peer: str = ""  # who is asking: "socket pid <pid> uid <uid>" (SO_PEERCRED)
 
     def fail(self, exc: BaseException) -> None:
         """Answer later with the error ``exc`` (an exception that is no RQError is a bug)."""
@@ -55,6 +57,7 @@ class Connection:
         self.out = bytearray()
         self.closing = False
         self.waiting = False  # a request's answer comes later; the next ones wait
+        self.peer = _peer(sock)
 
 
 class Server:
@@ -152,7 +155,7 @@ class Server:
                 raise BadRequest(f"unknown operation {op[:40]!r}")
             self.checker.check(op, args)
             return handler(Request(op, args, fds, lambda reply: self._answer(conn, reply),
-                                   self.error_reply))
+                                   self.error_reply, conn.peer))
         except Exception as exc:
             return self.error_reply(op, exc)
 
@@ -203,6 +206,16 @@ class Server:
         self.selector.unregister(conn.sock)
         self._conn_of.pop(fd, None)
         conn.sock.close()
+
+
+def _peer(sock: socket.socket) -> str:
+    """The client's pid and uid, as the kernel tells them (for timelines)."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return "socket"
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return f"socket pid {pid} uid {uid}"
 
 
 def _close_fds(fds: list[int]) -> None:

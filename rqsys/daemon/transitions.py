@@ -103,7 +103,8 @@ class Transitions:
     def load(self) -> None:
         """At start: recovery (run → que, in the store), que/ into memory, the counts."""
         for msg_id in self.store.recover():
-            self.log.event("recovered", "was running at the last stop; requeued", msg_id)
+            self.log.event("recovered", "was running at the last stop; requeued", msg_id,
+                           RQ_STATE="que")
         snapshot = self.store.take_que_snapshot()
         if snapshot is not None:
             for msg_id, msg in snapshot.items():
@@ -120,7 +121,8 @@ class Transitions:
             self.schedule.add(msg_id, msg)
             return
         # que → err: a message nobody can read cannot run
-        self.log.event("err", f"unreadable queued message moved to err: {msg}", msg_id)
+        self.log.event("err", f"unreadable queued message moved to err: {msg}", msg_id,
+                       RQ_STATE="que")
         self.store.write_status("que", msg_id, f"unreadable message: {msg}")
         self._move(msg_id, "que", "err")
 
@@ -137,7 +139,8 @@ class Transitions:
                 self._counts["prep"] += 1
             else:
                 self.schedule.add(staged.msg_id, staged.msg)
-            self.log.event("created", f"in {state}", staged.msg_id)
+            self.log.event("created", f"in {state}", staged.msg_id, RQ_STATE=state,
+                           RQ_BY=staged.origin)
 
     def commit(self, msg_id: str, done: Done) -> None:
         """prep → que; ``done`` is called once the move is durable."""
@@ -145,6 +148,7 @@ class Transitions:
         if state != "prep":
             raise BadRequest(f"message {msg_id} is in {state}, not prep")
         self._move(msg_id, "prep", "que")
+        self.log.record("committed", msg_id, RQ_STATE="que")
         self._counts["prep"] -= 1
         self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
         dirs = [self.store.state_dir("prep"), self.store.state_dir("que")]
@@ -183,7 +187,8 @@ class Transitions:
         riders = self.schedule.take_coalesced(msg)
         if riders:
             self._riders[msg_id] = (url, riders)
-            self.log.event("coalesced", f"{len(riders)} queued message(s) ride along", msg_id)
+            self.log.event("coalesced", f"{len(riders)} queued message(s) ride along", msg_id,
+                           RQ_STATE="run", RQ_RIDERS=[rider for rider, _msg in riders])
 
     def unstart(self, msg_id: str, queued: Msg, why: str) -> None:
         """run → que: its script could not be started; it waits as it was."""
@@ -219,7 +224,7 @@ class Transitions:
         self.store.write_count("que", msg_id, int(msg.get("count", 0)))
         self._move(msg_id, "que", state)
         self._counts[state] += 1
-        self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0))
+        self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE=state)
         return [(msg_id, msg, outcome)]
 
     def _settle(self, msg_id: str, msg: Msg, outcome: Outcome,
@@ -239,7 +244,9 @@ class Transitions:
         self.store.write_count("run", msg_id, msg["count"])
         self._move(msg_id, "run", outcome.state)
         self._counts[outcome.state] += 1
-        self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"])
+        self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
+                       RQ_STATE=outcome.state,
+                       **({"RQ_KIND": outcome.kind} if outcome.kind else {}))
         return [(msg_id, msg, outcome)]
 
     def _requeue(self, msg_id: str, msg: Msg, outcome: Outcome) -> None:
@@ -254,7 +261,8 @@ class Transitions:
             self._move(msg_id, "run", "que")
             self.schedule.add(msg_id, msg)
             self.log.event("retry" if outcome.kind == "retry" else "resend", outcome.text,
-                           msg_id, RQ_COUNT=msg.get("count", 0))
+                           msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE="que",
+                           RQ_DUE=msg["due"])
             self._free(msg_id)
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)
@@ -272,6 +280,7 @@ class Transitions:
 
         def rescheduled(_result: Any, error: BaseException | None) -> None:
             self.schedule.add(msg_id, msg)
+            self.log.record("run_now", msg_id, RQ_STATE="que")
             done(error)
             self._free(msg_id)
 

@@ -41,6 +41,7 @@ class Staged:
     tmp: str
     msg: dict[str, Any]
     attached: bool = False
+    origin: str = ""  # who made it, for its timeline: "socket pid 12 uid 0", "http ::1", ...
 
     def attach_dir(self) -> Path:
         """Make the staged message's ``attach/`` directory."""

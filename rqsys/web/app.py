@@ -22,7 +22,18 @@ from rqsys import config
 from rqsys.errors import RQError
 from rqsys.store import Layout
 from rqsys.systemd import Notifier, listen_sockets
-from rqsys.web import answers, auth, csrf, listen, messages, openapi, pages, paths, queues
+from rqsys.web import (
+    answers,
+    auth,
+    csrf,
+    listen,
+    messages,
+    metrics,
+    openapi,
+    pages,
+    paths,
+    queues,
+)
 from rqsys.web.context import Resource, Web
 from rqsys.web.logs import LogFile, Tail
 from rqsys.web.pool import ClientPool
@@ -69,6 +80,8 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}", queues.QueueResource(web), {}),
         (q + "/{name}/config.json", queues.QueueConfig(web), {}),
         (q + "/{name}/done.json", queues.DoneList(web), {}),
+        (q + "/{name}/stats.json", metrics.QueueStatsJSON(web), {}),
+        (web.path("metrics"), metrics.Metrics(web), {}),
         (q + "/{name}/new_message", queues.NewMessage(web), {}),
         (q + "/{name}/adminoper", queues.AdminOper(web), {}),
         (q + "/{name}/{mid}", messages.MessageResource(web), {}),

@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl
 
 import falcon
 
+from rqsys import timeline
 from rqsys.errors import BadRequest, NotFound
 from rqsys.store import check_attach_name
 from rqsys.web import body, logs, pages, upload
@@ -25,9 +26,11 @@ def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
     got = web.call(queue, "get", msg_id=msg_id)
     attachments = {name: {k: v for k, v in info.items() if k != "path"}
                    for name, info in got["attachments"].items()}
+    times = {key: got.get(key) for key in timeline.TIME_FIELDS}
     return dict(got["msg"], msg_id=msg_id, url=web.msg_url(queue, msg_id), state=got["state"],
                 status=rq_status_text(got["state"], got["status"]),
-                status_text=got["status"], _attachments=attachments)
+                status_text=got["status"], _attachments=attachments, **times,
+                _timeline=got.get("timeline", []))
 
 
 def rq_status_text(state: str, text: str) -> str:

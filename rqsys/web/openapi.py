@@ -44,12 +44,22 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                             "description": "among due messages, smaller runs first"},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
+TIMES = {"created_at": "Unix time it was created", "started_at": "its last run started",
+         "ended_at": "it ended (done, err or relayed)",
+         "wait_s": "seconds from created (or due, if later) to its first start",
+         "run_s": "seconds its last run took"}
 MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_attachments"],
                 "properties": {
                     "msg_id": {"type": "string"}, "url": {"type": "string"},
                     "state": {"enum": STATES},
                     "status": {"type": "string", "description": "RQ's '<state> - <text>'"},
                     "status_text": {"type": "string", "description": "the script's last words"},
+                    **{key: {"type": ["number", "null"], "description": why}
+                       for key, why in TIMES.items()},
+                    "_timeline": {"type": "array", "items": {
+                        "type": "object", "required": ["t", "ev"],
+                        "properties": {"t": {"type": "number"}, "ev": {"type": "string"}}},
+                        "description": "the newest events of the message's timeline"},
                     "_attachments": {"type": "object", "additionalProperties": {
                         "type": "object", "required": ["md5", "size"],
                         "properties": {"md5": {"type": "string"},
@@ -65,6 +75,22 @@ SUMMARY = {"type": "object", "required": ["status"],
                           "num_workers": {"type": "integer"},
                           "counts": {"type": "object",
                                      "additionalProperties": {"type": "integer"}}}}
+WINDOW_TIMES = {"type": "object", "properties": {
+    q: {"type": ["number", "null"]} for q in ("p50", "p95", "p99")}}
+STATS = {"type": "object", "required": ["totals", "hist", "windows", "days", "counts"],
+         "properties": {
+             "totals": {"type": "object", "additionalProperties": {"type": "integer"}},
+             "hist": {"type": "object", "additionalProperties": {
+                 "type": "array", "items": {"type": "integer"}}},
+             "bounds": {"type": "array", "items": {"type": "number"}},
+             "windows": {"type": "object", "additionalProperties": {
+                 "type": "object", "properties": {
+                     "throughput_per_s": {"type": "number"},
+                     "wait": WINDOW_TIMES, "run": WINDOW_TIMES}}},
+             "days": {"type": "object", "additionalProperties": {"type": "object"}},
+             "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+             "starts": {"type": "integer"},
+             "oldest_queued_s": {"type": ["number", "null"]}}}
 FORM_POST: dict[str, Any] = {"type": "object", "properties": {
     "back": {"type": "string", "pattern": "^/[a-z]"}, "x_format": {"enum": ["json", "html"]}}}
 
@@ -137,7 +163,16 @@ def _new_queue_form() -> dict[str, Any]:
 
 
 def _paths() -> dict[str, Any]:
-    return {**_queue_paths(), **_message_paths()}
+    return {**_queue_paths(), **_message_paths(), **_observe_paths()}
+
+
+def _observe_paths() -> dict[str, Any]:
+    return {
+        "/metrics": _get([], TEXT, "Prometheus metrics of every queue (text format 0.0.4)",
+                         "text/plain"),
+        "/q/{name}/stats.json": _get([QUEUE], STATS, "A queue's statistics: totals, "
+                                     "histograms, last hour/day/week, per day"),
+    }
 
 
 def _queue_paths() -> dict[str, Any]:

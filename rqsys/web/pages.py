@@ -7,10 +7,10 @@ from typing import Any
 
 import falcon
 
-from rqsys import config
+from rqsys import config, timeline
 from rqsys.errors import ConfigError, NotFound, RQError, StoreError
 from rqsys.store import STATES
-from rqsys.web import logs
+from rqsys.web import logs, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import badge, e, link, page, post_button, query, table
 
@@ -122,8 +122,10 @@ def _message_table(web: Web, name: str, state: str, ids: list[str]) -> str:
         msg = _read(web, name, state, msg_id)
         rows.append([link(web.msg_path(name, msg_id), msg_id), e(msg.get("param1", "")),
                      e(msg.get("param2", "")), e(msg.get("count", "")),
-                     e(store.read_status(state, msg_id))])
-    return table(["Message", "param1", "param2", "count", "Status"], rows)
+                     e(store.read_status(state, msg_id)),
+                     *timeshtml.row_times(store.msg_dir(state, msg_id), msg)])
+    return table(["Message", "param1", "param2", "count", "Status", *timeshtml.TIME_COLUMNS],
+                 rows)
 
 
 def _pager(web: Web, name: str, state: str, offset: int, total: int, text: str) -> str:
@@ -144,12 +146,13 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
                  msg: dict[str, Any]) -> None:
     msg_id, state = msg["msg_id"], msg["state"]
     fields = [[e(k), f"<code>{e(json.dumps(v))}</code>"] for k, v in sorted(msg.items())
-              if k not in ("_attachments", "status", "status_text", "state")]
+              if k not in ("_attachments", "status", "status_text", "state", "_timeline",
+                           *timeline.TIME_FIELDS)]
     body = (f'<h1>Message <span class="mono">{e(msg_id)}</span> '
             f'<span id="msg-state" class="badge {e(state)}">{e(state)}</span></h1>'
             f'<p>Status: <span class="mono" id="msg-status">{e(msg.get("status", ""))}</span></p>'
             + _message_actions(web, queue, msg_id, state)
-            + "<h2>Fields</h2>" + table(["Field", "Value"], fields)
+            + "<h2>Fields</h2>" + table(["Field", "Value"], fields) + timeshtml.section(msg)
             + _attachments(web, queue, msg_id, msg["_attachments"])
             + _logs(web, queue, msg_id, state))
     crumbs = [(web.queue_path(queue), queue), (web.msg_path(queue, msg_id), msg_id)]

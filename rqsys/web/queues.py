@@ -165,7 +165,8 @@ class NewMessage(Resource):
         msg, method = split_method(body.message_from(params, pairs), outer)
         if method not in CREATE_METHODS:
             raise BadRequest(f"_method must be commit, prep or single_que, not {method!r:.40}")
-        got = self.web.call(name, "create", msg=msg, **CREATE_METHODS[method])
+        got = self.web.call(name, "create", msg=msg, by=f"http {req.remote_addr}",
+                            **CREATE_METHODS[method])
         if got.get("duplicate"):  # RQ's answer stays ["ok", url]: the flag is a header
             resp.set_header(DUPLICATE_HEADER, "true")
         ok(req, resp, self.web.msg_url(name, got["msg_id"]), params,

@@ -1,0 +1,138 @@
+"""A message's timeline: one JSON line per event, appended to ``<msg dir>/timeline``.
+
+The daemon's ``EventLog`` feeds :class:`Timeline` (a sink) every event of
+a message, with ``RQ_STATE`` naming the state directory the message is in
+when the event is told.  Lines are appended with one ``write(2)`` on an
+``O_APPEND`` file and never fsynced: the loop does not wait for the disk on
+the hot path.  They survive a crash of the daemon (the kernel has them),
+but a power cut can lose the lines of the last seconds (until writeback):
+the message's state and status stay durable as before, and the timeline is
+its history, not its truth.  Times are Unix seconds (UTC), rounded to ms.
+
+:func:`times` reads a timeline back into the ``created_at``, ``started_at``,
+``ended_at``, ``wait_s`` and ``run_s`` of the message JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+FILE = "timeline"
+ENDS = ("done", "err", "relayed")
+# the events a timeline keeps (``deleted``: the message is gone, nothing to write to)
+KINDS = frozenset({"created", "started", "status", "exit", "resend", "recovered",
+                   "coalesced", "committed", "run_now", "destroy", "retry", "timeout",
+                   *ENDS})
+MAX_TEXT = 2000  # a status text is cut here in the timeline (the status file has it whole)
+TIME_FIELDS = ("created_at", "started_at", "ended_at", "wait_s", "run_s")
+
+
+class Timeline:
+    """The sink that appends a message's events to its directory."""
+
+    def __init__(self, msg_dir: Any, host: str | None = None) -> None:
+        self._msg_dir = msg_dir  # (state, msg_id) -> its directory (QueueView.msg_dir)
+        self.host = host or socket.gethostname()
+        self.failed = 0  # lines not written (the message had gone, a full disk)
+
+    def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
+        state = fields.get("RQ_STATE")
+        if not msg_id or kind not in KINDS or not state:
+            return
+        line: dict[str, Any] = {"t": round(time.time(), 3), "ev": kind}
+        line.update(_plain(fields))
+        if text:
+            line["text"] = text[:MAX_TEXT]
+        if kind == "started":
+            line["host"] = self.host
+        try:
+            append(Path(self._msg_dir(state, msg_id)) / FILE, line)
+        except OSError:
+            self.failed += 1
+
+
+def _plain(fields: dict[str, Any]) -> dict[str, Any]:
+    """Journal field names as timeline keys: ``RQ_EXIT_STATUS`` → ``exit_status``."""
+    out = {}
+    for key, value in fields.items():
+        name = key.lower()
+        name = name[3:] if name.startswith("rq_") else name
+        out[name] = value
+    return out
+
+
+def append(path: Path, line: dict[str, Any]) -> None:
+    """One line, one write(2), no fsync (see the module's docstring)."""
+    data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read(msg_dir: Path) -> list[dict[str, Any]]:
+    """A message's timeline, oldest first ([] when it has none); a torn last
+    line (a crash mid-write) is skipped."""
+    try:
+        raw = (msg_dir / FILE).read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    events = []
+    for text in raw.splitlines():
+        try:
+            item = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            events.append(item)
+    return events
+
+
+def times(events: list[dict[str, Any]], due: float = 0.0) -> dict[str, float | None]:
+    """``created_at``, ``started_at`` (the last run), ``ended_at``, ``wait_s``
+    (from created, or the due time if later, to the first start) and
+    ``run_s`` (the last run), from a timeline; None where it does not tell."""
+    out: dict[str, float | None] = dict.fromkeys(TIME_FIELDS)
+    first_start = None
+    for item in events:
+        ev, at = item.get("ev"), item.get("t")
+        if ev == "created" and out["created_at"] is None:
+            out["created_at"] = at
+        elif ev == "started":
+            out["started_at"], out["ended_at"], out["run_s"] = at, None, None
+            first_start = at if first_start is None else first_start
+        elif ev == "exit":
+            out["run_s"] = item.get("run_s")
+        elif ev in ENDS:
+            out["ended_at"] = at
+    created = out["created_at"]
+    if created is not None and first_start is not None:
+        out["wait_s"] = round(max(0.0, first_start - max(created, due or 0.0)), 3)
+    return out
+
+
+def exit_fields(wait_status: int, usage: Any, run_s: float | None) -> dict[str, Any]:
+    """The ``exit`` event's fields: how the script ended and what it used
+    (``usage``: ``os.wait4``'s rusage, or None)."""
+    fields: dict[str, Any] = {"RQ_STATE": "run"}
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        fields["RQ_SIGNAL"] = signal.Signals(sig).name if sig in _SIGNALS else str(sig)
+    else:
+        fields["RQ_EXIT_STATUS"] = os.waitstatus_to_exitcode(wait_status)
+    if run_s is not None:
+        fields["RQ_RUN_S"] = round(run_s, 3)
+    if usage is not None:
+        fields.update(RQ_UTIME_S=round(usage.ru_utime, 3), RQ_STIME_S=round(usage.ru_stime, 3),
+                      RQ_MAXRSS_KB=usage.ru_maxrss)
+    return fields
+
+
+_SIGNALS = {s.value for s in signal.Signals}

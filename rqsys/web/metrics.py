@@ -1,0 +1,155 @@
+"""``GET /metrics`` (Prometheus, through prometheus-client) and ``GET /q/<q>/stats.json``.
+
+Each scrape asks every queue's daemon for its ``stats`` (O(1) there, but
+for the oldest queued message's age: O(que)) and renders them with a
+collector of its own; nothing is kept in the web process.  The totals are
+the daemon's, which keeps them across restarts (``rqsys.statsfile``), so a
+counter does not go backwards when a daemon or the web restarts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import falcon
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from rqsys.errors import NotFound, Unavailable
+from rqsys.store import ADMIN_STATES, STATES, check_queue_name
+from rqsys.web.context import Resource, Web
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+ENDED = ("done", "err", "relayed")
+
+
+class Metrics(Resource):
+    """``/metrics``: every queue's numbers in Prometheus' text format."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(QueuesCollector(self.web))
+        resp.content_type = CONTENT_TYPE
+        resp.data = generate_latest(registry)
+
+
+class QueueStatsJSON(Resource):
+    """``/q/<q>/stats.json``: the queue daemon's ``stats`` answer."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        check_queue_name(name)
+        if not self.web.layout.queue_dir(name).is_dir():
+            raise NotFound(f"no queue named {name}")
+        got = dict(self.web.call(name, "stats"))
+        got.pop("ok", None)
+        resp.media = got
+
+
+class QueuesCollector:
+    """A prometheus-client collector over the queue daemons' ``stats`` answers."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def collect(self) -> Iterator[Metric]:
+        answers = {name: self._ask(name) for name in self.web.layout.queue_names()}
+        up = GaugeMetricFamily("rqsys_queue_up", "1 when the queue daemon answered",
+                               labels=["queue"])
+        for name, got in answers.items():
+            up.add_metric([name], 1.0 if got else 0.0)
+        yield up
+        reached = {name: got for name, got in answers.items() if got}
+        yield from _now(reached)
+        yield from _totals(reached)
+        yield from _histograms(reached)
+        yield from _health(reached)
+
+    def _ask(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.web.call(name, "stats")
+        except Unavailable:
+            return None
+
+
+def _now(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    depth = GaugeMetricFamily("rqsys_queue_messages", "messages in each state",
+                              labels=["queue", "state"])
+    flight = GaugeMetricFamily("rqsys_queue_in_flight", "scripts running now",
+                               labels=["queue"])
+    workers = GaugeMetricFamily("rqsys_queue_workers", "num_workers", labels=["queue"])
+    admin = GaugeMetricFamily("rqsys_queue_admin_state", "1 for the admin state it is in",
+                              labels=["queue", "admin_state"])
+    oldest = GaugeMetricFamily("rqsys_queue_oldest_queued_age_seconds",
+                               "age of the oldest queued message (0 when none)",
+                               labels=["queue"])
+    for name, got in answers.items():
+        for state in STATES:
+            depth.add_metric([name, state], got["counts"].get(state, 0))
+        flight.add_metric([name], got["counts"].get("run", 0))
+        workers.add_metric([name], got["num_workers"])
+        for state in ADMIN_STATES:
+            admin.add_metric([name, state], 1.0 if got["admin"] == state else 0.0)
+        oldest.add_metric([name], got["oldest_queued_s"] or 0.0)
+    yield from (depth, flight, workers, admin, oldest)
+
+
+def _totals(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    created = CounterMetricFamily("rqsys_messages_created", "messages created",
+                                  labels=["queue"])
+    ended = CounterMetricFamily("rqsys_messages_ended", "messages ended, by state",
+                                labels=["queue", "state"])
+    resent = CounterMetricFamily("rqsys_messages_resent", "runs that ended in a resend",
+                                 labels=["queue"])
+    retried = CounterMetricFamily("rqsys_messages_retried", "failed runs retried "
+                                  "automatically (the queue's retry)", labels=["queue"])
+    for name, got in answers.items():
+        created.add_metric([name], got["totals"]["created"])
+        for state in ENDED:
+            ended.add_metric([name, state], got["totals"][state])
+        resent.add_metric([name], got["totals"]["resend"])
+        retried.add_metric([name], got["totals"].get("retry", 0))
+    yield from (created, ended, resent, retried)
+
+
+def _histograms(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    for what, doc in (("wait", "seconds from created (or due) to the first start"),
+                      ("run", "seconds each run took")):
+        family = HistogramMetricFamily(f"rqsys_message_{what}_seconds", doc,
+                                       labels=["queue"])
+        for name, got in answers.items():
+            family.add_metric([name], _buckets(got["bounds"], got["hist"][what]),
+                              sum_value=got["sums"][what])
+        yield family
+
+
+def _buckets(bounds: list[float], counts: list[int]) -> list[tuple[str, float]]:
+    """The daemon's per-bucket counts as Prometheus' cumulative ``le`` buckets."""
+    out, seen = [], 0
+    for bound, count in zip([*bounds, math.inf], counts, strict=True):
+        seen += count
+        out.append(("+Inf" if bound == math.inf else repr(bound), float(seen)))
+    return out
+
+
+def _health(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    starts = CounterMetricFamily("rqsys_queue_daemon_starts",
+                                 "queue daemon starts (restarts are this minus one)",
+                                 labels=["queue"])
+    uptime = GaugeMetricFamily("rqsys_queue_daemon_uptime_seconds",
+                               "seconds since the daemon started", labels=["queue"])
+    fsync = GaugeMetricFamily("rqsys_queue_fsync_seconds",
+                              "how long the last stats snapshot's write and fsyncs took",
+                              labels=["queue"])
+    for name, got in answers.items():
+        starts.add_metric([name], got["starts"])
+        uptime.add_metric([name], got["uptime_s"])
+        if got.get("fsync_s") is not None:
+            fsync.add_metric([name], got["fsync_s"])
+    yield from (starts, uptime, fsync)
