@@ -59,6 +59,7 @@ py.buildPythonApplication {
       py.argon2-cffi
       py.croniter
       py.prometheus-client
+      py.jeepney
       py.systemd
     ]
     ++ lib.optionals needsAsyncore [ py.pyasyncore ];

@@ -16,6 +16,7 @@ let
     "argon2-cffi"
     "croniter"
     "prometheus-client"
+    "jeepney"
     "systemd"
     "pyasyncore"
   ];

@@ -17,12 +17,13 @@ import signal
 import time
 from typing import Any
 
-from rqsys import config, limits, timeline, tunables
+from rqsys import config, limits, limits_render, timeline, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
+from rqsys.daemon.runlimits import Run, RunLimits, explain
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.events import EventLog
@@ -56,11 +57,14 @@ class Runner:
         self._pid = os.getpid()  # the spawn helper checks its child's parent against it
         self.children = Children(selector, self._on_lines, self._on_exit)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
+        self.limits = RunLimits(ctx, outbound.background, log)
+        self.limits.recover()
 
     # ------------------------------------------------------------ starting
     def can_start(self) -> bool:
-        return (self.ctx.admin == "UP" and not self.ctx.stopping
-                and len(self.workers) < self.ctx.config["num_workers"] and self._script_ready())
+        return (self.ctx.admin == "UP" and not self.ctx.stopping and self.limits.ready
+                and len(self.workers) + self.limits.ending < self.ctx.config["num_workers"]
+                and self._script_ready())
 
     def next_wait(self) -> float | None:
         """Seconds until a script may start or one must be stopped (its
@@ -116,8 +120,10 @@ class Runner:
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
         out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
         run = self._run_env(msg_id, msg, argv[-1], job)
+        limits = self.limits.for_message(msg)
         try:
-            child = spawn(argv, path, self._c_environ().strings(run), job, out, self._pid)
+            program, words = self.limits.gated(path, argv) if limits else (path, argv)
+            child = spawn(words, program, self._c_environ().strings(run), job, out, self._pid)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self._queue_env(), **run}, argv)
@@ -132,6 +138,8 @@ class Runner:
         self.children.watch(worker)
         if left is not None:
             self._arm_timeout(worker, left)
+        if limits:
+            self._limit(worker, limits)
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"], RQ_STATE="run", RQ_PID=child.pid,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
@@ -285,7 +293,16 @@ class Runner:
         del self.workers[worker.msg_id]
         self.log.record("exit", worker.msg_id, **timeline.exit_fields(
             wait_status, worker.rusage, time.time() - worker.started))
+        if self.limits.tracks(worker.msg_id):
+            self.limits.finish(worker, lambda run: self._end(worker, wait_status, run))
+            return
+        self._end(worker, wait_status)
+
+    def _end(self, worker: Worker, wait_status: int, run: Run | None = None) -> None:
+        """The message ends (a limited run's once everything it started is gone)."""
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
+        if run is not None:
+            outcome = explain(run, outcome)
         self._conclude(worker.msg_id, worker.msg, outcome, worker.on_disk, worker)
 
     def _conclude(self, msg_id: str, msg: Msg, outcome: Outcome, on_disk: str | None,
@@ -305,12 +322,20 @@ class Runner:
         self.store.write_started(worker.msg_id, worker.started)  # for recovery: the time used
         self.deadlines.after(seconds, lambda: self._time_out(worker))
 
-    def _time_out(self, worker: Worker) -> None:
+    def _limit(self, worker: Worker, limits: dict[str, Any]) -> None:
+        """Hold a run's limits; its runtime_max is a timeout of its own."""
+        self.limits.started(worker, limits)
+        if "runtime_max" in limits:
+            seconds = float(limits["runtime_max"])
+            text = f"killed: runtime limit {limits_render.runtime_text(seconds)}"
+            self.deadlines.after(seconds, lambda: self._time_out(worker, text))
+
+    def _time_out(self, worker: Worker, text: str = "") -> None:
         """TERM the script's whole process group, KILL it after stop_grace."""
         if self.workers.get(worker.msg_id) is not worker or worker.stop_reason:
             return  # ended, destroyed, or the daemon is stopping it anyway
         worker.stop_reason = "timeout"
-        worker.stop_text = timed_out_text(worker.msg, self.ctx.config)
+        worker.stop_text = text or timed_out_text(worker.msg, self.ctx.config)
         self.log.event("timeout", f"{worker.stop_text}: SIGTERM to its process group",
                        worker.msg_id, RQ_STATE="run")
         worker.child.signal_group(signal.SIGTERM)

@@ -1,0 +1,89 @@
+"""What per-run limits cost (issue 18): drain rate with and without them, same run.
+
+Two queues with the same no-op script and 2 workers: ``free`` (no limits)
+and ``limited`` (``message_limits``: runtime_max and memory_max), drained
+alternately (gate, queue N, release), each figure the median of ROUNDS.
+Here, without systemd, a limited run costs the gate (an ``sh`` exec) and a
+``prlimit``; with ``--systemd`` the same bench runs as root inside a booted
+container (tests/nspawn.py), where each limited run also costs a transient
+scope made and stopped over D-Bus.  ``free`` must not move: a queue without
+limits pays nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+from bench_drain import rqsys_drain
+from bench_queue import Daemon, make_queue, report
+from scratch import make_scratch
+
+from rqsys import scopes
+from rqsys.store import Layout
+
+N = 300
+ROUNDS = 3
+LIMITS = {"runtime_max": 600, "memory_max": "1G"}
+HERE = Path(__file__).resolve().parent
+
+
+def drain_both(layout: Layout) -> dict[str, float]:
+    """Median msgs/s of each queue, drained in turn."""
+    make_queue(layout, "free", "echo done >&3", num_workers=2)
+    make_queue(layout, "limited", "echo done >&3", num_workers=2, message_limits=LIMITS)
+    daemons = {name: Daemon(layout, name) for name in ("free", "limited")}
+    rates: dict[str, list[float]] = {name: [] for name in daemons}
+    try:
+        for name, daemon in daemons.items():
+            rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches, the bus
+        for _ in range(ROUNDS):
+            for name, daemon in daemons.items():
+                rates[name].append(rqsys_drain(daemon, layout, name, N)["rate"])
+    finally:
+        for daemon in daemons.values():
+            daemon.stop()
+    return {name: statistics.median(got) for name, got in rates.items()}
+
+
+def run_here() -> int:
+    scratch = make_scratch("limits-")
+    layout = Layout(scratch / "root", scratch / "root" / "sock")
+    layout.make_dirs()
+    layout.socket_dir.mkdir()
+    try:
+        rates = drain_both(layout)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    how = "transient scope over D-Bus" if scopes.available() else "gate + prlimit, no systemd"
+    free, limited = rates["free"], rates["limited"]
+    report("drain, 2 workers, no limits", f"{free:8.0f} msgs/s")
+    report(f"drain, 2 workers, message_limits ({how})",
+           f"{limited:8.0f} msgs/s ({limited / free:.0%}; {1e6 / limited - 1e6 / free:.0f} us "
+           "more per message)")
+    return 0
+
+
+def run_in_container() -> int:
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from nspawn import Container, can_boot
+
+    reason = can_boot()
+    if reason:
+        print(f"--systemd: {reason}")
+        return 1
+    box = Container()
+    try:
+        box.boot()
+        done = box.run("env", f"BENCH_DIR={HERE.parent}/.bench-tmp", sys.executable,
+                       str(Path(__file__)), check=False, timeout=600)
+        print(done.stdout + done.stderr[-2000:], end="")
+        return done.returncode
+    finally:
+        box.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(run_in_container() if sys.argv[1:] == ["--systemd"] else run_here())

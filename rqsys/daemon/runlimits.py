@@ -1,0 +1,181 @@
+"""Per-run limits: a scope (or rlimits), and the truth about how a limited run ended.
+
+Only a run with limits comes here; a queue without them pays one dict
+look-up a start.  Such a run is started through a gate (``sh`` waiting for
+one line on fd 4) so that nothing it does happens before its limits hold:
+under systemd the gate opens once the run's pid is in its transient scope
+(made on the ``scopes`` lane: the loop never waits on D-Bus); without
+systemd, or when systemd refuses, at once, after ``prlimit`` (RLIMIT_AS for
+memory_max) — said once in the log.  (``runtime_max`` is a timeout of the
+runner's.)  At the end the scope is stopped first (everything the script
+left behind dies) and the message ends only then, with ``killed: out of
+memory (limit 2G)`` when that is what happened.  Peak memory and CPU time
+(``wait4``) are in the timeline's ``exit`` event of every run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rqsys import limits_render, scopes
+from rqsys.background import Background
+from rqsys.daemon.context import QueueContext
+from rqsys.events import EventLog
+from rqsys.worker import Outcome, Worker
+
+LANE = "scopes"
+GATE = 'read -r _ <&4 && exec "$@"'  # the script starts once the daemon writes a line
+
+
+@dataclass
+class Run:
+    """A limited run's state beside its Worker."""
+
+    worker: Worker
+    limits: dict[str, Any]
+    scope: str = ""
+    rlimit_memory: bool = False
+    oom: bool = False  # the scope's Result said oom-kill
+
+
+class RunLimits:
+    """The limited runs of one queue daemon."""
+
+    def __init__(self, ctx: QueueContext, background: Background, log: EventLog) -> None:
+        self.ctx, self.queue, self.background, self.log = ctx, ctx.name, background, log
+        self.systemd = scopes.Systemd() if scopes.available() else None
+        self.runs: dict[str, Run] = {}
+        self.ending = 0  # runs ended whose scope is still being stopped
+        self.ready = self.systemd is None  # under systemd: once old scopes are stopped
+        self._said: set[str] = set()
+        self._memory_controlled: bool | None = None
+
+    # ------------------------------------------------------------ start-up
+    def recover(self) -> None:
+        """Stop the scopes a previous daemon left (their messages are back in que)."""
+        if self.systemd is None:
+            return
+        prefix = scopes.scope_prefix(self.queue)
+        self.background.submit(lambda: self.systemd.stop_all(prefix) if self.systemd else [],
+                               self._recovered, LANE)
+
+    def _recovered(self, names: Any, error: BaseException | None) -> None:
+        self.ready = True
+        if error is not None:
+            self._say_once("systemd", f"scopes not used: {error}; rlimits instead")
+            self.systemd = None
+        elif names:
+            self.log.event("daemon", f"stopped {len(names)} scope(s) left by the last run: "
+                           + ", ".join(names))
+
+    # ------------------------------------------------------------ starting
+    def for_message(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The run limits of ``msg`` (empty for most queues)."""
+        queue_limits = self.ctx.config.get("message_limits")
+        return limits_render.run_limits(queue_limits, msg.get("limits")) \
+            if queue_limits or msg.get("limits") else {}
+
+    @staticmethod
+    def gated(path: str, argv: list[str]) -> tuple[str, list[str]]:
+        """The gate's program and argv around the script's."""
+        return "/bin/sh", ["sh", "-c", GATE, "rq-gate", path, *argv[1:]]
+
+    def started(self, worker: Worker, limits: dict[str, Any]) -> None:
+        """A gated run has started: hold its limits, then open its gate."""
+        run = self.runs[worker.msg_id] = Run(worker, limits)
+        if self.systemd is None:
+            self._open(run, rlimits=True)
+            return
+        run.scope = scopes.scope_name(self.queue, worker.msg_id)
+        props = scopes.properties(worker.child.pid, limits, self.ctx.config["stop_grace"])
+        self.background.submit(lambda: self._make_scope(run, props),
+                               lambda _r, error: self._scoped(run, error), LANE)
+
+    def _make_scope(self, run: Run, props: list[tuple[str, Any]]) -> None:
+        """On the lane: the scope, and whether its memory limit can hold."""
+        assert self.systemd is not None
+        self.systemd.start(run.scope, props)
+        if "memory_max" in run.limits and self._memory_controlled is None:
+            self._memory_controlled = self.systemd.memory_controlled(run.scope)
+
+    def _scoped(self, run: Run, error: BaseException | None) -> None:
+        if error is not None:
+            self._say_once("systemd", f"no scope for runs ({error}): rlimits and the "
+                           "daemon's timer instead")
+            self.systemd, run.scope = None, ""
+        elif "memory_max" in run.limits and self._memory_controlled is False:
+            self._say_once("memory", "systemd has no memory controller here (cgroup v1 "
+                           "mounted read-only?): memory_max is held by RLIMIT_AS instead")
+        rlimits = error is not None or self._memory_controlled is False
+        self._open(run, rlimits=rlimits)
+
+    def _open(self, run: Run, rlimits: bool) -> None:
+        """Apply the rlimits (when they stand in for systemd) and open the gate."""
+        child = run.worker.child
+        if rlimits and "memory_max" in run.limits:
+            run.rlimit_memory = self._prlimit(child.pid, limits_render.size_bytes(
+                run.limits["memory_max"]))
+        if rlimits and self.systemd is None:
+            self._say_once("fallback", "runs are limited without systemd: memory_max by "
+                           "RLIMIT_AS, runtime_max by the daemon's timer; cpu_quota and "
+                           "tasks_max are not held")
+        if run.worker.msg_id in self.runs and child.reply_w not in child.closed:
+            with contextlib.suppress(OSError):  # the gate has died (the run was killed)
+                os.write(child.reply_w, b"\n")
+
+    def _prlimit(self, pid: int, size: int) -> bool:
+        try:
+            resource.prlimit(pid, resource.RLIMIT_AS, (size, size))
+        except OSError as exc:  # a seccomp filter without @resources, say
+            self._say_once("prlimit", f"cannot set RLIMIT_AS on runs: {exc}")
+            return False
+        return True
+
+    def _say_once(self, key: str, text: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            self.log.event("daemon", text)
+
+    # ------------------------------------------------------------ ending
+    def tracks(self, msg_id: str) -> bool:
+        return msg_id in self.runs
+
+    def finish(self, worker: Worker, then: Callable[[Run], None]) -> None:
+        """The run's script has ended: stop its scope, then ``then(run)`` (the
+        run with what ended it, for :func:`explain`)."""
+        run = self.runs.pop(worker.msg_id)
+        if not run.scope or self.systemd is None:
+            then(run)
+            return
+        self.ending += 1
+        systemd = self.systemd
+        self.background.submit(lambda: systemd.stop(run.scope),
+                               lambda result, error: self._stopped(run, result, error, then),
+                               LANE)
+
+    def _stopped(self, run: Run, result: Any, error: BaseException | None,
+                 then: Callable[[Run], None]) -> None:
+        self.ending -= 1
+        if error is not None:
+            self.log.event("err", f"scope {run.scope} not stopped: {error}", run.worker.msg_id)
+        elif result == "oom-kill":
+            run.oom = True
+        then(run)
+
+
+def explain(run: Run, outcome: Outcome) -> Outcome:
+    """The outcome of a limited run as it truly was."""
+    if outcome.state != "err" or outcome.kind in ("timeout", "err"):
+        return outcome  # ended well, destroyed, stopped, timed out, or said why itself
+    if run.oom:
+        return Outcome("err", "killed: out of memory ("
+                       + limits_render.describe_memory(run.limits) + ")", kind="signal")
+    if run.rlimit_memory:
+        return Outcome("err", f"{outcome.text} (memory_max {run.limits['memory_max']} is "
+                       "RLIMIT_AS here: an allocation past it fails)", kind=outcome.kind)
+    return outcome

@@ -1,0 +1,80 @@
+"""Per-run limits in embedded mode (no systemd here): a real daemon, real
+scripts, RLIMIT_AS for memory_max, the daemon's timer for runtime_max, and
+the peak memory wait4 reports.  The systemd scopes are checked in a booted
+container (tests/test_systemd_limits.py)."""
+
+from __future__ import annotations
+
+import pytest
+from daemon_util import send, settle, store_of
+
+from rqsys import scopes, timeline
+from rqsys.errors import RQError
+
+ALLOCATE = """\
+import os, sys
+size = int(os.environ["RQ_PARAM1"]) << 20
+try:
+    data = b"x" * size  # every page written: resident
+except MemoryError:
+    print("cannot allocate", size, file=sys.stderr)
+    sys.exit(3)
+with open(3, "w") as status:
+    status.write(f"done allocated {len(data)}\\n")
+"""
+
+
+def test_no_systemd_here():
+    # the fallback is what these tests check; the host has no systemd as PID 1
+    assert not scopes.available()
+
+
+def test_rlimit_stops_a_runaway_allocation_with_a_clear_reason(layout, make_queue, daemon):
+    # Given a queue whose runs may use 150M
+    make_queue("q", ALLOCATE, shebang="#!/usr/bin/env python3",
+               message_limits={"memory_max": "150M"})
+    proc = daemon("q")
+    # When one run allocates 400 MB and the next 20 MB
+    big, small = send(proc, param1="400"), send(proc, param1="20")
+    # Then the first ends in err saying the limit, and the queue goes on
+    reply = settle(proc, big, timeout=30)
+    assert reply["state"] == "err"
+    assert "exit 3" in reply["status"]
+    assert "(memory_max 150M is RLIMIT_AS here: an allocation past it fails)" in reply["status"]
+    assert settle(proc, small, timeout=30)["state"] == "done"
+    assert "runs are limited without systemd" in proc.stderr_text()
+
+
+def test_runtime_max_kills_the_run_and_says_so(layout, make_queue, daemon):
+    # Given a queue whose runs may take 60 s, and a message allowing only 0.5 s
+    make_queue("q", 'echo "run sleeping" >&3; sleep 30; echo "done" >&3',
+               message_limits={"runtime_max": 60})
+    proc = daemon("q")
+    msg_id = send(proc, limits={"runtime_max": 0.5, "memory_max": "8T"})
+    # Then it is killed at its own (tighter) limit, with that reason
+    reply = settle(proc, msg_id, timeout=20)
+    assert (reply["state"], reply["status"]) == ("err", "killed: runtime limit 0.5 s")
+    # And a message asking for more than the queue allows gets the queue's limit
+    msg = proc.call("get", msg_id=msg_id)["msg"]
+    assert msg["limits"] == {"runtime_max": 0.5, "memory_max": "8T"}
+
+
+def test_peak_memory_of_a_run_is_recorded(layout, make_queue, daemon):
+    # Given a queue with run limits, and a run allocating 200 MB
+    make_queue("q", ALLOCATE, shebang="#!/usr/bin/env python3",
+               message_limits={"memory_max": "1G"})
+    proc = daemon("q")
+    msg_id = send(proc, param1="200")
+    assert settle(proc, msg_id, timeout=30)["state"] == "done"
+    # Then its timeline's exit event says a peak within 10 % of that
+    events = timeline.read(store_of(layout, "q").msg_dir("done", msg_id))
+    [end] = [e for e in events if e["ev"] == "exit"]
+    assert abs(end["maxrss_kb"] * 1024 - (200 << 20)) <= 0.1 * (200 << 20), end
+    assert end["utime_s"] + end["stime_s"] > 0
+
+
+def test_a_bad_message_limit_is_refused_naming_the_field(layout, make_queue, daemon):
+    make_queue("q", 'echo "done" >&3')
+    proc = daemon("q")
+    with pytest.raises(RQError, match="limits/runtime_max"):
+        proc.call("create", msg={"limits": {"runtime_max": -1}})
