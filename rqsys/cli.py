@@ -188,6 +188,13 @@ def _add_msg_options(parser: argparse.ArgumentParser) -> None:
                         help="keep the key SECS seconds after its message ended")
 
 
+def cmd_timers(layout: Layout, args: argparse.Namespace) -> str:
+    from rqsys import timer_list
+
+    entries = timer_list.list_timers(layout)
+    return "\n".join([str(len(entries)), *timer_list.lines(entries)])
+
+
 RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "sendmesg": (cmd_sendmesg, "send a message (ok <full message url>)"),
     "prepmesg": (cmd_prepmesg, "create a message in prep (two-phase send)"),
@@ -203,6 +210,8 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "destroy": (cmd_destroy, "kill a running message's scripts and delete it"),
     "run_now": (cmd_run_now, "make a queued message due now"),
     "adminoper": (cmd_adminoper, "set a queue's admin state"),
+    "timers": (cmd_timers, "ok N, then one line per timer: name, schedule, next run, last "
+                           "run, last message URL and its state (tab-separated)"),
 }
 SENDING = {"sendmesg", "prepmesg", "single_que"}
 
@@ -229,6 +238,8 @@ def rq_parser() -> argparse.ArgumentParser:
         sub = verbs.add_parser(verb, help=text, description=text, parents=[_after_verb()])
         if verb in SENDING:
             _add_msg_options(sub)
+        elif verb == "timers":
+            pass
         elif verb == "adminoper":
             sub.add_argument("--queue", required=True)
             sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))

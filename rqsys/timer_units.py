@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rqsys import config, scandir
+from rqsys import config, scandir, timer_list
 from rqsys.errors import ConfigError
 from rqsys.events import EventLog
 from rqsys.schedules import on_calendar
@@ -118,4 +118,6 @@ def send_slot(layout: Layout, name: str, now: float | None = None) -> str:
         raise ConfigError(f"{path}: no slot of {timer.spec.kind} {timer.spec.expr!r} "
                           "has elapsed")
     sysconfig = config.load_system_config(layout)
-    return deliver(layout, sysconfig, timer, slot, slot_extra(timer, slot))
+    msg_id = deliver(layout, sysconfig, timer, slot, slot_extra(timer, slot))
+    timer_list.record(layout, timer, slot, msg_id)
+    return msg_id

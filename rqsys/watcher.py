@@ -30,7 +30,7 @@ from typing import Any
 
 import pyinotify  # type: ignore[import-untyped]
 
-from rqsys import config, enabler, scandir, slots, timer_units, timers
+from rqsys import config, enabler, scandir, slots, timer_list, timer_units, timers
 from rqsys.background import Background
 from rqsys.errors import ConfigError, RQError
 from rqsys.events import EventLog
@@ -40,7 +40,7 @@ from rqsys.store import QUEUE_NAME_RE, Layout
 from rqsys.systemd import Notifier
 from rqsys.watches import Settler, Watches
 
-SLOT_STATE = "timer-slots.json"  # beside timer-state.json: calendar and cron timers
+SLOT_STATE = timer_list.SLOT_STATE  # beside timer-state.json: calendar and cron timers
 
 
 class Watcher:
@@ -256,14 +256,18 @@ class Watcher:
             table.set(timer)
 
     def _send(self, timer: timers.Timer, due: float) -> str:
-        return timers.deliver(self.layout, self.sysconfig, timer, due)
+        msg_id = timers.deliver(self.layout, self.sysconfig, timer, due)
+        timer_list.record(self.layout, timer, due or time.time(), msg_id)
+        return msg_id
 
     def _steps(self, steps: list[list[str]], all_of: bool) -> None:
         assert isinstance(self.enabler, enabler.SystemdEnabler)
         self._wait_on(self.enabler.run_steps(steps, all_of))
 
     def _send_slot(self, timer: timers.Timer, due: float, extra: dict[str, Any]) -> str:
-        return timers.deliver(self.layout, self.sysconfig, timer, due, extra)
+        msg_id = timers.deliver(self.layout, self.sysconfig, timer, due, extra)
+        timer_list.record(self.layout, timer, extra["slot"], msg_id)
+        return msg_id
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> int:

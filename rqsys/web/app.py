@@ -37,6 +37,7 @@ from rqsys.web import (
 from rqsys.web.context import Resource, Web
 from rqsys.web.logs import LogFile, Tail
 from rqsys.web.pool import ClientPool
+from rqsys.web.timers import Timers
 
 THREADS = 16  # most threads wait on a queue daemon's group commit, not on the CPU
 MAX_UPLOAD = 1 << 40  # waitress spools bodies to disk; our own limits are per route
@@ -77,6 +78,8 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (web.path("q.json"), qlist, {"suffix": "json"}),
         (web.path("q.txt"), qlist, {"suffix": "txt"}),
         (web.path("new_queue"), queues.NewQueue(web), {}),
+        (web.path("timers"), Timers(web), {}),
+        (web.path("timers.json"), Timers(web), {}),
         (q + "/{name}", queues.QueueResource(web), {}),
         (q + "/{name}/config.json", queues.QueueConfig(web), {}),
         (q + "/{name}/done.json", queues.DoneList(web), {}),

@@ -91,6 +91,14 @@ STATS = {"type": "object", "required": ["totals", "hist", "windows", "days", "co
              "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
              "starts": {"type": "integer"},
              "oldest_queued_s": {"type": ["number", "null"]}}}
+WHEN = {"type": ["number", "null"], "description": "epoch seconds"}
+TIMER = {"type": "object", "required": ["name", "file"], "properties": {
+    "name": {"type": "string"}, "file": {"type": "string"},
+    "error": {"type": "string", "description": "why the file is refused"},
+    "schedule": {"type": "string"}, "dest": {"type": "string"}, "next": WHEN, "last": WHEN,
+    "last_slot": WHEN, "last_msg_id": {"type": "string"}, "last_queue": {"type": "string"},
+    "last_url": {"type": "string"},
+    "last_state": {"enum": [*STATES, "gone"]}}}
 FORM_POST: dict[str, Any] = {"type": "object", "properties": {
     "back": {"type": "string", "pattern": "^/[a-z]"}, "x_format": {"enum": ["json", "html"]}}}
 
@@ -193,6 +201,9 @@ def _queue_paths() -> dict[str, Any]:
             [QUEUE], _mesg_form(), "Create a message (mesg=<JSON>, _method inside)")),
         "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {
             "enum": list(ADMIN_OPERS)}}), "Set the admin state"),
+        "/timers.json": _get([], {"type": "array", "items": TIMER},
+                             "Timers: schedule, next and last run, last message and its state"),
+        "/timers": _get([], HTML, "Timers (HTML)", "text/html"),
         "/new_queue": _post([], _new_queue_form(), "Create a queue (allow_new_queue): RQ's "
                                            "queue[...] form fields or plain ones"),
     }

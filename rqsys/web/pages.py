@@ -34,7 +34,8 @@ def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
     body = "<h1>Queues</h1>" + (table(headers, rows, numeric=range(2, 2 + len(STATES))) if rows else
                                 '<p class="muted">No queues yet.</p>')
     unreachable = sum(row[1] == badge("?") for row in rows)
-    _render(web, resp, "Queues", [], body + _operational(unreachable))
+    timers = f'<p>{link(web.path("timers"), "Timers")}</p>'
+    _render(web, resp, "Queues", [], body + timers + _operational(unreachable))
 
 
 def _operational(unreachable: int) -> str:
