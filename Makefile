@@ -69,9 +69,10 @@ bench: install-test
 	@bash .ci/install-debs $(BENCH_DEBS)
 	$(PY) bench/run_all.py
 
-# Before/after, alternated in one run: make bench-ab BEFORE=<dir of the old checkout, made with make install>
+# Before/after, alternated in one run: make bench-ab BEFORE=<old checkout, after make install>
+# [SECTIONS="enqueue e2e"] (bench_queue.py's sections; all by default)
 bench-ab: install
-	$(PY) bench/ab.py --rounds 3 $(BEFORE) $(CURDIR)
+	$(PY) bench/ab.py --rounds 3 $(BEFORE) $(CURDIR) $(SECTIONS)
 
 deb: $(DEB)
 	@echo $(DEB)

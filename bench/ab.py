@@ -1,10 +1,12 @@
-"""Before/after figures in one run: a benchmark file of two checkouts, alternated.
+"""Before/after figures in one run: one benchmark, two builds, alternated.
 
-    python bench/ab.py [--rounds 3] [--bench bench_queue.py] BEFORE_DIR AFTER_DIR
+    python bench/ab.py [--rounds 3] [--bench bench_queue.py] BEFORE_DIR AFTER_DIR [SECTION...]
 
-Each checkout runs its own copy of the benchmark with its own venv
-(``<dir>/.venv/bin/python``; ``make install`` there first), before, after,
-before, after...  Alternating makes both sides share the machine's load and
+The benchmark file is AFTER_DIR's; each side runs it with its own venv
+(``<dir>/.venv/bin/python``, an editable install: ``make install`` there
+first), so the same measurement meets two builds of rqsys; SECTIONs are
+passed to it (bench_queue.py: enqueue, e2e, latency, startup).  Before,
+after, before, after...  Alternating makes both sides share the machine's load and
 the disk's recent past (see scratch.py), which on a shared 2-core machine
 moves a figure more than most changes do.  Every numeric figure the
 benchmark reports is printed with each side's median and range over the
@@ -26,13 +28,14 @@ from pathlib import Path
 FIGURE = re.compile(r"^(?P<name>\S.*?)\s{2,}(?P<value>-?[\d.]+)\s*(?P<unit>[^\s(]*)")
 SHARE = re.compile(r"\((?P<pct>\d+)% of (?P<base>[a-z ]+)")  # a same-run ratio, the steadier figure
 LOWER_IS_BETTER = ("ms", "s", "MiB", "us", "µs")
-TIMEOUT = 900
+TIMEOUT = 3600
 
 
-def run_once(checkout: Path, bench: str) -> dict[str, tuple[float, str]]:
-    """The figures one run of ``bench`` in ``checkout`` printed: name -> (value, unit)."""
+def run_once(checkout: Path, bench: Path, sections: list[str]) -> dict[str, tuple[float, str]]:
+    """The figures one run of ``bench`` against ``checkout``'s build printed:
+    name -> (value, unit)."""
     python = checkout / ".venv" / "bin" / "python"
-    done = subprocess.run([str(python), str(checkout / "bench" / bench)], cwd=checkout,
+    done = subprocess.run([str(python), str(bench), *sections], cwd=checkout,
                           capture_output=True, text=True, timeout=TIMEOUT)
     if done.returncode not in (0, 1):  # 1: a target missed, still figures
         sys.exit(f"ab: {bench} in {checkout} failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -64,12 +67,14 @@ def main() -> int:
     parser.add_argument("after", type=Path)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--bench", default="bench_queue.py")
+    parser.add_argument("sections", nargs="*")
     args = parser.parse_args()
+    bench = args.after.resolve() / "bench" / args.bench
     runs: dict[str, list[dict[str, tuple[float, str]]]] = {"before": [], "after": []}
     for round_no in range(args.rounds):
         for side in ("before", "after"):
             print(f"round {round_no + 1}/{args.rounds}: {side}", file=sys.stderr, flush=True)
-            runs[side].append(run_once(getattr(args, side), args.bench))
+            runs[side].append(run_once(getattr(args, side), bench, args.sections))
     print(f"{args.bench}, {args.rounds} alternating rounds: median [min-max]")
     print(f"{'figure':<56} {'before':>22} {'after':>22} {'ratio':>6}  verdict")
     worse = 0

@@ -316,16 +316,27 @@ def bench_startup(layout: Layout) -> None:
         daemon.stop()
 
 
+SECTIONS = {"enqueue": lambda layout, scratch: bench_enqueue(layout, scratch),
+            "e2e": lambda layout, _scratch: bench_end_to_end(layout),
+            "latency": lambda layout, _scratch: bench_latency(layout),
+            "startup": lambda layout, _scratch: bench_startup(layout)}
+
+
 def main() -> int:
+    """Every section, or those named on the command line (``enqueue e2e ...``)."""
+    chosen = sys.argv[1:] or list(SECTIONS)
+    unknown = set(chosen) - set(SECTIONS)
+    if unknown:
+        print(f"bench_queue: no section {', '.join(sorted(unknown))} "
+              f"(one of {', '.join(SECTIONS)})", file=sys.stderr)
+        return 2
     scratch = make_scratch("queue-")
     layout = Layout(scratch / "root", scratch / "root" / "sock")
     layout.make_dirs()
     layout.socket_dir.mkdir()
     try:
-        bench_enqueue(layout, scratch)
-        bench_end_to_end(layout)
-        bench_latency(layout)
-        bench_startup(layout)
+        for name in chosen:
+            SECTIONS[name](layout, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     missed = [name for name, verdict in RESULTS if verdict == "MISS"]
