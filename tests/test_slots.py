@@ -186,3 +186,24 @@ def test_two_rq_scans_and_a_restart_make_one_message_per_slot(layout, make_queue
     fired = sum(p.log().count("timer fast: message") for p in (killed, second, third))
     assert fired > len(slots)  # both asked for most slots: the unique key kept one
     wait_for(lambda: dest.call("counts")["counts"]["que"] == 0, DEADLINE, "all run")
+
+
+def test_bad_calendar_files_are_refused_in_the_log_and_others_fire(layout, make_queue, daemon,
+                                                                   scans):
+    # Given a good fast timer and three bad files under a running rq-scan
+    make_queue("tq", 'echo "done" >&3\n')
+    daemon("tq")
+    files = {"badexpr": {"calendar": "Mon..Fry 02:00"}, "badzone": {"cron": "* * * * *",
+                                                                     "timezone": "Mars/Olympus"},
+             "both": {"period": 3600, "calendar": "hourly"},
+             "good": {"calendar": "*:*:0/2", "timezone": "UTC"}}
+    proc = scans()
+    for name, content in files.items():
+        (layout.timers / f"{name}.json").write_text(json.dumps({**content,
+                                                                "msg": {"dest": "tq"}}))
+    # Then each bad one is one log line naming its file and field; the good one fires
+    log = proc.wait_log("timer file refused", count=3)
+    assert f"{layout.timers}/badexpr.json: calendar: 'Mon..Fry 02:00': Failed to parse" in log
+    assert f"{layout.timers}/badzone.json: timezone: unknown time zone 'Mars/Olympus'" in log
+    assert f"{layout.timers}/both.json: period/calendar/cron: give exactly one" in log
+    proc.wait_log("timer good: message", count=2)
