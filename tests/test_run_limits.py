@@ -9,7 +9,9 @@ import pytest
 from daemon_util import send, settle, store_of
 
 from rqsys import scopes, timeline
+from rqsys.daemon.runlimits import Run, explain
 from rqsys.errors import RQError
+from rqsys.worker import Outcome
 
 ALLOCATE = """\
 import os, sys
@@ -78,3 +80,17 @@ def test_a_bad_message_limit_is_refused_naming_the_field(layout, make_queue, dae
     proc = daemon("q")
     with pytest.raises(RQError, match="limits/runtime_max"):
         proc.call("create", msg={"limits": {"runtime_max": -1}})
+
+
+def test_explain_names_the_limit_that_ended_a_run():
+    # the OOM killer cannot act in this machine's containers (cgroup v1,
+    # read-only), so the scope's "oom-kill" result is given here by hand
+    run = Run(worker=None, limits={"memory_max": "2G"})  # type: ignore[arg-type]
+    killed = Outcome("err", "PROCESS EXITED IMPROPERLY ...", kind="signal")
+    run.oom = True
+    assert explain(run, killed) == Outcome("err", "killed: out of memory (limit 2G)",
+                                           kind="signal")
+    # a script that said err itself, a timeout, or a good end keep their own words
+    for kept in (Outcome("err", "bad input", kind="err"), Outcome("done", "ok"),
+                 Outcome("err", "killed: runtime limit 2 s", kind="timeout")):
+        assert explain(run, kept) == kept

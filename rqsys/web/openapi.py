@@ -42,6 +42,10 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                "retry_max": {"type": "integer", "minimum": 0, "maximum": 1000},
                "priority": {"type": "integer", "minimum": -1000, "maximum": 1000,
                             "description": "among due messages, smaller runs first"},
+               "limits": {"type": "object", "description":
+                          "run limits (memory_max \"1G\", cpu_quota \"50%\", tasks_max, "
+                          "runtime_max s); only those tighter than the queue's "
+                          "message_limits count"},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
 TIMES = {"created_at": "Unix time it was created", "started_at": "its last run started",
