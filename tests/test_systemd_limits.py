@@ -129,3 +129,16 @@ def test_a_restarted_daemon_stops_the_scope_of_a_recovered_run_first(box: Contai
     # And only the re-run's script sleeps: the first run's died with its scope
     wait_for(lambda: box.show(scope, "ActiveState") == "active", 30, "the re-run's scope")
     assert len(sleepers(box, "sleep 1002").splitlines()) == 1
+
+
+def test_without_the_polkit_rule_runs_fall_back_to_rlimits(box: Container) -> None:
+    # Given the operator's polkit rule gone (as shipped: systemd refuses user rq)
+    box.path("/etc/polkit-1/rules.d/50-rqsys-scopes.rules").unlink()
+    _queue(box, "plain", {"message_limits": {"memory_max": "300M"}})
+    # When a run allocates past memory_max
+    msg_id = send(box, "plain", "alloc", "600")
+    # Then the daemon says once that systemd refused, and RLIMIT_AS held it
+    state, status = ended(box, "plain", msg_id)
+    assert state == "err" and "memory_max 300M is RLIMIT_AS here" in status, status
+    log = journal(box, "rq@plain.service")
+    assert "no scope for runs" in log and "rlimits and the daemon's timer instead" in log
