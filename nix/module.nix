@@ -82,8 +82,41 @@ let
   timerOptions = {
     options = {
       period = mkOption {
-        type = types.ints.between 60 31622400;
-        description = "Seconds between two messages.";
+        type = types.nullOr (types.ints.between 60 31622400);
+        default = null;
+        description = "Seconds between two messages (or calendar, or cron).";
+      };
+      calendar = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "Mon..Fri *-*-* 02:00:00";
+        description = "A systemd calendar expression: one message per slot.";
+      };
+      cron = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "*/15 * * * *";
+        description = "A 5-field cron expression: one message per slot.";
+      };
+      timezone = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        description = "IANA zone of calendar or cron (default: the host's).";
+      };
+      persistent = mkOption {
+        type = types.bool;
+        default = true;
+        description = "calendar/cron: a slot missed while down fires once at start.";
+      };
+      jitter = mkOption {
+        type = types.ints.between 0 86400;
+        default = 0;
+        description = "calendar/cron: seconds of random delay after each slot.";
+      };
+      unique = mkOption {
+        type = types.bool;
+        default = true;
+        description = "calendar/cron: one message per slot, by a unique key.";
       };
       msg = mkOption {
         type = types.attrsOf types.str;
@@ -133,9 +166,13 @@ let
   timerFile =
     name: t:
     pkgs.writeText "rq-timer-${name}.json" (
-      builtins.toJSON {
-        inherit (t) period msg;
-      }
+      builtins.toJSON (
+        lib.filterAttrs (_: v: v != null) { inherit (t) period calendar cron msg; }
+        // lib.optionalAttrs (t.period == null) (
+          { inherit (t) persistent unique; }
+          // lib.filterAttrs (_: v: v != null && v != 0) { inherit (t) timezone jitter; }
+        )
+      )
     );
   timerFiles = builtins.mapAttrs timerFile cfg.timers;
 
@@ -188,6 +225,9 @@ let
     _: q: builtins.any (n: lib.hasPrefix "RQ_" n) (builtins.attrNames q.envVars)
   ) cfg.queues;
   msgFields = [ "dest" "param1" "param2" "param3" "param4" ];
+  badSchedules = lib.filterAttrs (
+    _: t: builtins.length (builtins.filter (v: v != null) [ t.period t.calendar t.cron ]) != 1
+  ) cfg.timers;
   badTimers = lib.filterAttrs (
     _: t: !(t.msg ? dest) || builtins.any (k: !(builtins.elem k msgFields)) (builtins.attrNames t.msg)
   ) cfg.timers;
@@ -271,7 +311,7 @@ in
     timers = mkOption {
       type = types.attrsOf (types.submodule timerOptions);
       default = { };
-      description = "Timers: each sends its message every period seconds.";
+      description = "Timers: each sends its message every period seconds, or at each slot of a calendar or cron expression.";
     };
 
     generated = mkOption {
@@ -292,6 +332,10 @@ in
         {
           assertion = badEnvVars == { };
           message = "services.rq.queues.<name>.envVars cannot set RQ_* variables (queues: ${builtins.concatStringsSep ", " (builtins.attrNames badEnvVars)})";
+        }
+        {
+          assertion = badSchedules == { };
+          message = "services.rq.timers.<name> needs exactly one of period, calendar and cron (timers: ${builtins.concatStringsSep ", " (builtins.attrNames badSchedules)})";
         }
         {
           assertion = badTimers == { };

@@ -78,7 +78,7 @@ def delay(timer: Timer, slot: float) -> float:
 class Units(Protocol):
     """Under systemd, who turns timers into units (rqsys.timer_units.SystemdTimers)."""
 
-    def install(self, timer: Timer) -> None: ...
+    def install(self, timer: Timer) -> bool: ...
 
     def remove(self, name: str) -> None: ...
 
@@ -145,8 +145,8 @@ class SlotTable:
                 raise error
             self.log.event("err", f"timer file refused: {timer.source}: {error}")
             self.remove(timer.name, quiet=True)
-        elif self.units is not None:
-            self.units.install(timer)
+        elif self.units is not None and self.units.install(timer):
+            return  # systemd fires it
         elif slot is None:
             self.log.event("daemon", f"timer {timer.name}: no slot left; it fires no more")
         else:

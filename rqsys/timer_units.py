@@ -62,22 +62,29 @@ class SystemdTimers:
     def path(self, name: str) -> Path:
         return self.unit_dir / unit_name(name)
 
-    def install(self, timer: Timer) -> None:
-        """Write the unit; enable and start it (restart it when it changed)."""
+    def install(self, timer: Timer) -> bool:
+        """Write the unit; enable and start it (restart it when it changed).
+        False when it cannot be a unit here: rq-scan then fires it itself."""
         if not UNIT_NAME_RE.match(timer.name):
-            self.log.event("err", f"timer file refused: {timer.source}: the name {timer.name!r} "
-                           "cannot be a unit name under systemd (letters, digits, _ and -)")
-            return
+            self.log.event("err", f"timer {timer.name}: not a unit name (letters, digits, _ "
+                           "and -): rq-scan fires it itself")
+            return False
         path, text, unit = self.path(timer.name), unit_text(timer), unit_name(timer.name)
         if _read(path) == text:
             self.steps([[self.systemctl, "enable", "--now", unit]], True)
-            return
+            return True
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)  # systemd never reads half a file (unit config, not message data)
+        try:
+            tmp.write_text(text)
+            tmp.replace(path)  # systemd never reads half a file (unit config, not message data)
+        except OSError as exc:  # e.g. NixOS: /etc/systemd/system is read-only
+            self.log.event("err", f"timer {timer.name}: cannot write {path} "
+                           f"({exc.strerror or exc}): rq-scan fires it itself")
+            return False
         self.log.event("daemon", f"timer {timer.name}: {unit} written; (re)starting it")
         self.steps([[self.systemctl, "daemon-reload"], [self.systemctl, "enable", unit],
                     [self.systemctl, "restart", unit]], True)
+        return True
 
     def remove(self, name: str) -> None:
         """Stop and disable a timer's unit, then remove its file (if it is ours)."""
@@ -98,7 +105,7 @@ class SystemdTimers:
 def _read(path: Path) -> str:
     try:
         return path.read_text()
-    except FileNotFoundError:
+    except OSError:  # missing, or no directory to read it from
         return ""
 
 

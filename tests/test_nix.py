@@ -60,7 +60,9 @@ FULL = {
                   "settings": {"stop_grace": 30}, "form": {"default": "shown"}},
         "resize": {"script": "/srv/scripts/resize"},
     },
-    "timers": {"nightly": {"period": 86400, "msg": {"dest": "hello", "param1": "night"}}},
+    "timers": {"nightly": {"period": 86400, "msg": {"dest": "hello", "param1": "night"}},
+               "weekdays": {"calendar": "Mon..Fri *-*-* 02:00:00", "timezone": "Europe/Berlin",
+                            "jitter": 300, "msg": {"dest": "hello"}}},
 }
 
 
@@ -197,6 +199,10 @@ def test_timer_file_is_a_valid_timer(full: dict[str, Any]) -> None:
     assert rule in full["systemd"]["tmpfiles"]["rules"]
     timer = config.validate("timer", json.loads(timer_file["text"]), "timer")
     assert timer == {"period": 86400, "msg": {"dest": "hello", "param1": "night"}}
+    weekdays = json.loads(full["services"]["rq"]["generated"]["timers"]["weekdays"]["text"])
+    assert config.validate("timer", weekdays, "timer") == {
+        "calendar": "Mon..Fri *-*-* 02:00:00", "timezone": "Europe/Berlin", "jitter": 300,
+        "persistent": True, "unique": True, "msg": {"dest": "hello"}}
 
 
 def test_secrets_stay_out_of_the_store(full: dict[str, Any]) -> None:
@@ -256,6 +262,9 @@ def test_bad_option_values_are_refused(settings: dict[str, Any], message: str) -
      "envVars cannot set RQ_* variables (queues: q)"),
     ({"queues": {"bad name": {"script": "/x"}}}, "invalid queue name(s): bad name"),
     ({"timers": {"t": {"period": 60, "msg": {"param1": "x"}}}}, "needs a dest"),
+    ({"timers": {"t": {"period": 60, "cron": "* * * * *", "msg": {"dest": "q"}}}},
+     "needs exactly one of period, calendar and cron (timers: t)"),
+    ({"timers": {"t": {"msg": {"dest": "q"}}}}, "needs exactly one of period"),
     ({"timers": {"t": {"period": 60, "msg": {"dest": "q", "colour": "red"}}}}, "needs a dest"),
     ({"web": {"basicAuthFile": "/nix/store/abc-auth.json"}}, "is in the Nix store"),
 ])

@@ -207,3 +207,22 @@ def test_bad_calendar_files_are_refused_in_the_log_and_others_fire(layout, make_
     assert f"{layout.timers}/badzone.json: timezone: unknown time zone 'Mars/Olympus'" in log
     assert f"{layout.timers}/both.json: period/calendar/cron: give exactly one" in log
     proc.wait_log("timer good: message", count=2)
+
+
+def test_a_timer_systemd_cannot_take_is_fired_here(make_table, clock, sent):
+    class NoUnits:
+        def install(self, timer: Timer) -> bool:
+            return timer.name != "local"
+
+        def remove(self, name: str) -> None:
+            pass
+
+        def made(self) -> list[str]:
+            return []
+
+    table = make_table()
+    table.units = NoUnits()
+    table.set(QUARTER)  # systemd's
+    table.set(Timer("local", 0, {"dest": "q"}, QUARTER.spec))
+    clock.now = T0 + 900
+    assert table.fire_due() == ["local"]

@@ -64,12 +64,17 @@ def test_units_are_written_restarted_and_removed_in_steps(tmp_path):
                             ["systemctl", "daemon-reload"]], False)
 
 
-def test_a_timer_name_that_cannot_be_a_unit_is_refused(tmp_path, capsys):
+def test_a_timer_that_cannot_be_a_unit_is_fired_by_rq_scan(tmp_path, capsys):
     steps: list = []
     units = SystemdTimers(EventLog("t", journal=False), lambda s, a: steps.append(s),
                           "systemctl", tmp_path)
-    units.install(Timer("a b", 0, {"dest": "q"}, Spec("cron", "* * * * *"), source="/x"))
-    assert not steps and "cannot be a unit name" in capsys.readouterr().err
+    assert not units.install(Timer("a b", 0, {"dest": "q"}, Spec("cron", "* * * * *")))
+    assert not steps and "not a unit name" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("")  # unwritable unit dir (as NixOS's), even for root
+    readonly = SystemdTimers(EventLog("t", journal=False), lambda s, a: steps.append(s),
+                             "systemctl", tmp_path / "afile")
+    assert not readonly.install(Timer("t", 0, {"dest": "q"}, Spec("cron", "* * * * *")))
+    assert not steps and "rq-scan fires it itself" in capsys.readouterr().err
 
 
 def _rqsys(layout, *args: str) -> subprocess.CompletedProcess[str]:
