@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rqsys import cli_observe
+from rqsys import cli_jobs, cli_observe
 from rqsys.client import QueueClient, find_message, queue_for_dest
 from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.store import ADMIN_OPERS, Layout
@@ -44,6 +44,8 @@ def _message_from(args: argparse.Namespace) -> dict[str, Any]:
         msg["unique_key"] = args.unique_key
     if getattr(args, "unique_for", None) is not None:
         msg["unique_for"] = args.unique_for
+    if getattr(args, "tags", None):
+        msg["tags"] = args.tags
     return msg
 
 
@@ -176,6 +178,8 @@ def _add_msg_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retry_max", type=int, help="retries of a failed run (0: none)")
     parser.add_argument("--priority", type=int,
                         help="-1000 to 1000: among due messages, smaller runs first (default 0)")
+    parser.add_argument("--tag", action="append", dest="tags", metavar="TAG",
+                        help="a short word to find the message by (repeatable)")
     parser.add_argument("--force_remote", action="store_true", help="send through relay")
     parser.add_argument("--relay-ok", dest="relay_ok", action="store_true",
                         help="RQ's consent to relay a URL dest; accepted, URLs always relay")
@@ -212,6 +216,7 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "adminoper": (cmd_adminoper, "set a queue's admin state"),
     "timers": (cmd_timers, "ok N, then one line per timer: name, schedule, next run, last "
                            "run, last message URL and its state (tab-separated)"),
+    "ls": (cli_jobs.cmd_ls, "ok <count>, then a queue's message ids, one a line (--tag)"),
 }
 SENDING = {"sendmesg", "prepmesg", "single_que"}
 
@@ -240,6 +245,8 @@ def rq_parser() -> argparse.ArgumentParser:
             _add_msg_options(sub)
         elif verb == "timers":
             pass
+        elif verb == "ls":
+            cli_jobs.ls_options(sub)
         elif verb == "adminoper":
             sub.add_argument("--queue", required=True)
             sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))

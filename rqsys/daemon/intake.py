@@ -30,7 +30,7 @@ Published = Callable[[BaseException | None], None]  # after the group commit: er
 Incoming = tuple[str, str, Upload, int]  # an attachment on its way in: name, md5 sent, file, fd
 COPIED_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count",
                  "force_remote", "post_run_webhook", "relay_via",  # relay_via: loop detection
-                 "timeout", "retry_max", "priority")
+                 "timeout", "retry_max", "priority", "tags")
 
 
 def copy_fields(source: dict[str, Any], dest: str, orig_url: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rqsys import timeline, tunables
 from rqsys.background import SYNC, Background
+from rqsys.daemon import tags
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.runner import Runner
@@ -67,6 +68,9 @@ class Ops:
         state = r.args.get("state", "que")
         offset = int(r.args.get("offset", 0))
         limit = min(int(r.args.get("limit", 50)), tunables.MAX_LIST)
+        if r.args.get("tag"):
+            ids, total = tags.page(self.ledger, self.store, state, r.args["tag"], offset, limit)
+            return {"ok": True, "ids": ids, "total": total}
         return {"ok": True, "ids": self.ledger.page(state, offset, limit),
                 "total": self.ledger.count(state)}
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from rqsys.daemon.tags import TAG_PATTERN
 from rqsys.errors import BadRequest
 from rqsys.store import ADMIN_OPERS, ATTACH_NAME_RE, MSG_ID_RE, STATES
 
@@ -48,7 +49,8 @@ OPS: dict[str, dict[str, Any]] = {
         single=FLAG, refuse_paused=FLAG, by=BY,
         attachments={"title": "attachments", "type": "array", "items": ATTACHMENT}),
     "attach": request(("msg_id", "name", "md5"), msg_id=MSG_ID, name=ATTACH_NAME, md5=MD5),
-    "list": request(state={"title": "state", "enum": list(STATES)}, offset=COUNT, limit=COUNT),
+    "list": request(state={"title": "state", "enum": list(STATES)}, offset=COUNT, limit=COUNT,
+                    tag={"title": "tag", "type": "string", "pattern": TAG_PATTERN}),
     "adminoper": request(("oper",), oper={"title": "admin operation",
                                           "enum": list(ADMIN_OPERS)}),
     "prune": request(days=DAYS, prep_days={"anyOf": [DAYS, {"type": "null"}]}),

@@ -35,6 +35,7 @@ from rqsys.web import (
     queues,
 )
 from rqsys.web.context import Resource, Web
+from rqsys.web.listing import MessageList
 from rqsys.web.logs import LogFile, Tail
 from rqsys.web.pool import ClientPool
 from rqsys.web.timers import Timers
@@ -85,6 +86,7 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/done.json", queues.DoneList(web), {}),
         (q + "/{name}/stats.json", metrics.QueueStatsJSON(web), {}),
         (web.path("metrics"), metrics.Metrics(web), {}),
+        (q + "/{name}/messages.json", MessageList(web), {}),
         (q + "/{name}/new_message", queues.NewMessage(web), {}),
         (q + "/{name}/adminoper", queues.AdminOper(web), {}),
         (q + "/{name}/{mid}", messages.MessageResource(web), {}),

@@ -46,12 +46,17 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                           "run limits (memory_max \"1G\", cpu_quota \"50%\", tasks_max, "
                           "runtime_max s); only those tighter than the queue's "
                           "message_limits count"},
+               "tags": {"type": "array", "maxItems": 16, "items": {"type": "string"},
+                        "description": "short words to find it by (listings' ?tag=)"},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
 TIMES = {"created_at": "Unix time it was created", "started_at": "its last run started",
          "ended_at": "it ended (done, err or relayed)",
          "wait_s": "seconds from created (or due, if later) to its first start",
          "run_s": "seconds its last run took"}
+TAG = {"name": "tag", "in": "query", "required": False,
+       "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:=+-]{0,63}$"},
+       "description": "only messages carrying this tag"}
 MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_attachments"],
                 "properties": {
                     "msg_id": {"type": "string"}, "url": {"type": "string"},
@@ -162,6 +167,9 @@ def _mesg_form() -> dict[str, Any]:
                   **{f"mesg_{f}": {"type": "string"} for f in (
                       "src", "param1", "param2", "param3", "param4")},
                   "mesg_max_count": {"type": "string", "pattern": "^[0-9]{1,5}$"},
+                  **{f"mesg_{f}": {"type": "string"} for f in (
+                      "priority", "timeout", "retry_max")},
+                  "mesg_tags": {"type": "string", "description": "tags, by commas or spaces"},
                   "_method": {"enum": ["commit", "prep", "single_que"],
                               "description": "outside mesg: what older rqsys sent"}})
 
@@ -199,8 +207,18 @@ def _queue_paths() -> dict[str, Any]:
         "/q/{name}/done.json": {"get": {
             "summary": "Newest done message ids", "parameters": [QUEUE, {
                 "name": "limit", "in": "query", "required": False,
-                "schema": {"type": "integer", "minimum": 0, "maximum": 1000}}],
+                "schema": {"type": "integer", "minimum": 0, "maximum": 1000}}, TAG],
             "responses": _answers({"type": "array", "items": {"type": "string"}})}},
+        "/q/{name}/messages.json": {"get": {
+            "summary": "One state's message ids, a page at a time, optionally by tag",
+            "parameters": [QUEUE, {"name": "state", "in": "query", "required": False,
+                                   "schema": {"enum": STATES}}, TAG,
+                           *({"name": n, "in": "query", "required": False,
+                              "schema": {"type": "integer", "minimum": 0}}
+                             for n in ("offset", "limit"))],
+            "responses": _answers({"type": "object", "properties": {
+                "ids": {"type": "array", "items": {"type": "string"}},
+                "total": {"type": "integer"}}})}},
         "/q/{name}/new_message": _duplicate_header(_post(
             [QUEUE], _mesg_form(), "Create a message (mesg=<JSON>, _method inside)")),
         "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {

@@ -17,7 +17,7 @@ from rqsys.web.html import badge, e, link, page, post_button, query, table
 PAGE_SIZE = 25
 FILTER_SCAN = 1000  # a text filter looks at this many newest messages of a state
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
-               "orig_msg_id", "force_remote")
+               "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags")
 ADMIN_BUTTONS = ("up", "pause", "down")
 
 
@@ -73,23 +73,26 @@ def queue_page(web: Web, req: falcon.Request, resp: falcon.Response, name: str) 
         state = "que"
     offset = req.get_param_as_int("offset", min_value=0, default=0)
     text = req.get_param("filter") or ""
-    ids, total = _page_ids(web, name, state, offset, text)
+    tag = req.get_param("tag") or ""
+    ids, total = _page_ids(web, name, state, offset, text, tag)
     new = link(web.path("q", name, "new_message"), "New message", "button primary")
     body = (f"<h1>Queue {e(name)} {badge(got['admin'])}</h1>"
             f'<p class="muted">{e(got["status"])}</p>'
             f'<div class="actions">{new}'
             f"{_admin_buttons(web, name, web.queue_path(name))}</div>"
-            + _tabs(web, name, state, got["counts"]) + _filter_form(web, name, state, text)
+            + _tabs(web, name, state, got["counts"]) + _filter_form(web, name, state, text, tag)
             + _message_table(web, name, state, ids)
-            + _pager(web, name, state, offset, total, text))
+            + _pager(web, name, state, offset, total, text, tag))
     _render(web, resp, f"Queue {name}", [(web.queue_path(name), name)], body)
 
 
-def _page_ids(web: Web, name: str, state: str, offset: int, text: str) -> tuple[list[str], int]:
+def _page_ids(web: Web, name: str, state: str, offset: int, text: str,
+              tag: str) -> tuple[list[str], int]:
+    by_tag = {"tag": tag} if tag else {}
     if not text:
-        got = web.call(name, "list", state=state, offset=offset, limit=PAGE_SIZE)
+        got = web.call(name, "list", state=state, offset=offset, limit=PAGE_SIZE, **by_tag)
         return got["ids"], got["total"]
-    ids = web.call(name, "list", state=state, offset=0, limit=FILTER_SCAN)["ids"]
+    ids = web.call(name, "list", state=state, offset=0, limit=FILTER_SCAN, **by_tag)["ids"]
     matching = [i for i in ids if text in i or text in json.dumps(_read(web, name, state, i))]
     return matching[offset:offset + PAGE_SIZE], len(matching)
 
@@ -107,10 +110,11 @@ def _tabs(web: Web, name: str, current: str, counts: dict[str, int]) -> str:
     return f'<div class="tabs">{"".join(tabs)}</div>'
 
 
-def _filter_form(web: Web, name: str, state: str, text: str) -> str:
+def _filter_form(web: Web, name: str, state: str, text: str, tag: str) -> str:
     return (f'<form class="filter" method="get" action="{e(web.queue_path(name))}">'
             f'<input type="hidden" name="state" value="{e(state)}">'
             f'<input type="text" name="filter" value="{e(text)}" placeholder="filter text">'
+            f' <input type="text" name="tag" value="{e(tag)}" placeholder="tag">'
             " <button>Filter</button></form>")
 
 
@@ -123,22 +127,29 @@ def _message_table(web: Web, name: str, state: str, ids: list[str]) -> str:
         msg = _read(web, name, state, msg_id)
         rows.append([link(web.msg_path(name, msg_id), msg_id), e(msg.get("param1", "")),
                      e(msg.get("param2", "")), e(msg.get("count", "")),
+                     _tag_links(web, name, state, msg.get("tags") or []),
                      e(store.read_status(state, msg_id)),
                      *timeshtml.row_times(store.msg_dir(state, msg_id), msg)])
-    return table(["Message", "param1", "param2", "count", "Status", *timeshtml.TIME_COLUMNS],
-                 rows)
+    return table(["Message", "param1", "param2", "count", "tags", "Status",
+                  *timeshtml.TIME_COLUMNS], rows)
 
 
-def _pager(web: Web, name: str, state: str, offset: int, total: int, text: str) -> str:
+def _tag_links(web: Web, name: str, state: str, tags: list[str]) -> str:
+    return " ".join(link(query(web.queue_path(name), state=state, tag=str(t)), t, "tag")
+                    for t in tags)
+
+
+def _pager(web: Web, name: str, state: str, offset: int, total: int, text: str,
+           tag: str) -> str:
     base = web.queue_path(name)
     parts = [f'<span class="muted">{offset + 1 if total else 0}–'
              f"{min(offset + PAGE_SIZE, total)} of {total}</span>"]
     if offset > 0:
-        parts.append(link(query(base, state=state, filter=text,
+        parts.append(link(query(base, state=state, filter=text, tag=tag,
                                 offset=max(0, offset - PAGE_SIZE)), "« newer"))
     if offset + PAGE_SIZE < total:
-        parts.append(link(query(base, state=state, filter=text, offset=offset + PAGE_SIZE),
-                          "older »"))
+        parts.append(link(query(base, state=state, filter=text, tag=tag,
+                                offset=offset + PAGE_SIZE), "older »"))
     return f'<div class="pager">{"".join(parts)}</div>'
 
 

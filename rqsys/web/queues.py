@@ -138,7 +138,8 @@ class DoneList(Resource):
         limit = _int_param(req.get_param("limit"), "limit", default=10)
         if not 0 <= limit <= MAX_DONE_LIMIT:
             raise BadRequest(f"limit must be between 0 and {MAX_DONE_LIMIT}")
-        resp.media = self.web.call(name, "list", state="done", limit=limit)["ids"]
+        tag = {"tag": req.get_param("tag")} if req.get_param("tag") else {}
+        resp.media = self.web.call(name, "list", state="done", limit=limit, **tag)["ids"]
 
 
 def _int_param(value: str | None, name: str, default: int) -> int:
