@@ -89,8 +89,11 @@ class UniqueIndex:
             return
         self._keep(key, msg_id, now + hold_for)
         line = json.dumps([key, msg_id, now + hold_for]) + "\n"
-        with open(self.path, "a", encoding="utf-8") as out:
-            out.write(line)
+        try:
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write(line)
+        except OSError:
+            pass  # held in memory all the same; only a restart would free it early
 
     def load(self, live: Iterable[tuple[str, dict[str, Any]]], now: float) -> None:
         """At start: keys of the messages still in prep/que, then the ended
