@@ -110,17 +110,21 @@ def test_a_create_on_a_spare_fdatasyncs_its_msg_then_renames_unsynced(store, syn
     assert store.flush_due() is None
 
 
-def test_a_durable_move_syncs_both_parents_and_a_new_shard_after_the_rename(store, syncs):
+def test_a_durable_move_syncs_a_new_shard_then_the_destination_before_the_source(
+        store, syncs):
     msg_id = store.create({"dest": "q"})
     store.move(msg_id, "que", "run")
     syncs.clear()
     store.move(msg_id, "run", "done", durable=True)
-    shard = f"{store.qdir}/done/{msg_id[:11]}"
-    kinds = [s[0] for s in syncs]
-    # the first rename finds no shard yet; the second, after making it, moves
-    assert kinds == ["rename", "rename", "fsync", "fsync", "fsync"]
-    assert syncs[1][1:] == (f"{store.qdir}/run/{msg_id}", f"{shard}/{msg_id}")
-    assert {s[1] for s in syncs[2:]} == {f"{store.qdir}/run", shard, f"{store.qdir}/done"}
+    shard, done, run = (f"{store.qdir}/done/{msg_id[:11]}", f"{store.qdir}/done",
+                        f"{store.qdir}/run")
+    # the first rename finds no shard yet; the shard is made and synced (its
+    # inode on disk before a message is in it alone), then the move, then its
+    # parents, the destination first
+    assert syncs[0][0] == "rename"
+    assert syncs[1:3] == [("fsync", shard), ("fsync", done)]
+    assert syncs[3][1:] == (f"{run}/{msg_id}", f"{shard}/{msg_id}")
+    assert syncs[4:] == [("fsync", shard), ("fsync", done), ("fsync", run)]
 
 
 def test_a_batched_move_is_synced_at_the_next_flush_only(store, syncs):
@@ -134,6 +138,21 @@ def test_a_batched_move_is_synced_at_the_next_flush_only(store, syncs):
     store.flush(force=True)
     assert {p for name, p, *_ in syncs if name == "fsync"} == {
         f"{store.qdir}/que", f"{store.qdir}/run", str(store.qdir)}
+
+
+def test_a_flush_syncs_destinations_before_sources(store, syncs):
+    """que -> run -> done: the shard, done/ and run/ before que/, and que/
+    before .tmp/ (whence creates come), whatever order they were added in."""
+    first, second = store.create({"dest": "q"}), store.create({"dest": "q"})
+    store.move(first, "que", "run")
+    store.move(first, "run", "done")
+    store.move(second, "que", "run")
+    syncs.clear()
+    store.flush(force=True)
+    order = [os.path.relpath(p, store.qdir) for name, p, *_ in syncs if name == "fsync"]
+    assert order.index("que") > max(order.index("run"), order.index("done"),
+                                    order.index(f"done/{first[:11]}"))
+    assert order.index(".tmp") == len(order) - 1
 
 
 def test_delete_renames_out_of_sight_then_syncs_the_state_dir(store, syncs):

@@ -151,7 +151,7 @@ class Transitions:
         self.log.record("committed", msg_id, RQ_STATE="que")
         self._counts["prep"] -= 1
         self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
-        dirs = [self.store.state_dir("prep"), self.store.state_dir("que")]
+        dirs = [self.store.state_dir("que"), self.store.state_dir("prep")]  # destination first
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
 
     # ------------------------------------------------------------ running

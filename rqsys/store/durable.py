@@ -16,9 +16,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rqsys.errors import StoreError
+from rqsys.store import dirsync
 from rqsys.tunables import FLUSH_INTERVAL
 
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+# Where a batch of renames' directories comes in :meth:`DirtyDirs.flush`: the
+# destinations of the daemon's moves (shards, done, err, relayed: 0) before
+# their sources (que -> run -> done; .tmp/ and prep/ -> que), so that on a
+# file system writing directories one by one (ext4 without a journal) a
+# message is never on disk in neither.  (Names as in layout.py, which imports
+# this module.)
+SOURCE_RANK = {"run": 1, "que": 2, "prep": 3, ".tmp": 4}
 
 
 # -- syncs -------------------------------------------------------------------
@@ -95,7 +103,8 @@ class DirtyDirs:
             return
         self._flushed_at = time.monotonic()
         dirs, self._dirs = self._dirs, set()
-        fsync_dirs(dirs, missing_ok=True)  # an empty shard the cleaner removed
+        ordered = sorted(dirs, key=lambda d: SOURCE_RANK.get(os.path.basename(d), 0))
+        fsync_dirs(ordered, missing_ok=True)  # missing: an empty shard the cleaner removed
         self.flushes += 1
 
 
@@ -106,6 +115,8 @@ def write_file_durably(path: Path, data: bytes) -> None:
     write_new(tmp, data, sync=True)
     os.replace(tmp, path)
     fsync_path(path.parent)
+    if dirsync.unjournalled_ext4(path):  # the new inode's block group too (spares._make)
+        syncfs(path.parent)
 
 
 def write_new(path: str | Path, data: bytes, sync: bool) -> None:
@@ -170,14 +181,40 @@ def rename_into_shard(old: str, new: str) -> None:
     except FileNotFoundError:
         if not os.path.exists(old):
             raise
-        os.makedirs(os.path.dirname(new), exist_ok=True)
+        shard = os.path.dirname(new)
+        os.makedirs(shard, exist_ok=True)
+        # once an hour: the new shard's inode on disk before any message is
+        # in it alone (ext4 without a journal would otherwise lose the shard)
+        fsync_dirs([shard, os.path.dirname(shard)])
+        if dirsync.unjournalled_ext4(shard):  # its block group too (spares._make)
+            syncfs(shard)
         os.rename(old, new)
 
 
+def dir_size(path: str) -> int:
+    """A directory's size (-1 if missing), to see whether a rename grew it."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return -1
+
+
+def sync_if_grown(path: str, size_before: int) -> None:
+    """fsync directory ``path`` if it grew since ``size_before``.
+
+    With ``chattr +D`` (dirsync.py) ext4 without a journal writes a
+    directory's blocks synchronously, but not its inode: when an entry took a
+    new block, the inode that maps that block must reach the disk before the
+    entry's source directory does.
+    """
+    if size_before >= 0 and dir_size(path) != size_before:
+        fsync_path(path)
+
+
 def rename_durably(old: Path, new: Path) -> None:
-    """Rename, then fsync both parent directories."""
+    """Rename, then fsync both parent directories, the new one first."""
     os.rename(old, new)
-    fsync_dirs({old.parent, new.parent})
+    fsync_dirs([new.parent] if new.parent == old.parent else [new.parent, old.parent])
 
 
 def replace(src: str | Path, dest: Path, sync: bool) -> None:

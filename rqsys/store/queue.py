@@ -20,10 +20,11 @@ from typing import Any
 from rqsys.errors import BadRequest, NotFound, StoreError
 from rqsys.store import attachments, durable, recovery
 from rqsys.store.attachments import Upload
-from rqsys.store.durable import fsync_dirs
+from rqsys.store.durable import dir_size, fsync_dirs, sync_if_grown
 from rqsys.store.layout import (
     ADMIN_STATES,
     SHARDED_STATES,
+    SPARE_PREFIX,
     TMP_DIR,
     IdMaker,
     check_attach_name,
@@ -59,6 +60,7 @@ class QueueStore(QueueView):
         self.id_maker = ids or IdMaker()
         self.dirty = durable.DirtyDirs()  # parents of batched transitions
         self.spares = SpareMaker(f"{self._base}/{TMP_DIR}")
+        self.ordered = False  # ext4 without a journal: set by recover() (see dirsync.py)
 
     # -- creation (synchronous) -------------------------------------------
     def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
@@ -82,7 +84,7 @@ class QueueStore(QueueView):
         """
         if not batch:
             return
-        single = len(batch) == 1
+        single = len(batch) == 1 and not (self.ordered and self._new_inodes(batch[0]))
         for staged in batch:
             durable.write_msg(f"{staged.tmp}/msg", json.dumps(staged.msg).encode(), sync=single)
         if not single:
@@ -90,12 +92,23 @@ class QueueStore(QueueView):
         elif batch[0].attached:
             durable.fsync_tree(Path(batch[0].tmp) / "attach")
 
+    @staticmethod
+    def _new_inodes(staged: Staged) -> bool:
+        """Whether a staged message made inodes of its own (not a spare's):
+        on ext4 without a journal they need a syncfs (see spares._make)."""
+        return staged.attached or not os.path.basename(staged.tmp).startswith(SPARE_PREFIX)
+
     def place(self, batch: list[Staged], state: str) -> None:
-        """Move published messages into ``state`` (batched like any transition)."""
+        """Move published messages into ``state`` (batched like any transition;
+        on ext4 without a journal ``state``'s new entries are on disk before
+        the answer: see :meth:`move`)."""
+        dest = f"{self._base}/{state}"
+        size = durable.dir_size(dest) if self.ordered else -1
         for staged in batch:
-            durable.rename(staged.tmp, f"{self._base}/{state}/{staged.msg_id}")
+            durable.rename(staged.tmp, f"{dest}/{staged.msg_id}")
         if batch:
-            self.dirty.add(f"{self._base}/{TMP_DIR}", f"{self._base}/{state}")
+            durable.sync_if_grown(dest, size)
+            self.dirty.add(f"{self._base}/{TMP_DIR}", dest)
 
     def create(self, msg: dict[str, Any], state: str = "que") -> str:
         """Create one message durably in ``prep`` or ``que``; returns its id."""
@@ -112,17 +125,21 @@ class QueueStore(QueueView):
     def move(self, msg_id: str, src: str, dest: str, durable: bool = False) -> None:
         """Rename a message directory from one state to another."""
         old, new = self._path(src, msg_id), self._path(dest, msg_id)
+        # ext4 without a journal: dest's block is written inside the rename
+        # (chattr +D), its inode here if the entry took a new block
+        size = dir_size(os.path.dirname(new)) if self.ordered else -1
         try:
             self._rename(old, new, dest in SHARDED_STATES)
         except FileNotFoundError as exc:
             raise NotFound(f"no message {msg_id} in {self.name}/{src}") from exc
         except OSError as exc:
             raise StoreError(f"cannot move {msg_id} {src}->{dest}: {exc}") from exc
-        parents = {os.path.dirname(old), os.path.dirname(new),
-                   os.path.dirname(os.path.dirname(new))}
+        parents = list(dict.fromkeys([os.path.dirname(new), os.path.dirname(os.path.dirname(new)),
+                                      os.path.dirname(old)]))  # the destination first
         if durable:
             fsync_dirs(parents)  # the parameter hides the module here
         else:
+            sync_if_grown(os.path.dirname(new), size)
             self.dirty.add(*parents)
 
     @staticmethod
@@ -219,7 +236,16 @@ class QueueStore(QueueView):
         return attachments.new_upload(f"{self._base}/{TMP_DIR}", src_fd)
 
     fill_upload = staticmethod(attachments.fill_upload)
-    place_upload = staticmethod(attachments.place_upload)
+
+    def place_upload(self, upload: Upload, adir: Path, name: str, md5: str, actual: str,
+                     sync: bool) -> Path:
+        """Put a filled upload into ``adir`` (see attachments.place_upload);
+        ``sync`` on ext4 without a journal is a syncfs (see spares._make)."""
+        path = attachments.place_upload(upload, adir, name, md5, actual,
+                                        sync and not self.ordered)
+        if sync and self.ordered:
+            durable.syncfs(self.qdir)
+        return path
     drop_upload = staticmethod(attachments.drop_upload)
 
     def remove_attachment(self, msg_id: str, name: str) -> None:

@@ -47,6 +47,33 @@ it: on journalling ext4 and xfs, fsync commits the transaction that created
 the directory; ext4 without a journal syncs a new file's newly made parent
 directories on fsync (``ext4_sync_parent``).
 
+What each file system needs for a rename (every move above) to keep the
+message in one directory or the other across a power cut:
+
+- ext4 with a journal, xfs: nothing more; a rename is one transaction, whole
+  or not at all, and the fsyncs above say when it is on disk.
+- ext4 without a journal: the rename's two directory blocks reach the disk
+  independently, and the source's can go first (a spare's fsync syncs
+  ``.tmp/``, a group commit's syncfs writes everything, a later rename into
+  the source writes its block), leaving the message in neither: e2fsck puts
+  it in ``lost+found/``.  So recovery sets ``chattr +D`` on every state
+  directory and shard (``dirsync.py``): ext4 then writes the destination's
+  block inside ``rename(2)``, before it removes the source's entry.  The flag
+  does not write the destination's inode, so a rename that grew the
+  destination by a block fsyncs it at once (:func:`durable.sync_if_grown`),
+  a new hour's shard is fsynced with its parent before a message goes in,
+  and the batched fsyncs go destinations first (shards, done, err, relayed,
+  then run, que, prep, ``.tmp/``).  A cut between the two halves leaves the
+  message in both; e2fsck keeps one entry, and either is a state recovery
+  knows (``.tmp/`` is moved into place, ``run/`` goes back to ``que/``).
+  And an fsync there does not write the block group's descriptor, whose
+  count of never-used inodes e2fsck trusts: a new inode past it is taken for
+  unused and its blocks for free, which e2fsck then hands to its clones of
+  other blocks.  So whatever makes new inodes before an answer ends with a
+  syncfs there: a batch of spares, a create not on a spare (prep) or with
+  attachments, an attachment, a durable file write, a new shard, and
+  recovery (what it freed is free on disk before anything reuses it).
+
 New messages for que/ take *spare* directories made ahead of time in
 ``.tmp/`` by a thread of the daemon (holding a blank ``msg``, ``status`` and
 ``job/stdio.log``; see :class:`SpareMaker`), so neither a create nor a run
@@ -67,8 +94,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rqsys.errors import RQError, StoreError
-from rqsys.store import durable
-from rqsys.store.layout import MSG_ID_RE, QUE_SNAPSHOT, SPARE_PREFIX, STATES, TMP_DIR
+from rqsys.store import dirsync, durable
+from rqsys.store.layout import (
+    MSG_ID_RE,
+    QUE_SNAPSHOT,
+    SHARDED_STATES,
+    SPARE_PREFIX,
+    STATES,
+    TMP_DIR,
+)
 
 STARTED = "started"  # in a message's directory: when its last run with a timeout began
 TIME_USED = "timeout_used"  # msg field: seconds of its timeout runs cut short used
@@ -81,13 +115,30 @@ def recover(store: QueueStore) -> list[str]:
     """Clean temp files, move ``run/`` back to ``que/``; returns recovered ids."""
     for state in STATES:
         store.state_dir(state).mkdir(parents=True, exist_ok=True)
+    _order_renames(store)
     _recover_tmp(store)
     recovered = list(store.ids("run"))
     for msg_id in recovered:
         _count_crashed_run(store, msg_id)
         store.move(msg_id, "run", "que")
     store.flush(force=True)
+    if store.ordered:  # what recovery freed is free on disk before anything reuses it
+        durable.syncfs(store.qdir)
     return recovered
+
+
+def _order_renames(store: QueueStore) -> None:
+    """On ext4 without a journal, make the state directories (every rename's
+    destination) and their shards update synchronously (see dirsync.py)."""
+    store.ordered = store.spares.whole_fs = dirsync.unjournalled_ext4(store.qdir)
+    if not store.ordered:
+        return
+    for state in STATES:
+        base = store.state_dir(state)
+        dirsync.set_dirsync(base)
+        if state in SHARDED_STATES:
+            for shard in os.listdir(base):
+                dirsync.set_dirsync(base / shard)
 
 
 def _recover_tmp(store: QueueStore) -> None:

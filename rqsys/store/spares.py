@@ -35,6 +35,7 @@ class SpareMaker:
         self._changed = threading.Condition()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self.whole_fs = False  # ext4 without a journal: a batch ends with a syncfs (see _make)
 
     def start(self) -> None:
         """Start making spares (once; only after recovery, which removes them)."""
@@ -74,7 +75,7 @@ class SpareMaker:
         while (wanted := self._wait_for_demand()) is not None:
             paths = [f"{self._tmp_dir}/{SPARE_PREFIX}{os.getpid()}.{next(seq)}"
                      for _ in range(wanted)]
-            if self._make_batch(paths):
+            if self._make_batch(paths, self.whole_fs):
                 with self._changed:
                     self._ready.extend(paths)
             else:
@@ -87,10 +88,10 @@ class SpareMaker:
             return None if self._stopped else self._count - len(self._ready)
 
     @staticmethod
-    def _make_batch(paths: list[str]) -> bool:
+    def _make_batch(paths: list[str], whole_fs: bool) -> bool:
         """Make spares; on failure (disk full, queue removed) remove them and say so."""
         try:
-            _make(paths)
+            _make(paths, whole_fs)
         except OSError:
             for path in paths:
                 shutil.rmtree(path, ignore_errors=True)
@@ -98,16 +99,22 @@ class SpareMaker:
         return True
 
 
-def _make(paths: list[str]) -> None:
+def _make(paths: list[str], whole_fs: bool = False) -> None:
     """Make spares, then fsync their blank msg files: each spare's entry in
     ``.tmp/`` and its msg's block are durable before it is handed out, so a
     create has only its message's bytes to write (see durable.write_msg).
-    (Not syncfs: that would flush the whole file system.)"""
+    (Not syncfs: that would flush the whole file system; except on ext4
+    without a journal, ``whole_fs``, where only a syncfs writes the block
+    group's descriptor, whose count of never-used inodes e2fsck trusts: a
+    new inode past it on disk is taken for unused, and its blocks for free.)"""
     msg_fds: list[int] = []
     try:
         for path in paths:
             msg_fds.append(_make_one(path))
-        durable.fsync_fds(msg_fds)
+        if whole_fs:
+            durable.syncfs(os.path.dirname(paths[0]))
+        else:
+            durable.fsync_fds(msg_fds)
     finally:
         for fd in msg_fds:
             os.close(fd)
