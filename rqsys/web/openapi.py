@@ -183,7 +183,7 @@ def _new_queue_form() -> dict[str, Any]:
 
 
 def _paths() -> dict[str, Any]:
-    return {**_queue_paths(), **_message_paths(), **_observe_paths()}
+    return _add_links({**_queue_paths(), **_message_paths(), **_observe_paths()})
 
 
 def _observe_paths() -> dict[str, Any]:
@@ -193,6 +193,31 @@ def _observe_paths() -> dict[str, Any]:
         "/q/{name}/stats.json": _get([QUEUE], STATS, "A queue's statistics: totals, "
                                      "histograms, last hour/day/week, per day"),
     }
+
+
+def _link(path: str, method: str, **params: str) -> dict[str, Any]:
+    ref = "#/paths/" + path.replace("~", "~0").replace("/", "~1") + "/" + method
+    return {"operationRef": ref, "parameters": params}
+
+
+def _add_links(paths: dict[str, Any]) -> dict[str, Any]:
+    """Links for stateful clients: a queue name from /q.json, a message id from done.json."""
+    name = {"name": "$response.body#/0"}
+    paths["/q.json"]["get"]["responses"]["200"]["links"] = {
+        "summary": _link("/q/{name}.json", "get", **name),
+        "config": _link("/q/{name}/config.json", "get", **name),
+        "done": _link("/q/{name}/done.json", "get", **name),
+        "stats": _link("/q/{name}/stats.json", "get", **name),
+        "new_message": _link("/q/{name}/new_message", "post", **name)}
+    mid = {"name": "$request.path.name", "mid": "$response.body#/0"}
+    paths["/q/{name}/done.json"]["get"]["responses"]["200"]["links"] = {
+        "message": _link("/q/{name}/{mid}.json", "get", **mid),
+        "state": _link("/q/{name}/{mid}/state.json", "get", **mid),
+        "tail": _link("/q/{name}/{mid}/tail.json", "get", **mid),
+        "log": _link("/q/{name}/{mid}/log/{file}", "get", **mid, file="stdio.log"),
+        "clone": _link("/q/{name}/{mid}/clone", "post", **mid),
+        "change": _link("/q/{name}/{mid}", "post", **mid)}
+    return paths
 
 
 def _queue_paths() -> dict[str, Any]:
