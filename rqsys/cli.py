@@ -166,7 +166,7 @@ def cmd_adminoper(layout: Layout, args: argparse.Namespace) -> str:
         return str(client.call("adminoper", oper=args.oper)["admin"])
 
 
-def _add_msg_options(parser: argparse.ArgumentParser) -> None:
+def add_msg_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dest", required=True, help="queue name or full queue URL")
     for name in MSG_FIELDS:
         parser.add_argument(f"--{name}")
@@ -242,7 +242,7 @@ def rq_parser() -> argparse.ArgumentParser:
     for verb, (_fn, text) in RQ_VERBS.items():
         sub = verbs.add_parser(verb, help=text, description=text, parents=[_after_verb()])
         if verb in SENDING:
-            _add_msg_options(sub)
+            add_msg_options(sub)
         elif verb == "timers":
             pass
         elif verb == "ls":

@@ -1,6 +1,7 @@
-"""``rq`` verbs that watch the queues: ``stats`` (and its table of verbs, which
-``rqsys.cli`` adds to ``rq``'s own).  Each verb prints its own lines and
-returns its exit code."""
+"""``rq`` verbs that watch the queues: ``stats``, ``wait``, ``tail``, ``run``
+and ``ls`` (a table of verbs that ``rqsys.cli`` adds to ``rq``'s own).  Each
+prints its own lines and returns its exit code: 0 done (or relayed), 1 err,
+gone or refused, 3 a daemon that cannot be reached."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.client import QueueClient
+from rqsys import timeline
+from rqsys.cli_follow import Follow, describe, verdict_code
+from rqsys.client import QueueClient, find_message, split_message_url
 from rqsys.errors import RQError, Unavailable
-from rqsys.store import Layout, check_queue_name
+from rqsys.store import STATES, Layout, QueueView, check_queue_name
 
 RET_OK, RET_FAIL, RET_UNAVAILABLE = 0, 1, 3
 Verb = Callable[[Layout, argparse.Namespace], int]
@@ -56,6 +59,114 @@ def _secs(value: float) -> str:
     return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.0f}s"
 
 
+def cmd_wait(layout: Layout, args: argparse.Namespace) -> int:
+    """Block until each message has ended; a line each: ``<url> <state> - <status>``."""
+    code = RET_OK
+    for ref in args.msg_ids:
+        follow = Follow(layout, *find_message(layout, ref))
+        try:
+            follow.wait()
+        finally:
+            follow.close()
+        print(f"{follow.url} {describe(follow.state, follow.status)}", flush=True)
+        code = max(code, verdict_code(follow.state))
+    return code
+
+
+def cmd_tail(layout: Layout, args: argparse.Namespace) -> int:
+    """Print job/stdio.log; with -f, follow it until the message ends, then
+    exit with its verdict (the verdict line on stderr)."""
+    follow = Follow(layout, *find_message(layout, args.msg_id))
+    try:
+        if not args.follow:
+            follow.tail(sys.stdout.buffer, args.from_end, follow=False)
+            return RET_OK
+        return _follow(follow, args.from_end)
+    finally:
+        follow.close()
+
+
+def _follow(follow: Follow, from_end: bool) -> int:
+    follow.tail(sys.stdout.buffer, from_end)
+    print(f"rq: {follow.url} {describe(follow.state, follow.status)}", file=sys.stderr)
+    return verdict_code(follow.state)
+
+
+def cmd_run(layout: Layout, args: argparse.Namespace) -> int:
+    """Send a message, follow its output, exit with its verdict."""
+    from rqsys import cli
+
+    url = cli.cmd_sendmesg(layout, args)
+    follow = Follow(layout, *split_message_url(url))
+    try:
+        return _follow(follow, False)
+    finally:
+        follow.close()
+
+
+def cmd_ls(layout: Layout, args: argparse.Namespace) -> int:
+    """A state's messages (newest first; que in due order) with their times."""
+    queue = check_queue_name(args.queue)
+    with QueueClient(layout, queue) as client:
+        ids = client.call("list", state=args.state, limit=args.limit)["ids"]
+    view = QueueView(layout.queue_dir(queue))
+    rows = [row for msg_id in ids if (row := _row(view, args.state, msg_id)) is not None]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return RET_OK
+    for row in rows:
+        print(" ".join([row["msg_id"], row["state"], *(_when(row[k]) for k in (
+            "created_at", "started_at", "ended_at")), _dur(row["run_s"]), row["status"]]))
+    return RET_OK
+
+
+def _row(view: QueueView, state: str, msg_id: str) -> dict[str, Any] | None:
+    try:
+        msg = view.read_msg(state, msg_id)
+    except RQError:
+        return None  # it moved on since it was listed
+    times = timeline.times(timeline.read(view.msg_dir(state, msg_id)),
+                           float(msg.get("due") or 0))
+    return {"msg_id": msg_id, "state": state, **times,
+            "status": view.read_status(state, msg_id),
+            **{k: v for k, v in msg.items() if k.startswith("param")}}
+
+
+def _when(at: float | None) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) if at else "-"
+
+
+def _dur(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.3f}s"
+
+
+def _add_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("msg_ids", nargs="+", metavar="ID", help="short id or full URL")
+
+
+def _add_tail(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("msg_id", metavar="ID", help="short id or full message URL")
+    parser.add_argument("-f", "--follow", action="store_true",
+                        help="follow until the message ends; exit with its verdict")
+    parser.add_argument("--from-end", dest="from_end", action="store_true",
+                        help="start at the end of the output so far")
+
+
+def _add_run(parser: argparse.ArgumentParser) -> None:
+    from rqsys import cli
+
+    cli.add_msg_options(parser)
+
+
+def _add_ls(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", help="queue name")
+    parser.add_argument("--state", default="que", choices=list(STATES))
+    parser.add_argument("--limit", type=int, default=50, help="at most this many (1000)")
+    parser.add_argument("--json", action="store_true", help="one JSON list")
+
+
 def _add_stats(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("queue", help="queue name")
     parser.add_argument("--json", action="store_true", help="the daemon's whole answer")
@@ -63,6 +174,10 @@ def _add_stats(parser: argparse.ArgumentParser) -> None:
 
 VERBS: dict[str, tuple[Verb, Callable[[argparse.ArgumentParser], None], str]] = {
     "stats": (cmd_stats, _add_stats, "a queue's counts, throughput and wait/run percentiles"),
+    "wait": (cmd_wait, _add_wait, "wait until messages end (0 all done, 1 any err)"),
+    "tail": (cmd_tail, _add_tail, "print a message's output; -f follows it to its end"),
+    "run": (cmd_run, _add_run, "send a message, follow its output, exit with its verdict"),
+    "ls": (cmd_ls, _add_ls, "list a queue's messages in a state, with their times"),
 }
 
 

@@ -62,6 +62,18 @@ class QueueClient:
                 raise
             raise Unavailable(f"queue {self.queue}: {exc}") from exc
 
+    def open_stream(self, op: str, **args: Any) -> socket.socket:
+        """Send a request whose answers keep coming (``watch``): the connection
+        is the caller's from then on, to read (``wire.LineBuffer``) and close."""
+        sock = self._connect()
+        self._sock = None
+        try:
+            wire.send(sock, wire.encode({"op": op, **args}))
+        except OSError as exc:
+            sock.close()
+            raise Unavailable(f"queue {self.queue}: {exc}") from exc
+        return sock
+
     def _read_line(self, sock: socket.socket) -> bytes:
         while True:
             got = self._lines.next_line()

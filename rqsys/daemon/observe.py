@@ -1,15 +1,23 @@
 """What the daemon tells about itself: the sinks of its events (timelines,
-statistics) and the ``stats`` socket operation."""
+statistics, watchers) and the ``stats`` and ``watch`` socket operations.
+
+``watch`` answers at once with the message's state and status, then pushes
+one line per event of the message on the same connection (``{"event":
+"started", "state": "run", ...}``) until it is in done, err or relayed, or
+gone (``"state": "gone"``); then the connection is the client's to close.
+Output is not pushed: the client follows ``job/stdio.log`` with inotify.
+"""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.schema import request
+from rqsys.daemon.schema import MSG_ID, request
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.events import EventLog
@@ -18,7 +26,10 @@ from rqsys.statsfile import StatsFile
 from rqsys.store import QueueStore
 from rqsys.timeline import Timeline
 
-SCHEMAS: dict[str, dict[str, Any]] = {"stats": request()}
+SCHEMAS: dict[str, dict[str, Any]] = {"stats": request(),
+                                      "watch": request(("msg_id",), msg_id=MSG_ID)}
+FINAL = ("done", "err", "relayed", "gone")
+Push = Callable[[Reply], bool]
 
 
 class Observer:
@@ -26,14 +37,37 @@ class Observer:
 
     def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
                  background: Background, log: EventLog) -> None:
-        self.ctx, self.ledger = ctx, ledger
+        self.ctx, self.ledger, self.store = ctx, ledger, store
+        self.watchers: dict[str, list[Push]] = {}  # msg id -> its watch connections
         self.stats = QueueStats()
         self.file = StatsFile(store.qdir, self.stats, background)
         self.started = time.time()
-        log.sinks += [Timeline(store.msg_dir), self.file.sink]
+        log.sinks += [Timeline(store.msg_dir), self.file.sink, self._tell_watchers]
 
     def ops(self) -> dict[str, Handler]:
-        return {"stats": self.stats_op}
+        return {"stats": self.stats_op, "watch": self.watch_op}
+
+    def watch_op(self, r: Request) -> Reply:
+        """The message's state now; its events follow on this connection."""
+        msg_id = r.args["msg_id"]
+        state = "run" if msg_id in self.ledger.running else self.store.find(msg_id)
+        if state not in FINAL and r.push is not None:
+            self.watchers.setdefault(msg_id, []).append(r.push)
+        return {"ok": True, "msg_id": msg_id, "state": state, "url": self.ctx.url(msg_id),
+                "status": self.store.read_status(state, msg_id)}
+
+    def _tell_watchers(self, kind: str, text: str, msg_id: str,
+                       fields: dict[str, Any]) -> None:
+        pushes = self.watchers.get(msg_id)
+        if not pushes:
+            return
+        state = "gone" if kind == "deleted" else fields.get("RQ_STATE", "")
+        line = {"ok": True, "event": kind, "state": state, "status": text}
+        alive = [push for push in pushes if push(line)]
+        if state in FINAL or not alive:
+            del self.watchers[msg_id]
+        else:
+            self.watchers[msg_id] = alive
 
     def load(self) -> None:
         """At start, before any event: the numbers kept by the daemons before."""

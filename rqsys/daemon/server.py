@@ -39,6 +39,7 @@ class Request:
     answer: Callable[[Reply], None]  # for an answer that comes later
     errors: Callable[[str, BaseException], Reply]  # the answer to an exception
     peer: str = ""  # who is asking: "socket pid <pid> uid <uid>" (SO_PEERCRED)
+    push: Callable[[Reply], bool] | None = None  # one more answer line (watch); False: closed
 
     def fail(self, exc: BaseException) -> None:
         """Answer later with the error ``exc`` (an exception that is no RQError is a bug)."""
@@ -155,7 +156,8 @@ class Server:
                 raise BadRequest(f"unknown operation {op[:40]!r}")
             self.checker.check(op, args)
             return handler(Request(op, args, fds, lambda reply: self._answer(conn, reply),
-                                   self.error_reply, conn.peer))
+                                   self.error_reply, conn.peer,
+                                   lambda reply: self._push(conn, reply)))
         except Exception as exc:
             return self.error_reply(op, exc)
 
@@ -178,6 +180,14 @@ class Server:
         self._reply(conn, reply)
         if conn.sock.fileno() >= 0:
             self._run_lines(conn)
+
+    def _push(self, conn: Connection, reply: Reply) -> bool:
+        """One more line to a connection that asked for several (``watch``):
+        written now, nothing else run; False once the connection is closed."""
+        if conn.sock.fileno() < 0:
+            return False
+        self._reply(conn, reply)
+        return conn.sock.fileno() >= 0
 
     def _reply(self, conn: Connection, reply: Reply) -> None:
         conn.out += wire.encode(reply)
