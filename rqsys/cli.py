@@ -247,6 +247,7 @@ def rq_parser() -> argparse.ArgumentParser:
             pass
         elif verb == "ls":
             cli_jobs.ls_options(sub)
+            cli_observe.ls_options(sub)
         elif verb == "adminoper":
             sub.add_argument("--queue", required=True)
             sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))
@@ -261,7 +262,7 @@ def rq_parser() -> argparse.ArgumentParser:
 
 def rq_main(argv: list[str] | None = None) -> int:
     args = rq_parser().parse_args(argv)
-    if args.verb in cli_observe.VERBS:
+    if cli_observe.takes(args):
         return cli_observe.run(Layout.from_root(args.root), args)
     try:
         print(f"ok {RQ_VERBS[args.verb][0](Layout.from_root(args.root), args)}")

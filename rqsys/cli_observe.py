@@ -15,7 +15,7 @@ from rqsys import timeline
 from rqsys.cli_follow import Follow, describe, verdict_code
 from rqsys.client import QueueClient, find_message, split_message_url
 from rqsys.errors import RQError, Unavailable
-from rqsys.store import STATES, Layout, QueueView, check_queue_name
+from rqsys.store import Layout, QueueView, check_queue_name
 
 RET_OK, RET_FAIL, RET_UNAVAILABLE = 0, 1, 3
 Verb = Callable[[Layout, argparse.Namespace], int]
@@ -107,8 +107,11 @@ def cmd_run(layout: Layout, args: argparse.Namespace) -> int:
 def cmd_ls(layout: Layout, args: argparse.Namespace) -> int:
     """A state's messages (newest first; que in due order) with their times."""
     queue = check_queue_name(args.queue)
+    request = {"state": args.state, "offset": args.offset, "limit": args.limit}
+    if args.tag:
+        request["tag"] = args.tag
     with QueueClient(layout, queue) as client:
-        ids = client.call("list", state=args.state, limit=args.limit)["ids"]
+        ids = client.call("list", **request)["ids"]
     view = QueueView(layout.queue_dir(queue))
     rows = [row for msg_id in ids if (row := _row(view, args.state, msg_id)) is not None]
     if args.json:
@@ -160,11 +163,17 @@ def _add_run(parser: argparse.ArgumentParser) -> None:
     cli.add_msg_options(parser)
 
 
-def _add_ls(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("queue", help="queue name")
-    parser.add_argument("--state", default="que", choices=list(STATES))
-    parser.add_argument("--limit", type=int, default=50, help="at most this many (1000)")
-    parser.add_argument("--json", action="store_true", help="one JSON list")
+def ls_options(parser: argparse.ArgumentParser) -> None:
+    """``rq ls``'s options of this module (the others: ``rqsys.cli_jobs``)."""
+    parser.add_argument("--json", action="store_true",
+                        help="the messages as one JSON list, with their times")
+    parser.add_argument("--long", action="store_true",
+                        help="a line each: id, state, created, started, ended, run time, status")
+
+
+def takes(args: argparse.Namespace) -> bool:
+    """Whether this module runs the command (``rq ls --json`` or ``--long`` too)."""
+    return args.verb in VERBS or (args.verb == "ls" and (args.json or args.long))
 
 
 def _add_stats(parser: argparse.ArgumentParser) -> None:
@@ -177,7 +186,6 @@ VERBS: dict[str, tuple[Verb, Callable[[argparse.ArgumentParser], None], str]] = 
     "wait": (cmd_wait, _add_wait, "wait until messages end (0 all done, 1 any err)"),
     "tail": (cmd_tail, _add_tail, "print a message's output; -f follows it to its end"),
     "run": (cmd_run, _add_run, "send a message, follow its output, exit with its verdict"),
-    "ls": (cmd_ls, _add_ls, "list a queue's messages in a state, with their times"),
 }
 
 
@@ -190,7 +198,7 @@ def add_verbs(verbs: Any, parents: list[argparse.ArgumentParser]) -> None:
 def run(layout: Layout, args: argparse.Namespace) -> int:
     """Run one of this module's verbs: its code, or rq's for an error."""
     try:
-        return VERBS[args.verb][0](layout, args)
+        return (cmd_ls if args.verb == "ls" else VERBS[args.verb][0])(layout, args)
     except Unavailable as exc:
         print(f"rq: {exc}", file=sys.stderr)
         return RET_UNAVAILABLE

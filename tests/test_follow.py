@@ -139,15 +139,15 @@ def test_run_sends_follows_and_exits_with_the_verdict(layout, q, tmp_path):
 def test_ls_lists_with_times(layout, q):
     msg_id = send(q, param1="ok")
     settle(q, msg_id)
-    rows = json.loads(rq(layout, "ls", "q", "--state", "done", "--json").stdout)
+    rows = json.loads(rq(layout, "ls", "--queue", "q", "--state", "done", "--json").stdout)
     assert [r["msg_id"] for r in rows] == [msg_id]
     row = rows[0]
     assert row["created_at"] <= row["started_at"] <= row["ended_at"]
     assert row["status"] == "fine" and row["param1"] == "ok" and row["run_s"] >= 0
-    text = rq(layout, "ls", "q", "--state", "done").stdout.splitlines()
+    text = rq(layout, "ls", "--queue", "q", "--state", "done", "--long").stdout.splitlines()
     assert len(text) == 1 and text[0].startswith(f"{msg_id} done 20")
     assert text[0].endswith(" fine")
-    assert rq(layout, "ls", "q").stdout == ""  # que is empty
+    assert rq(layout, "ls", "--queue", "q", "--long").stdout == ""  # que is empty
 
 
 def test_bad_input_is_refused_clearly(layout, q):
@@ -155,7 +155,7 @@ def test_bad_input_is_refused_clearly(layout, q):
     assert bad_id.returncode == 1 and bad_id.stderr == "rq: invalid message id: 'not-an-id'\n"
     missing = rq(layout, "tail", "-f", "20250101.0000.00.000.0")
     assert missing.returncode == 1 and "no message 20250101.0000.00.000.0" in missing.stderr
-    bad_state = rq(layout, "ls", "q", "--state", "bogus")
+    bad_state = rq(layout, "ls", "--queue", "q", "--state", "bogus", "--json")
     assert bad_state.returncode == 2 and "invalid choice: 'bogus'" in bad_state.stderr
     with pytest.raises(BadRequest, match="invalid message id"):
         q.client().call("watch", msg_id="../x")
