@@ -130,12 +130,13 @@ class QueueEnviron:
 
 
 def spawn(argv: list[str], path: str, env: dict[str, str] | list[object], cwd: Path | str,
-          out_fd: int | None, parent: int | None = None) -> Child:
+          out_fd: int | None, parent: int | None = None, as_limit: int = -1) -> Child:
     """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed.
 
     ``env``: a dict, or its C strings (:meth:`QueueEnviron.strings`).
     ``out_fd`` None: the child opens ``stdio.log`` in ``cwd`` itself.
     ``parent``: this process's pid, when the caller keeps it (else looked up).
+    ``as_limit``: RLIMIT_AS in bytes for the child (a run's memory_max), or -1.
     """
     from rqsys._native._rqspawn import ffi, lib
 
@@ -143,10 +144,10 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object], cwd: P
     envs = env if isinstance(env, list) else [_c_string(ffi, f"{k}={v}")
                                               for k, v in env.items()]
     fds = ffi.new("int[3]")
-    pid = lib.rq_start(os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
-                       ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),
-                       -1 if out_fd is None else out_fd,
-                       os.getpid() if parent is None else parent, fds)
+    args = (os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
+            ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),
+            -1 if out_fd is None else out_fd, os.getpid() if parent is None else parent, fds)
+    pid = lib.rq_start(*args) if as_limit < 0 else lib.rq_start_as(*args, as_limit)
     if pid < 0:
         raise ExecFailed(path, -pid)
     return Child(pid, fds[2], fds[0], fds[1])

@@ -9,6 +9,8 @@ ffibuilder.cdef(
     """
     int rq_start(const char *path, char *const argv[], char *const envp[],
                  const char *cwd, int out, int parent, int fds[3]);
+    int rq_start_as(const char *path, char *const argv[], char *const envp[],
+                    const char *cwd, int out, int parent, int fds[3], long long as_limit);
     int syncfs(int fd);
     int rq_set_pdeathsig(int sig);
     """

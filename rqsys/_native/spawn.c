@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -68,9 +69,24 @@ static int enter(const char *cwd)
     return chdir(cwd);
 }
 
-static int child_setup(const char *cwd, int out, int wfd, int rfd, pid_t parent)
+/* memory_max without systemd: RLIMIT_AS, set before exec so it holds from
+ * the script's first instruction (as_limit < 0: none). */
+static int limit_memory(long long as_limit)
+{
+    if (as_limit < 0) return 0;
+    struct rlimit now;
+    if (getrlimit(RLIMIT_AS, &now) == 0 && now.rlim_max != RLIM_INFINITY
+        && (rlim_t)as_limit > now.rlim_max)
+        as_limit = (long long)now.rlim_max;   /* never above the hard limit: EPERM */
+    struct rlimit lim = {(rlim_t)as_limit, (rlim_t)as_limit};
+    return setrlimit(RLIMIT_AS, &lim);
+}
+
+static int child_setup(const char *cwd, int out, int wfd, int rfd, pid_t parent,
+                       long long as_limit)
 {
     if (setsid() < 0) return -1;
+    if (limit_memory(as_limit) < 0) return -1;
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) return -1;
     if (getppid() != parent) return -1;   /* parent died before prctl */
     if (enter(cwd) < 0) return -1;
@@ -86,7 +102,7 @@ static int child_setup(const char *cwd, int out, int wfd, int rfd, pid_t parent)
 
 static pid_t start_child(const char *path, char *const argv[], char *const envp[],
                          const char *cwd, int out, int wfd, int rfd, pid_t parent,
-                         volatile int *child_errno)
+                         long long as_limit, volatile int *child_errno)
 {
     sigset_t all, old;
     sigfillset(&all);
@@ -97,7 +113,7 @@ static pid_t start_child(const char *path, char *const argv[], char *const envp[
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        if (child_setup(cwd, out, wfd, rfd, parent) == 0)
+        if (child_setup(cwd, out, wfd, rfd, parent, as_limit) == 0)
             execve(path, argv, envp);
         *child_errno = errno ? errno : EINVAL;
         _exit(127);
@@ -120,8 +136,9 @@ static void close_pair(int p[2])
  * On success returns the pid, with fds = {status read end (fd 3's other
  * end), reply write end (fd 4's other end), pidfd}, all O_CLOEXEC and the
  * first two non-blocking; on failure -errno (exec failures included). */
-int rq_start(const char *path, char *const argv[], char *const envp[],
-             const char *cwd, int out, int parent, int fds[3])
+static int start_limited(const char *path, char *const argv[], char *const envp[],
+                         const char *cwd, int out, int parent, int fds[3],
+                         long long as_limit)
 {
     int st[2], rp[2];
     if (pipe2(st, O_CLOEXEC | O_NONBLOCK) < 0) return -errno;
@@ -131,7 +148,8 @@ int rq_start(const char *path, char *const argv[], char *const envp[],
         return -saved;
     }
     volatile int child_errno = 0;
-    pid_t pid = start_child(path, argv, envp, cwd, out, st[1], rp[0], parent, &child_errno);
+    pid_t pid = start_child(path, argv, envp, cwd, out, st[1], rp[0], parent, as_limit,
+                            &child_errno);
     int saved = errno;
     close(st[1]);
     close(rp[0]);
@@ -155,6 +173,21 @@ int rq_start(const char *path, char *const argv[], char *const envp[],
     fds[1] = rp[1];
     fds[2] = pidfd;
     return pid;
+}
+
+int rq_start(const char *path, char *const argv[], char *const envp[],
+             const char *cwd, int out, int parent, int fds[3])
+{
+    return start_limited(path, argv, envp, cwd, out, parent, fds, -1);
+}
+
+/* rq_start with RLIMIT_AS = as_limit bytes in the child (a run's memory_max
+ * where no systemd scope holds it); a limit that cannot be set fails the
+ * start with its errno. */
+int rq_start_as(const char *path, char *const argv[], char *const envp[],
+                const char *cwd, int out, int parent, int fds[3], long long as_limit)
+{
+    return start_limited(path, argv, envp, cwd, out, parent, fds, as_limit);
 }
 
 /* For the supervisor's own children (forked from Python): die with it. */

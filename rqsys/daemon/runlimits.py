@@ -1,12 +1,13 @@
 """Per-run limits: a scope (or rlimits), and the truth about how a limited run ended.
 
 Only a run with limits comes here; a queue without them pays one dict
-look-up a start.  Such a run is started through a gate (``sh`` waiting for
-one line on fd 4) so that nothing it does happens before its limits hold:
-under systemd the gate opens once the run's pid is in its transient scope
-(made on the ``scopes`` lane: the loop never waits on D-Bus); without
-systemd, or when systemd refuses, at once, after ``prlimit`` (RLIMIT_AS for
-memory_max) — said once in the log.  (``runtime_max`` is a timeout of the
+look-up a start.  Nothing such a run does may happen before its limits
+hold.  Under systemd it starts through a gate (``sh`` waiting for one line
+on fd 4) that opens once its pid is in its transient scope (made on the
+``scopes`` lane: the loop never waits on D-Bus); should systemd refuse, the
+gate opens after ``prlimit`` (RLIMIT_AS for memory_max), and from then on
+— as without systemd — the spawn sets RLIMIT_AS in the child before exec
+and there is no gate.  Said once in the log.  (``runtime_max`` is a timeout of the
 runner's.)  At the end the scope is stopped first (everything the script
 left behind dies) and the message ends only then, with ``killed: out of
 memory (limit 2G)`` when that is what happened.  Peak memory and CPU time
@@ -80,16 +81,25 @@ class RunLimits:
         return limits_render.run_limits(queue_limits, msg.get("limits")) \
             if queue_limits or msg.get("limits") else {}
 
-    @staticmethod
-    def gated(path: str, argv: list[str]) -> tuple[str, list[str]]:
-        """The gate's program and argv around the script's."""
+    def gated(self, path: str, argv: list[str]) -> tuple[str, list[str]]:
+        """The program and argv of a limited run: through the gate while a scope
+        is to be made; without systemd the script itself (see :meth:`as_limit`)."""
+        if self.systemd is None:
+            return path, argv
         return "/bin/sh", ["sh", "-c", GATE, "rq-gate", path, *argv[1:]]
+
+    def as_limit(self, limits: dict[str, Any]) -> int:
+        """RLIMIT_AS the spawn sets in the child itself (no gate), or -1."""
+        if self.systemd is not None or "memory_max" not in limits:
+            return -1
+        return limits_render.size_bytes(limits["memory_max"])
 
     def started(self, worker: Worker, limits: dict[str, Any]) -> None:
         """A gated run has started: hold its limits, then open its gate."""
         run = self.runs[worker.msg_id] = Run(worker, limits)
-        if self.systemd is None:
-            self._open(run, rlimits=True)
+        if self.systemd is None:  # not gated: the spawn set RLIMIT_AS in the child
+            run.rlimit_memory = "memory_max" in limits
+            self._say_fallback()
             return
         run.scope = scopes.scope_name(self.queue, worker.msg_id)
         props = scopes.properties(worker.child.pid, limits, self.ctx.config["stop_grace"])
@@ -121,12 +131,15 @@ class RunLimits:
             run.rlimit_memory = self._prlimit(child.pid, limits_render.size_bytes(
                 run.limits["memory_max"]))
         if rlimits and self.systemd is None:
-            self._say_once("fallback", "runs are limited without systemd: memory_max by "
-                           "RLIMIT_AS, runtime_max by the daemon's timer; cpu_quota and "
-                           "tasks_max are not held")
+            self._say_fallback()
         if run.worker.msg_id in self.runs and child.reply_w not in child.closed:
             with contextlib.suppress(OSError):  # the gate has died (the run was killed)
                 os.write(child.reply_w, b"\n")
+
+    def _say_fallback(self) -> None:
+        self._say_once("fallback", "runs are limited without systemd: memory_max by "
+                       "RLIMIT_AS, runtime_max by the daemon's timer; cpu_quota and "
+                       "tasks_max are not held")
 
     def _prlimit(self, pid: int, size: int) -> bool:
         try:

@@ -123,7 +123,8 @@ class Runner:
         limits = self.limits.for_message(msg)
         try:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
-            child = spawn(words, program, self._c_environ().strings(run), job, out, self._pid)
+            child = spawn(words, program, self._c_environ().strings(run), job, out, self._pid,
+                          self.limits.as_limit(limits) if limits else -1)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self._queue_env(), **run}, argv)
