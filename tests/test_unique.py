@@ -160,3 +160,15 @@ def test_http_answers_rq_ok_url_and_a_duplicate_header(layout, make_queue, daemo
     assert first[1] is None and second[1] == "true"
     status, _dup, body = post('{"unique_key": "k", "unique_for": "later"}')
     assert status == 400 and body[0] == "fail" and "unique_for" in body[1]
+
+
+def test_the_web_form_fields_carry_the_key(layout, make_queue, daemon, tmp_path, web_server):
+    _gated(make_queue, tmp_path)
+    daemon("q")
+    server = web_server()
+    fields = {"mesg_param1": "x", "mesg_unique_key": "form", "mesg_unique_for": "30"}
+    first, second = server.form("/q/q/new_message", fields), server.form("/q/q/new_message",
+                                                                          fields)
+    assert first[0] == second[0] == 200 and first[1] == second[1] and first[1][0] == "ok"
+    status, body = server.form("/q/q/new_message", dict(fields, mesg_unique_for="soon"))
+    assert status == 400 and body == ["fail", "mesg_unique_for must be a number, not 'soon'"]

@@ -17,7 +17,8 @@ from rqsys.errors import BadRequest, TooLarge
 
 MAX_BODY = 2 << 20  # a message is at most 1 MB of JSON; attachments go by multipart
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
-               "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags")
+               "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags",
+               "unique_key", "unique_for")
 RQ_FORM_FIELDS = (*FORM_FIELDS, "count", "post_run_webhook", "_method")
 _NESTED = re.compile(r"\[([^\[\]]*)\]")
 
@@ -159,7 +160,7 @@ def _typed(field: str, value: str) -> Any:
             return float(value)
         if field in ("max_count", "priority", "retry_max"):
             return int(value)
-        if field == "timeout":
+        if field in ("timeout", "unique_for"):
             return float(value)
     except ValueError as exc:
         raise BadRequest(f"mesg_{field} must be a number, not {value[:40]!r}") from exc

@@ -170,6 +170,8 @@ def _mesg_form() -> dict[str, Any]:
                   **{f"mesg_{f}": {"type": "string"} for f in (
                       "priority", "timeout", "retry_max")},
                   "mesg_tags": {"type": "string", "description": "tags, by commas or spaces"},
+                  "mesg_unique_key": {"type": "string"},
+                  "mesg_unique_for": {"type": "string", "description": "seconds"},
                   "_method": {"enum": ["commit", "prep", "single_que"],
                               "description": "outside mesg: what older rqsys sent"}})
 

@@ -17,7 +17,8 @@ from rqsys.web.html import badge, e, link, page, post_button, query, table
 PAGE_SIZE = 25
 FILTER_SCAN = 1000  # a text filter looks at this many newest messages of a state
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
-               "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags")
+               "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags",
+               "unique_key", "unique_for")
 ADMIN_BUTTONS = ("up", "pause", "down")
 
 
