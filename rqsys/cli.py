@@ -241,6 +241,9 @@ def rq_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True)
     for verb, (_fn, text) in RQ_VERBS.items():
         sub = verbs.add_parser(verb, help=text, description=text, parents=[_after_verb()])
+        if verb == "sendmesg":
+            sub.add_argument("--bulk", metavar="FILE", help="send one JSON message per line "
+                             "of FILE (- for stdin); the options below are their defaults")
         if verb in SENDING:
             add_msg_options(sub)
         elif verb == "timers":
@@ -265,6 +268,8 @@ def rq_main(argv: list[str] | None = None) -> int:
     if cli_observe.takes(args):
         return cli_observe.run(Layout.from_root(args.root), args)
     try:
+        if getattr(args, "bulk", None):  # its own lines: one per message
+            return cli_jobs.send_bulk(Layout.from_root(args.root), args, _message_from(args))
         print(f"ok {RQ_VERBS[args.verb][0](Layout.from_root(args.root), args)}")
     except Unavailable as exc:
         print(f"fail {exc}")

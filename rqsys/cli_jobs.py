@@ -1,10 +1,16 @@
-"""``rq ls``: one state's message ids of a queue, optionally by tag."""
+"""The job-control verbs of ``rq``: ``ls`` (a queue's message ids, by tag)
+and ``sendmesg --bulk`` (many messages, one create_many per batch)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from typing import IO, Any
 
-from rqsys.client import QueueClient
+from rqsys import bulkinput
+from rqsys.client import QueueClient, queue_for_dest
+from rqsys.errors import BadRequest
 from rqsys.store import STATES, Layout
 
 
@@ -25,3 +31,30 @@ def cmd_ls(layout: Layout, args: argparse.Namespace) -> str:
     with QueueClient(layout, args.queue) as client:
         got = client.call("list", **request)
     return "\n".join([str(got["total"]), *got["ids"]])
+
+
+def send_bulk(layout: Layout, args: argparse.Namespace, defaults: dict[str, Any]) -> int:
+    """``rq sendmesg --bulk FILE|-``: one JSON message a line, to ``--dest``'s queue;
+    prints ``ok <url>`` or ``fail <index>: <why>`` per message, in order, as each
+    batch is answered.  Exit 0 when all were created, else 1 (3: no daemon)."""
+    failed = 0
+    with _open(args.bulk) as lines, QueueClient(layout, queue_for_dest(args.dest)) as client:
+        def create_many(msgs: list[Any]) -> list[dict[str, Any]]:
+            return list(client.call("create_many", msgs=msgs)["results"])
+
+        for got in bulkinput.send(bulkinput.ndjson(lines), create_many, defaults):
+            if "error" in got:
+                failed += 1
+                print(f"fail {got['index']}: {got['error']}", flush=True)
+            else:
+                print(f"ok {got['url']}", flush=True)
+    return 1 if failed else 0
+
+
+def _open(path: str) -> IO[bytes]:
+    if path == "-":
+        return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise BadRequest(f"--bulk {path}: {exc.strerror}") from exc

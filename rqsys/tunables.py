@@ -35,6 +35,7 @@ SPARE_RETRY = 1.0
 MSG_BLANK = 1024
 
 # ---------------------------------------------------------------- the queue daemon
+BULK_MAX = 10000  # messages in one create_many request (one group commit)
 MAX_LIST = 1000  # ids in one ``list`` answer (a larger limit is cut to this)
 TIMELINE_SHOWN = 200  # a message's newest timeline events in a ``get`` answer
 

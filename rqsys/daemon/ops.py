@@ -18,6 +18,7 @@ from typing import Any
 from rqsys import timeline, tunables
 from rqsys.background import SYNC, Background
 from rqsys.daemon import tags
+from rqsys.daemon.bulk import Bulk
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.runner import Runner
@@ -36,6 +37,7 @@ def table(ops: Ops, intake: Intake) -> dict[str, Handler]:
         "ping": ops.ping, "counts": ops.counts, "config": ops.config, "list": ops.list,
         "get": ops.get, "state": ops.state, "status": ops.status,
         "create": intake.create, "attach": intake.attach, "clone": intake.clone,
+        "create_many": Bulk(intake).create_many,
         "commit": ops.commit, "run_now": ops.run_now,
         "delete": ops.delete, "destroy": ops.destroy, "prune": ops.prune,
         "adminoper": ops.adminoper, "reload": ops.reload,

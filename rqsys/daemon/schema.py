@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from rqsys import tunables
 from rqsys.daemon.tags import TAG_PATTERN
 from rqsys.errors import BadRequest
 from rqsys.store import ADMIN_OPERS, ATTACH_NAME_RE, MSG_ID_RE, STATES
@@ -48,6 +49,11 @@ OPS: dict[str, dict[str, Any]] = {
         state={"title": "state for a new message", "enum": ["que", "prep"]},
         single=FLAG, refuse_paused=FLAG, by=BY,
         attachments={"title": "attachments", "type": "array", "items": ATTACHMENT}),
+    "create_many": request(
+        ("msgs",), msgs={"title": "messages", "type": "array", "minItems": 1,
+                         "maxItems": tunables.BULK_MAX},
+        state={"title": "state for a new message", "enum": ["que", "prep"]},
+        refuse_paused=FLAG, by=BY),
     "attach": request(("msg_id", "name", "md5"), msg_id=MSG_ID, name=ATTACH_NAME, md5=MD5),
     "list": request(state={"title": "state", "enum": list(STATES)}, offset=COUNT, limit=COUNT,
                     tag={"title": "tag", "type": "string", "pattern": TAG_PATTERN}),

@@ -34,6 +34,7 @@ from rqsys.web import (
     paths,
     queues,
 )
+from rqsys.web.bulk import NewMessages
 from rqsys.web.context import Resource, Web
 from rqsys.web.listing import MessageList
 from rqsys.web.logs import LogFile, Tail
@@ -87,6 +88,7 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/stats.json", metrics.QueueStatsJSON(web), {}),
         (web.path("metrics"), metrics.Metrics(web), {}),
         (q + "/{name}/messages.json", MessageList(web), {}),
+        (q + "/{name}/new_messages", NewMessages(web), {}),
         (q + "/{name}/new_message", queues.NewMessage(web), {}),
         (q + "/{name}/adminoper", queues.AdminOper(web), {}),
         (q + "/{name}/{mid}", messages.MessageResource(web), {}),

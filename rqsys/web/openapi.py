@@ -236,6 +236,16 @@ def _queue_paths() -> dict[str, Any]:
                 "name": "limit", "in": "query", "required": False,
                 "schema": {"type": "integer", "minimum": 0, "maximum": 1000}}, TAG],
             "responses": _answers({"type": "array", "items": {"type": "string"}})}},
+        "/q/{name}/new_messages": {"post": {
+            "summary": "Create many messages: a JSON array, or NDJSON streamed; each "
+                       "fails alone (with its index), the others are created",
+            "parameters": [QUEUE],
+            "requestBody": {"required": True, "content": {
+                "application/json": {"schema": {"type": "array", "items": MESSAGE}},
+                "application/x-ndjson": {"schema": {"type": "string"}}}},
+            "responses": _answers({"type": "object", "properties": {
+                "created": {"type": "integer"}, "failed": {"type": "integer"},
+                "results": {"type": "array", "items": {"type": "object"}}}})}},
         "/q/{name}/messages.json": {"get": {
             "summary": "One state's message ids, a page at a time, optionally by tag",
             "parameters": [QUEUE, {"name": "state", "in": "query", "required": False,

@@ -1,0 +1,106 @@
+"""Bulk enqueue through every door: the socket's create_many, HTTP
+new_messages (a JSON array, NDJSON) and ``rq sendmesg --bulk``, against
+real daemons; a bulk send cut by SIGKILL loses no answered message."""
+# ruff: noqa: F811  (pytest fixtures imported from test_web_support are parameters here)
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import pytest
+from conftest import wait_for
+from daemon_util import store_of
+from test_cli import RQ, rq
+from test_web_support import web_server  # noqa: F401
+
+from rqsys.errors import BadRequest
+
+
+@pytest.fixture
+def paused(make_queue, daemon):
+    make_queue("q", "echo done >&3")
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")  # they stay in que: the test reads them there
+    return proc
+
+
+def test_create_many_fails_a_bad_message_alone(layout, paused):
+    msgs = [{"param1": "a"}, {"param1": "b", "priority": "high"}, {"param1": "c"},
+            {"dest": "other"}, {"param1": "e", "tags": ["x"]}]
+    results = paused.call("create_many", msgs=msgs)["results"]
+    assert [r.get("index") for r in results] == [None, 1, None, 3, None]
+    assert "priority" in results[1]["error"] and results[1]["kind"] == "BadRequest"
+    assert "dest 'other'" in results[3]["error"]
+    store = store_of(layout, "q")
+    made = [r["msg_id"] for r in results if "msg_id" in r]
+    assert [store.read_msg("que", i)["param1"] for i in made] == ["a", "c", "e"]
+    assert made == sorted(made) and all(r["url"].endswith(r["msg_id"]) for r in results[::2])
+    for bad in ([], "x", [{}] * 10001):
+        with pytest.raises(BadRequest, match="messages"):
+            paused.call("create_many", msgs=bad)
+
+
+def test_new_messages_over_http(layout, paused, web_server):
+    server = web_server()
+    body = json.dumps([{"param1": "1"}, {"param1": 2}, {"param1": "3"}])
+    status, _h, data = server.request("POST", "/q/q/new_messages", body,
+                                      {"Content-Type": "application/json"})
+    got = json.loads(data)
+    assert status == 200 and (got["created"], got["failed"]) == (2, 1), got
+    assert got["results"][1]["index"] == 1 and "param1" in got["results"][1]["error"]
+    lines = "\n".join([json.dumps({"param1": "n1"}), "not json", json.dumps({"param1": "n3"})])
+    status, _h, data = server.request("POST", "/q/q/new_messages", lines,
+                                      {"Content-Type": "application/x-ndjson"})
+    got = json.loads(data)
+    assert status == 200 and [r.get("index") for r in got["results"]] == [None, 1, None]
+    assert store_of(layout, "q").read_msg("que", got["results"][2]["msg_id"])["param1"] == "n3"
+    for ctype, bad in (("application/json", "{}"), ("application/json", "[1,"),
+                       ("text/csv", "a,b")):
+        status, _h, data = server.request("POST", "/q/q/new_messages", bad,
+                                          {"Content-Type": ctype})
+        assert status == 400 and json.loads(data)[0] == "fail", data
+
+
+def test_rq_sendmesg_bulk(layout, paused, tmp_path):
+    src = tmp_path / "msgs.ndjson"
+    src.write_text('{"param1": "x"}\n\n{"param1": 5}\n{"param2": "y"}\n')
+    proc = subprocess.run([*RQ, "--root", str(layout.root), "sendmesg", "--dest", "q",
+                           "--param3", "default", "--bulk", str(src)],
+                          capture_output=True, text=True, timeout=30)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 1 and len(lines) == 3, (proc.stdout, proc.stderr)
+    assert lines[0].startswith("ok http") and lines[1].startswith("fail 1: ")
+    msg = store_of(layout, "q").read_msg("que", lines[2].rsplit("/", 1)[1])
+    assert (msg["param2"], msg["param3"]) == ("y", "default")
+    out = rq(layout, "sendmesg", "--dest", "q", "--bulk", str(tmp_path / "missing"), code=1)
+    assert out.startswith("fail --bulk ") and "No such file" in out
+
+
+def test_bulk_killed_halfway_loses_no_answered_message(layout, paused, daemon, tmp_path):
+    # Given 10,000 messages sent with rq sendmesg --bulk (batches of 1000)
+    src = tmp_path / "many.ndjson"
+    src.write_text("".join(json.dumps({"param1": str(n)}) + "\n" for n in range(10000)))
+    sender = subprocess.Popen([*RQ, "--root", str(layout.root), "sendmesg", "--dest", "q",
+                               "--bulk", str(src)], stdout=subprocess.PIPE, text=True)
+    answered = []
+    try:
+        # When the daemon is killed once 3000 have been answered
+        while len(answered) < 3000:
+            line = sender.stdout.readline()
+            assert line, "the sender ended early"
+            answered.append(line)
+        paused.kill(signal.SIGKILL)
+        answered += sender.stdout.readlines()
+    finally:
+        sender.stdout.close()
+        code = sender.wait(30)
+    # Then every URL answered ok exists after a restart, and the sender said it failed
+    assert code in (0, 3)
+    urls = [line.split()[1] for line in answered if line.startswith("ok ")]
+    assert len(urls) >= 3000
+    proc = daemon("q")
+    store = store_of(layout, "q")
+    assert all(store.find(url.rsplit("/", 1)[1]) == "que" for url in urls)
+    wait_for(lambda: proc.call("counts")["counts"]["que"] >= len(urls), what="que count")
