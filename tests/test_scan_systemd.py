@@ -142,6 +142,11 @@ def test_a_calendar_timer_is_a_systemd_timer_that_fires_and_goes_with_its_file(
     [msg_id] = store.newest("done", 0, 1)
     msg = store.read_msg("done", msg_id)
     assert msg["timer"] == "tick" and msg["slot"] % 10 == 0 and msg["param1"] == "tick"
+    # And rq timers shows it, with the last message the service noted
+    listed_by_rq = box.run(RQ, "timers").stdout
+    assert "\ntick\tcalendar *:*:0/10 (UTC)\t" in listed_by_rq
+    last = json.loads(box.path("/var/lib/rq/timer-last/tick.json").read_text())
+    assert store.find(last["msg_id"]) in ("que", "run", "done")
     # When the file is removed, the units go
     timer.unlink()
     unit = box.path("/etc/systemd/system/rq-timer@tick.timer")

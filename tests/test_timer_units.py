@@ -88,14 +88,15 @@ def test_rqsys_timer_sends_the_latest_slot_once(layout, make_queue, daemon):
     make_queue("tq", 'echo "done $RQ_PARAM1" >&3\n')
     proc = daemon("tq")
     (layout.timers / "every.json").write_text(json.dumps(
-        {"cron": "* * * * *", "timezone": "UTC", "msg": {"dest": "tq", "param1": "x"}}))
+        {"cron": "0 0 * * *", "timezone": "UTC", "msg": {"dest": "tq", "param1": "x"}}))
     # When its service runs twice (a re-delivered trigger)
     first, second = _rqsys(layout, "timer", "every"), _rqsys(layout, "timer", "every")
-    # Then one message, for the latest minute, carrying timer, slot and due
+    # Then one message, for the latest midnight (daily: no new slot between the two runs),
+    # carrying timer, slot and due
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout and first.stdout.startswith("ok ")
     msg = proc.call("get", msg_id=first.stdout.split()[1])["msg"]
-    assert msg["timer"] == "every" and msg["slot"] == msg["due"] and msg["slot"] % 60 == 0
+    assert msg["timer"] == "every" and msg["slot"] == msg["due"] and msg["slot"] % 86400 == 0
     assert msg["unique_key"] == f"timer every {msg['slot']:.0f}"
     assert sum(proc.call("counts")["counts"].values()) == 1
 
