@@ -120,15 +120,22 @@ def test_a_restarted_daemon_stops_the_scope_of_a_recovered_run_first(box: Contai
     # Given a run that lingers, in its scope
     msg_id = send(box, "lim", "linger")
     scope = f"rq-msg-lim-{msg_id}.scope"
-    wait_for(lambda: box.show(scope, "ActiveState") == "active", 30, "the run's scope")
+    first = wait_for(lambda: pids(box, "sleep 100[12]", 2), 30, "the run's two sleepers")
+    assert box.show(scope, "ActiveState") == "active"
     # When the daemon is killed (the scope, another unit, lives on) and restarts
     box.run("systemctl", "kill", "-s", "KILL", "--kill-who=main", "rq@lim.service")
     # Then the new daemon stops the old scope before anything runs again
     wait_for(lambda: f"left by the last run: {scope}" in journal(box, "rq@lim.service"), 60,
              "the old scope stopped")
-    # And only the re-run's script sleeps: the first run's died with its scope
-    wait_for(lambda: box.show(scope, "ActiveState") == "active", 30, "the re-run's scope")
-    assert len(sleepers(box, "sleep 1002").splitlines()) == 1
+    # And the first run's processes died with its scope; the re-run has its own
+    again = wait_for(lambda: pids(box, "sleep 100[12]", 2), 30, "the re-run's two sleepers")
+    assert not first & again, (first, again)
+
+
+def pids(box: Container, marker: str, count: int) -> set[str]:
+    """The pids of the processes matching ``marker`` when there are ``count``."""
+    found = {line.split()[0] for line in sleepers(box, marker).splitlines()}
+    return found if len(found) == count else set()
 
 
 def test_without_the_polkit_rule_runs_fall_back_to_rlimits(box: Container) -> None:
