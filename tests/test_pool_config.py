@@ -154,3 +154,32 @@ def test_resend_goes_back_to_the_pool(solo: LocalNats, layout: Layout,
                    15, "done after a resend")
     # RQ_COUNT is the pool's deliveries before this one
     assert got["status"] == "second run, count 1"
+
+
+def test_a_bad_message_in_the_stream_does_not_stop_the_queue(
+        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
+        daemon: Callable[..., DaemonProcess]) -> None:
+    # Given a pool queue, and something that is not an rqsys message in its stream
+    use_nats(layout, solo.url)
+    make_queue("pq", OK, pool={"name": "p5", "replicas": 1})
+    pq = daemon("pq")
+    publish_raw(solo.url, "rq.pool.p5", b'{"no": "id"}')
+    # When a good message follows, it runs; the bad one was dropped, with the reason
+    msg_id = pq.call("create", msg={"dest": "pq", "param1": "good"})["msg_id"]
+    wait_for(lambda: pq.call("get", msg_id=msg_id)["state"] == "done", 15, "the good one")
+    assert pq.proc.poll() is None
+    assert "a message that cannot be taken is dropped from the pool: KeyError" in (
+        pq.stderr_text())
+
+
+def publish_raw(url: str, subject: str, data: bytes) -> None:
+    import asyncio
+
+    import nats
+
+    async def send() -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().publish(subject, data)
+        await nc.close()
+
+    asyncio.run(send())

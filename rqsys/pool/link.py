@@ -156,6 +156,10 @@ class Link:
         await msg.nak(delay=delay or None)
 
     @staticmethod
+    async def term(msg: NatsMsg) -> None:
+        await msg.term()
+
+    @staticmethod
     async def progress(msgs: list[NatsMsg]) -> None:
         for msg in msgs:
             await msg.in_progress()

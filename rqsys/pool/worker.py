@@ -23,7 +23,7 @@ from rqsys.message import due_time
 from rqsys.pool.bridge import Bridge
 from rqsys.pool.link import Link, NatsMsg
 from rqsys.store import Staged
-from rqsys.store.layout import ENDED_STATES, TMP_DIR
+from rqsys.store.layout import ENDED_STATES, TMP_DIR, check_msg_id
 
 FETCH_WAIT = 1.0  # seconds a fetch waits for a first message (then the loop asks again)
 RETRY = 1.0  # seconds before a failed fetch or ack is tried again (NATS away: no busy loop)
@@ -80,12 +80,17 @@ class PoolWorker:
             self.fetch_at = time.monotonic() + RETRY
             return
         for msg in msgs:
-            self._take(msg)
+            try:
+                self._take(msg)
+            except Exception as exc:  # noqa: BLE001 - one message never stops the queue
+                self.log.event("err", f"pool: a message that cannot be taken is dropped "
+                               f"from the pool: {type(exc).__name__}: {exc}")
+                self.bridge.submit(self.link.term(msg))
 
     # ------------------------------------------------------------ a message arrives
     def _take(self, delivery: NatsMsg) -> None:
         msg = json.loads(delivery.data)
-        msg_id = str(msg["msg_id"])
+        msg_id = check_msg_id(msg["msg_id"])
         if msg_id in self.held:  # redelivered while held: acks go to the newest delivery
             self.held[msg_id] = delivery
             return
