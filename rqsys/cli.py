@@ -166,6 +166,12 @@ def cmd_adminoper(layout: Layout, args: argparse.Namespace) -> str:
         return str(client.call("adminoper", oper=args.oper)["admin"])
 
 
+def _pools(layout: Layout, args: argparse.Namespace) -> str:
+    from rqsys.pool.report import cmd_pools  # imports nothing of NATS
+
+    return cmd_pools(layout, args)
+
+
 def add_msg_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dest", required=True, help="queue name or full queue URL")
     for name in MSG_FIELDS:
@@ -217,6 +223,8 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "timers": (cmd_timers, "ok N, then one line per timer: name, schedule, next run, last "
                            "run, last message URL and its state (tab-separated)"),
     "ls": (cli_jobs.cmd_ls, "ok <count>, then a queue's message ids, one a line (--tag)"),
+    "pools": (_pools,
+              "pool queues here, with their pools' depth, in flight, redeliveries"),
 }
 SENDING = {"sendmesg", "prepmesg", "single_que"}
 
@@ -251,6 +259,8 @@ def rq_parser() -> argparse.ArgumentParser:
         elif verb == "ls":
             cli_jobs.ls_options(sub)
             cli_observe.ls_options(sub)
+        elif verb == "pools":
+            pass
         elif verb == "adminoper":
             sub.add_argument("--queue", required=True)
             sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))

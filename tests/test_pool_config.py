@@ -183,3 +183,34 @@ def publish_raw(url: str, subject: str, data: bytes) -> None:
         await nc.close()
 
     asyncio.run(send())
+
+
+def test_rq_pools_shows_the_pool(solo: LocalNats, layout: Layout,
+                                 make_queue: Callable[..., Path],
+                                 daemon: Callable[..., DaemonProcess]) -> None:
+    use_nats(layout, solo.url)
+    make_queue("pq", OK, pool={"name": "p6", "replicas": 1})
+    make_queue("plain", OK)
+    pq = daemon("pq")
+    msg_id = pq.call("create", msg={"dest": "pq"})["msg_id"]
+    wait_for(lambda: pq.call("get", msg_id=msg_id)["state"] == "done", 15, "done")
+    got = subprocess.run([str(Path(sys.executable).parent / "rq"), "--root", str(layout.root),
+                          "pools"], capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    first, line = got.stdout.splitlines()
+    assert first == "ok 1 pool queue(s)"
+    assert line.startswith("p6 (queue pq, host 1 127.0.0.1): depth 0, not yet delivered 0, "
+                           "in flight 0 (here 0), redelivered 0")
+
+
+def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,
+                                                make_queue: Callable[..., Path],
+                                                daemon: Callable[..., DaemonProcess]) -> None:
+    use_nats(layout, solo.url)
+    make_queue("pq", OK, pool={"name": "p7", "replicas": 1})
+    pq = daemon("pq")
+    for args, what in (({"state": "prep"}, "a prep message"), ({"single": True}, "single"),
+                       ({"msg": {"dest": "pq", "unique_key": "k"}}, "unique_key")):
+        refused = f"queue pq is a pool queue \\(p7\\): it takes no {what}"
+        with pytest.raises(Exception, match=refused):
+            pq.call("create", **{"msg": {"dest": "pq"}, **args})

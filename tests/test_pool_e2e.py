@@ -3,9 +3,13 @@ with its own clustered nats-server (JetStream, R3) and ``rqsys serve``.
 
 Messages are sent on host a; every host runs some; each runs exactly once
 (counted by id in each host's run log and store); their URLs resolve from
-all three hosts.  Then host b's rqsys is SIGKILLed (its queue daemon, its
-supervisor, its scripts) while its scripts run: JetStream gives those
-messages to a or c after ``ack_wait``, none is lost, none ends twice.
+all three hosts.  One nats-server stopped: work goes on; restarted, it
+catches up.  Host b's rqsys SIGKILLed (its queue daemon, its supervisor, its
+scripts) while its scripts run: JetStream gives those messages to a or c
+after ``ack_wait``, none is lost, none ends twice.  Host c's link cut for
+longer than ``ack_wait`` while it runs messages, then restored: nothing is
+lost, nothing it had finished runs again, and a message ends twice only if c
+was running it when cut off (at least once).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from conftest import need, wait_for
 from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf, nats_available
 from netns import NetLab, Rqsys, netns_available, stop
 
+from rqsys.errors import Unavailable
 from rqsys.store import QueueStore
 
 N = int(os.environ.get("RQ_POOL_N", "200"))
@@ -112,8 +117,10 @@ def start_rqsys(lab: NetLab, base: Path) -> dict[str, Rqsys]:
         (entry / "config.json").write_text(json.dumps({
             "num_workers": 2, "env_vars": {"RUNLOG": str(base / name / "runs.log")},
             "pool": {"name": "e2e", "replicas": 3, "ack_wait": ACK_WAIT}}))
+    for host in hosts.values():  # all three start at once, then each is waited for
+        host.start(wait_queues=())
     for host in hosts.values():
-        host.start(wait_queues=("relay", "pq"))
+        wait_for(lambda h=host: h.pingable("pq"), 60, f"pool queue on {host.host}")
     return hosts
 
 
@@ -195,3 +202,35 @@ def test_a_host_killed_mid_run_loses_nothing(pool: Pool) -> None:
     # And their second run shows the redelivery in RQ_COUNT
     again = [(i, n) for h in ("a", "c") for i, n in pool.runs(h)[before[h]:] if i in killed]
     assert {i for i, _n in again} == killed and all(n >= 1 for _i, n in again)
+
+
+def test_a_partitioned_host_rejoins(pool: Pool) -> None:
+    # Given slow messages, some running on c, and what c had finished before
+    before = {h: len(pool.runs(h)) for h in HOSTS}
+    finished_on_c = pool.ids("c", "done")
+    ids = pool.send(9, param1="2")
+    wait_for(lambda: pool.ids("c", "run") & set(ids), 30, "a message running on c")
+    # When c's link is cut for longer than ack_wait, then restored
+    pool.lab.set_link("c", False)
+    cut_running = pool.ids("c", "run") & set(ids)
+    wait_for(lambda: pool.done_everywhere(ids), 60, "all done while c is cut off")
+    pool.lab.set_link("c", True)
+    wait_for(lambda: settled(pool.hosts["a"]), 60, "nothing in flight once c is back")
+    # Then nothing is lost, and nothing c had finished ran again
+    done = {h: pool.ids(h, "done") & set(ids) for h in HOSTS}
+    assert set().union(*done.values()) == set(ids)
+    rerun = [i for h in HOSTS for i, _n in pool.runs(h)[before[h]:]]
+    assert set(rerun) <= set(ids) and not finished_on_c & set(rerun)
+    # And a message ended twice only if c was running it when cut off
+    twice = {i for i in ids if sum(i in d for d in done.values()) > 1}
+    assert twice <= cut_running
+
+
+def settled(host: Rqsys) -> bool:
+    """Nothing pending or in flight in the pool (False too while host's NATS
+    connection is being replaced: the figures come from JetStream)."""
+    try:
+        figures = host.call("pq", "pool")
+    except Unavailable:
+        return False
+    return figures["in_flight"] == 0 and figures["pending"] == 0

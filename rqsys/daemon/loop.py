@@ -85,7 +85,7 @@ class QueueDaemon:
                            self.log, self.reload, self.status_line)
         table, schemas = ops.table(handlers, self.intake), dict(schema.OPS)
         if self.pool is not None:
-            self.pool.wrap_ops(table)
+            self.pool.wrap_ops(table, schemas)
         table.update(self.observer.ops())
         schemas.update(observe.SCHEMAS)
         for op, (handler, op_schema) in extra_ops.items():

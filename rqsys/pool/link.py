@@ -11,21 +11,33 @@ start and the first one wins.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from typing import Any
 
 import nats
 from nats.aio.msg import Msg as NatsMsg
+from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import (
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 
 from rqsys.errors import ConfigError, Unavailable
 from rqsys.pool.ids import MAX_HOSTS
 from rqsys.pool.settings import PoolSettings
 
 START_ATTEMPTS = 2  # tries of each server at start, before the start fails
+# A server cut off (not closed) is noticed after PING_INTERVAL * (MAX_PINGS_OUT + 1)
+# seconds, and another taken: nats-py's default (2 min, 2 pings) would leave a
+# host's publishes timing out for up to 6 minutes.
+PING_INTERVAL, MAX_PINGS_OUT = 3, 2
+PUBLISH_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a publish (see publish)
 DUPLICATE_WINDOW = 600.0  # seconds JetStream remembers a Nats-Msg-Id (a retried publish)
 MAX_PENDING = 10_000  # messages handed out and not yet acked, over all hosts
 
@@ -64,6 +76,7 @@ class Link:
                 servers=list(self.s.servers), name=f"rqsys {self.s.host} {self.s.pool}",
                 connect_timeout=self.s.connect_timeout, allow_reconnect=True,
                 max_reconnect_attempts=START_ATTEMPTS, reconnect_time_wait=0.5,
+                ping_interval=PING_INTERVAL, max_outstanding_pings=MAX_PINGS_OUT,
                 user_credentials=self.s.creds or None, tls=self._tls(),
                 error_cb=self._error, disconnected_cb=self._note("disconnected"),
                 reconnected_cb=self._note("reconnected"))
@@ -121,9 +134,20 @@ class Link:
 
     # ------------------------------------------------------------ messages
     async def publish(self, msg_id: str, msg: dict[str, Any], record: dict[str, Any]) -> None:
-        """Publish ``msg`` (answered once JetStream acks it), and its first record."""
-        await self.js.publish(self.s.subject, json.dumps(msg).encode(),
-                              headers={"Nats-Msg-Id": msg_id})
+        """Publish ``msg`` (answered once JetStream acks it), and its first record.
+
+        A publish that finds no stream leader (an election after a server came
+        back) or no answer is tried again: the same ``Nats-Msg-Id`` makes a
+        second copy impossible within DUPLICATE_WINDOW."""
+        data = json.dumps(msg).encode()
+        for delay in (*PUBLISH_RETRIES, None):
+            try:
+                await self.js.publish(self.s.subject, data, headers={"Nats-Msg-Id": msg_id})
+                break
+            except (NoRespondersError, NatsTimeout, ServiceUnavailableError):
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
         try:
             await self.kv.create(msg_id, json.dumps(record).encode())
         except KeyWrongLastSequenceError:
@@ -146,6 +170,14 @@ class Link:
         except KeyNotFoundError:
             return None
         return dict(json.loads(entry.value))
+
+    async def figures(self) -> dict[str, int]:
+        """The pool as JetStream sees it: depth, not yet delivered, in flight, redelivered."""
+        stream = await self.js.stream_info(self.s.stream)
+        consumer = await self.js.consumer_info(self.s.stream, self.s.consumer)
+        return {"depth": stream.state.messages, "pending": consumer.num_pending,
+                "in_flight": consumer.num_ack_pending, "redelivered": consumer.num_redelivered,
+                "waiting_pulls": consumer.num_waiting}
 
     @staticmethod
     async def ack(msg: NatsMsg) -> None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rqsys.daemon.schema import request
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
@@ -105,18 +106,36 @@ class PoolMember:
 
     def _check_plain(self, r: Request) -> None:
         """What a pool queue does not take (yet), refused with the reason."""
+        msg = r.args.get("msg")
         what = ("a prep message" if r.args.get("state", "que") != "que" else
                 "attachments" if r.args.get("attachments") or r.fds else
-                "single (single_que)" if r.args.get("single") else "")
+                "single (single_que)" if r.args.get("single") else
+                "unique_key (keys are kept per host)" if isinstance(msg, dict)
+                and "unique_key" in msg else "")
         if what:
             raise BadRequest(f"queue {self.ctx.name} is a pool queue "
                              f"({self.settings.pool}): it takes no {what}")
 
-    def wrap_ops(self, table: dict[str, Handler]) -> None:
+    def wrap_ops(self, table: dict[str, Handler], schemas: dict[str, Any]) -> None:
         """``get``, ``state`` and ``status`` of a message another host holds
-        are answered from the pool's bucket."""
+        are answered from the pool's bucket; ``pool`` tells the pool's figures."""
         for op in LOOKUP_OPS:
             table[op] = self._or_from_pool(op, table[op])
+        table["pool"], schemas["pool"] = self.figures, request()
+
+    def figures(self, r: Request) -> None:
+        """``pool``: JetStream's figures of the pool, and this host's part."""
+        here = {"ok": True, "pool": self.settings.pool, "host": self.settings.host,
+                "host_number": self.ids.host_number if self.ids else 0,
+                "in_flight_here": len(self.worker.held)}
+
+        def then(figures: Any, error: BaseException | None) -> None:
+            if error is not None:
+                r.fail(Unavailable(f"pool {self.settings.pool}: no figures: {error}"))
+            else:
+                r.answer({**here, **figures})
+
+        self.bridge.submit(self.link.figures(), then)
 
     def _or_from_pool(self, op: str, local: Handler) -> Handler:
         def handler(r: Request) -> Reply | None:
