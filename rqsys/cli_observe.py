@@ -14,7 +14,7 @@ from typing import Any
 from rqsys import timeline
 from rqsys.cli_follow import Follow, describe, verdict_code
 from rqsys.client import QueueClient, find_message, split_message_url
-from rqsys.errors import RQError, Unavailable
+from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.store import Layout, QueueView, check_queue_name
 
 RET_OK, RET_FAIL, RET_UNAVAILABLE = 0, 1, 3
@@ -145,6 +145,52 @@ def _dur(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:.3f}s"
 
 
+def cmd_groups(layout: Layout, args: argparse.Namespace) -> int:
+    """A queue's failure groups, largest first: key, count, last seen, reason."""
+    with QueueClient(layout, check_queue_name(args.queue)) as client:
+        groups = client.call("groups")["groups"]
+    if args.json:
+        print(json.dumps(groups, indent=2))
+        return RET_OK
+    for group in groups:
+        print(f"{group['key']} {group['count']} {_when(group['first_seen'])} "
+              f"{_when(group['last_seen'])} {group['reason']}")
+    return RET_OK
+
+
+def cmd_retry(layout: Layout, args: argparse.Namespace) -> int:
+    """err → que: one message, a failure group, or every err message of a queue."""
+    if args.msg_id:
+        queue, msg_id = find_message(layout, args.msg_id, args.queue)
+        with QueueClient(layout, queue) as client:
+            client.call("retry", msg_id=msg_id)
+        print(f"retried {msg_id}")
+        return RET_OK
+    if args.group and not args.queue:
+        raise BadRequest("--group needs --queue")
+    queue = check_queue_name(args.queue or args.all_err)
+    with QueueClient(layout, queue) as client:
+        keys = [args.group] if args.group else [
+            g["key"] for g in client.call("groups")["groups"]]
+        count = sum(client.call("group", group=key, action="retry")["count"] for key in keys)
+    print(f"retried {count}")
+    return RET_OK
+
+
+def _add_groups(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", help="queue name")
+    parser.add_argument("--json", action="store_true", help="one JSON list")
+
+
+def _add_retry(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("msg_id", nargs="?", metavar="ID", help="short id or full URL")
+    which.add_argument("--group", help="a failure group's key (rq groups; needs --queue)")
+    which.add_argument("--all-err", dest="all_err", metavar="QUEUE",
+                       help="every err message of QUEUE")
+    parser.add_argument("--queue", help="the queue of --group (or of a short id)")
+
+
 def _add_wait(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("msg_ids", nargs="+", metavar="ID", help="short id or full URL")
 
@@ -186,6 +232,8 @@ VERBS: dict[str, tuple[Verb, Callable[[argparse.ArgumentParser], None], str]] = 
     "wait": (cmd_wait, _add_wait, "wait until messages end (0 all done, 1 any err)"),
     "tail": (cmd_tail, _add_tail, "print a message's output; -f follows it to its end"),
     "run": (cmd_run, _add_run, "send a message, follow its output, exit with its verdict"),
+    "groups": (cmd_groups, _add_groups, "a queue's err messages grouped by reason"),
+    "retry": (cmd_retry, _add_retry, "err back to que: a message, a group, or all"),
 }
 
 

@@ -20,14 +20,22 @@ from rqsys.daemon.context import QueueContext
 from rqsys.daemon.schema import MSG_ID, request
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
+from rqsys.errors import NotFound, RQError
 from rqsys.events import EventLog
+from rqsys.failures import FailureGroups
 from rqsys.stats import QueueStats, id_time
 from rqsys.statsfile import StatsFile
 from rqsys.store import QueueStore
 from rqsys.timeline import Timeline
 
-SCHEMAS: dict[str, dict[str, Any]] = {"stats": request(),
-                                      "watch": request(("msg_id",), msg_id=MSG_ID)}
+GROUP = {"title": "failure group", "type": "string", "pattern": "^[0-9a-f]{12}$"}
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "stats": request(), "groups": request(),
+    "watch": request(("msg_id",), msg_id=MSG_ID),
+    "retry": request(("msg_id",), msg_id=MSG_ID),
+    "group": request(("group", "action"), group=GROUP,
+                     action={"title": "group action", "enum": ["retry", "delete"]}),
+}
 FINAL = ("done", "err", "relayed", "gone")
 Push = Callable[[Reply], bool]
 
@@ -42,10 +50,39 @@ class Observer:
         self.stats = QueueStats()
         self.file = StatsFile(store.qdir, self.stats, background)
         self.started = time.time()
-        log.sinks += [Timeline(store.msg_dir), self.file.sink, self._tell_watchers]
+        self.failures = FailureGroups(store)
+        log.sinks += [Timeline(store.msg_dir), self.file.sink, self._tell_watchers,
+                      self.failures]
 
     def ops(self) -> dict[str, Handler]:
-        return {"stats": self.stats_op, "watch": self.watch_op}
+        return {"stats": self.stats_op, "watch": self.watch_op, "groups": self.groups_op,
+                "retry": self.retry_op, "group": self.group_op}
+
+    def groups_op(self, r: Request) -> Reply:
+        """The err messages by normalised reason (``rqsys.failures``)."""
+        return {"ok": True, "groups": self.failures.listing()}
+
+    def retry_op(self, r: Request) -> None:
+        """err → que for one message, answered once durable."""
+        self.ledger.retry([r.args["msg_id"]], _answer(r, {"ok": True}))
+
+    def group_op(self, r: Request) -> None:
+        """Retry or delete every message of a failure group; answered with how
+        many once all of it is durable (NotFound: no such group now)."""
+        ids = self.failures.members(r.args["group"])
+        if not ids:
+            raise NotFound(f"no failure group {r.args['group']} in queue {self.ctx.name}")
+        reply: Reply = {"ok": True}
+        if r.args["action"] == "retry":
+            reply["count"] = self.ledger.retry(ids, _answer(r, reply), strict=False)
+            return
+        reply["count"] = len(ids)
+        joined = _join(len(ids), _answer(r, reply))
+        for msg_id in ids:
+            try:
+                self.ledger.delete(msg_id, joined)
+            except RQError as error:  # moved on meanwhile: told, the rest go on
+                joined(error)
 
     def watch_op(self, r: Request) -> Reply:
         """The message's state now; its events follow on this connection."""
@@ -89,3 +126,24 @@ class Observer:
         if not msgs:
             return None
         return round(max(0.0, time.time() - id_time(min(msgs))), 3)
+
+
+def _answer(r: Request, reply: Reply) -> Callable[[BaseException | None], None]:
+    def done(error: BaseException | None) -> None:
+        r.fail(error) if error is not None else r.answer(reply)
+    return done
+
+
+def _join(count: int, then: Callable[[BaseException | None], None]
+          ) -> Callable[[BaseException | None], None]:
+    """A callback that calls ``then`` once it has been called ``count`` times
+    (with the first error, if any)."""
+    left, errors = [count], []
+
+    def one(error: BaseException | None) -> None:
+        if error is not None:
+            errors.append(error)
+        left[0] -= 1
+        if left[0] == 0:
+            then(errors[0] if errors else None)
+    return one

@@ -17,6 +17,7 @@ changes.
     run  → done | err | relayed  end
     que  → err                   load          unreadable at start (and run → que, recovery)
     que  → que                   run_now       due now (rewrite first)
+    err  → que                   retry         a client's retry of a failed message
     any  → gone                  delete, prune, end (destroyed while running)
 
 Durability is the store's table (``rqsys.store``): a rewrite of ``msg`` that
@@ -51,7 +52,7 @@ ENDED = ("done", "err", "relayed")
 COUNTED = ("prep", "done", "err", "relayed")  # counted here; que and run are in memory
 MOVES = frozenset({  # every rename between two states the daemon makes
     ("prep", "que"), ("que", "run"), ("run", "que"), ("run", "done"), ("run", "err"),
-    ("run", "relayed"), ("que", "err"), ("que", "done"), ("que", "relayed")})
+    ("run", "relayed"), ("que", "err"), ("que", "done"), ("que", "relayed"), ("err", "que")})
 Riders = tuple[str, list[tuple[str, Msg]]]  # the primary's URL, and its riders
 
 
@@ -285,6 +286,27 @@ class Transitions:
             self._free(msg_id)
 
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
+
+    def retry(self, msg_ids: list[str], done: Done, strict: bool = True) -> int:
+        """err → que: each runs again as it was (its count kept, its status
+        blank); ``done`` once the moves are durable.  Not ``strict`` (a
+        group): those no longer in err are passed over.  How many moved."""
+        moved = 0
+        for msg_id in msg_ids:
+            state = "busy" if msg_id in self._busy else self.store.find(msg_id)
+            if state != "err":
+                if strict:
+                    raise BadRequest(f"message {msg_id} is in {state}, not err")
+                continue
+            self._move(msg_id, "err", "que")
+            self._counts["err"] -= 1
+            self.store.write_status("que", msg_id, "")
+            self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
+            self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
+            moved += 1
+        dirs = [self.store.state_dir("err"), self.store.state_dir("que")]
+        self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
+        return moved
 
     def delete(self, msg_id: str, done: Done) -> None:
         """prep | que | done | err | relayed → gone (a running one is destroyed

@@ -86,6 +86,8 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/config.json", queues.QueueConfig(web), {}),
         (q + "/{name}/done.json", queues.DoneList(web), {}),
         (q + "/{name}/stats.json", metrics.QueueStatsJSON(web), {}),
+        (q + "/{name}/groups.json", metrics.FailureGroupsJSON(web), {}),
+        (q + "/{name}/groups/{key}", metrics.FailureGroupAction(web), {}),
         (web.path("metrics"), metrics.Metrics(web), {}),
         (q + "/{name}/messages.json", MessageList(web), {}),
         (q + "/{name}/new_messages", NewMessages(web), {}),

@@ -1,4 +1,5 @@
-"""``GET /metrics`` (Prometheus, through prometheus-client) and ``GET /q/<q>/stats.json``.
+"""``GET /metrics`` (Prometheus, through prometheus-client), ``GET /q/<q>/stats.json``,
+and failure groups: ``GET /q/<q>/groups.json``, ``POST /q/<q>/groups/<key>``.
 
 Each scrape asks every queue's daemon for its ``stats`` (O(1) there, but
 for the oldest queued message's age: O(que)) and renders them with a
@@ -22,8 +23,10 @@ from prometheus_client.core import (
     Metric,
 )
 
-from rqsys.errors import NotFound, Unavailable
+from rqsys.errors import BadRequest, NotFound, Unavailable
 from rqsys.store import ADMIN_STATES, STATES, check_queue_name
+from rqsys.web import body
+from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -44,12 +47,38 @@ class QueueStatsJSON(Resource):
     """``/q/<q>/stats.json``: the queue daemon's ``stats`` answer."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        check_queue_name(name)
-        if not self.web.layout.queue_dir(name).is_dir():
-            raise NotFound(f"no queue named {name}")
+        _existing(self.web, name)
         got = dict(self.web.call(name, "stats"))
         got.pop("ok", None)
         resp.media = got
+
+
+class FailureGroupsJSON(Resource):
+    """``/q/<q>/groups.json``: the err messages by normalised reason, largest first."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        _existing(self.web, name)
+        resp.media = self.web.call(name, "groups")["groups"]
+
+
+class FailureGroupAction(Resource):
+    """``POST /q/<q>/groups/<key>`` with ``_method`` retry | delete: the whole group."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str,
+                key: str) -> None:
+        _existing(self.web, name)
+        params = body.read_params(req)
+        method = params.get("_method")
+        if method not in ("retry", "delete"):
+            raise BadRequest("_method must be retry or delete")
+        got = self.web.call(name, "group", group=key, action=method)
+        ok(req, resp, got["count"], params, page=self.web.queue_path(name))
+
+
+def _existing(web: Web, name: str) -> None:
+    check_queue_name(name)
+    if not web.layout.queue_dir(name).is_dir():
+        raise NotFound(f"no queue named {name}")
 
 
 class QueuesCollector:

@@ -108,6 +108,10 @@ TIMER = {"type": "object", "required": ["name", "file"], "properties": {
     "last_slot": WHEN, "last_msg_id": {"type": "string"}, "last_queue": {"type": "string"},
     "last_url": {"type": "string"},
     "last_state": {"enum": [*STATES, "gone"]}}}
+GROUP_JSON = {"type": "object", "required": ["key", "reason", "count"], "properties": {
+    "key": {"type": "string"}, "reason": {"type": "string"}, "count": {"type": "integer"},
+    "first_seen": {"type": "number"}, "last_seen": {"type": "number"},
+    "example": {"type": "string"}}}
 FORM_POST: dict[str, Any] = {"type": "object", "properties": {
     "back": {"type": "string", "pattern": "^/[a-z]"}, "x_format": {"enum": ["json", "html"]}}}
 
@@ -194,6 +198,15 @@ def _observe_paths() -> dict[str, Any]:
                          "text/plain"),
         "/q/{name}/stats.json": _get([QUEUE], STATS, "A queue's statistics: totals, "
                                      "histograms, last hour/day/week, per day"),
+        "/q/{name}/groups.json": _get([QUEUE], {"type": "array", "items": GROUP_JSON},
+                                      "Failure groups: err messages by normalised reason"),
+        "/q/{name}/groups/{key}": _post([QUEUE, {"name": "key", "in": "path",
+                                                 "required": True, "schema": {
+                                                     "type": "string",
+                                                     "pattern": "^[0-9a-f]{12}$"}}],
+                                        _with({"_method": {"enum": ["retry", "delete"]}}),
+                                        "Retry (err → que) or delete a whole failure group",
+                                        {"type": "array"}),
     }
 
 
