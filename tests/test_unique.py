@@ -172,3 +172,21 @@ def test_the_web_form_fields_carry_the_key(layout, make_queue, daemon, tmp_path,
     assert first[0] == second[0] == 200 and first[1] == second[1] and first[1][0] == "ok"
     status, body = server.form("/q/q/new_message", dict(fields, mesg_unique_for="soon"))
     assert status == 400 and body == ["fail", "mesg_unique_for must be a number, not 'soon'"]
+
+
+def test_a_pool_queue_refuses_a_unique_key(layout, make_queue, daemon, tmp_path):
+    from conftest import need
+    from nats_util import LocalNats, nats_available
+
+    need(nats_available(), "nats-server (Debian package nats-server)")
+    server = LocalNats(tmp_path / "nats")
+    try:
+        layout.config_file.write_text(json.dumps({"host": "127.0.0.1", "port": 3333, "nats": {
+            "servers": [server.url], "connect_timeout": 1}}))
+        make_queue("pq", 'echo "done" >&3\n', pool={"name": "pu", "replicas": 1})
+        pq = daemon("pq")
+        with pytest.raises(BadRequest, match="unique_key: not taken by a pool queue"):
+            pq.call("create", msg={"unique_key": "k"})
+        assert pq.call("create", msg={"param1": "plain"})["msg_id"]
+    finally:
+        server.stop()

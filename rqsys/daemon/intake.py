@@ -20,7 +20,7 @@ from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import check_timeout
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
-from rqsys.daemon.unique import Duplicates
+from rqsys.daemon.unique import Duplicates, refuse_unique_in_pool
 from rqsys.errors import BadRequest, StoreError
 from rqsys.events import EventLog
 from rqsys.message import new_message
@@ -56,6 +56,7 @@ class Intake:
         """New message in ``que`` (default) or ``prep``; answered by the group
         commit (after its attachments are checked, if it has any)."""
         if self.pool is not None:
+            refuse_unique_in_pool(r.args.get("msg"))
             return self.pool.create(r)
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rqsys.errors import BadRequest
 from rqsys.store import durable
 
 if TYPE_CHECKING:
@@ -137,6 +138,14 @@ class UniqueIndex:
             until, key = heapq.heappop(self._expiry)
             if self._until.get(key) == until:
                 self._free(key)
+
+
+def refuse_unique_in_pool(msg: Any) -> None:
+    """A pool queue's messages are on NATS, not in this index: a key is refused
+    there rather than silently not kept."""
+    if isinstance(msg, dict) and "unique_key" in msg:
+        raise BadRequest("unique_key: not taken by a pool queue (its messages live on "
+                         "NATS, which this daemon's keys do not cover)")
 
 
 class Duplicates:
