@@ -190,3 +190,15 @@ def test_a_pool_queue_refuses_a_unique_key(layout, make_queue, daemon, tmp_path)
         assert pq.call("create", msg={"param1": "plain"})["msg_id"]
     finally:
         server.stop()
+
+
+def test_a_message_retried_from_err_holds_its_key_again(layout, make_queue, daemon):
+    make_queue("q", 'if [ "$RQ_PARAM1" = fail ]; then echo "err no" >&3; exit 0; fi\n'
+               'sleep 30; echo "done" >&3\n')
+    proc = daemon("q")
+    failed = proc.call("create", msg={"unique_key": "k", "param1": "fail"})["msg_id"]
+    assert settle(proc, failed)["state"] == "err"
+    proc.call("adminoper", oper="pause")
+    proc.call("retry", msg_id=failed)
+    again = proc.call("create", msg={"unique_key": "k", "param1": "other"})
+    assert again["msg_id"] == failed and again["duplicate"] is True

@@ -301,7 +301,9 @@ class Transitions:
             self._move(msg_id, "err", "que")
             self._counts["err"] -= 1
             self.store.write_status("que", msg_id, "")
-            self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
+            msg = self.store.read_msg("que", msg_id)
+            self.schedule.add(msg_id, msg)
+            self.unique.hold_again(msg_id, msg, time.time())
             self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
             moved += 1
         dirs = [self.store.state_dir("err"), self.store.state_dir("que")]

@@ -74,6 +74,13 @@ class UniqueIndex:
             self._of[msg_id] = (key, float(msg.get("unique_for") or 0))
         return key
 
+    def hold_again(self, msg_id: str, msg: dict[str, Any], now: float) -> None:
+        """An ended message queued again (err → que) holds its key once more,
+        unless another message took it meanwhile."""
+        key = key_of(msg)
+        if key is not None and self.holder(key, now) in (None, msg_id):
+            self.hold(msg_id, msg)
+
     def forget(self, msg_id: str) -> None:
         """The message is gone (deleted, or never stored): its key is free."""
         key, _for = self._of.get(msg_id, (None, 0.0))
