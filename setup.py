@@ -1,6 +1,7 @@
 """Build steps pyproject.toml cannot express: the cffi module, man pages, units.
 
-- ``cffi_modules`` compiles the spawn helper (rqsys/_native).
+- ``cffi_modules`` compiles the spawn helper (rqsys/_native); ``build_ext``
+  also links ``rqsys/_native/rqrelay``, the relay queue's small C script.
 - The man pages in ``man/*.scd`` are built with scdoc(1) when the package is
   installed and land in ``share/man/manN/``; without scdoc they are left out
   with a warning (set RQSYS_REQUIRE_MAN=1 to make that an error).
@@ -9,12 +10,14 @@
 """
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 try:
     from setuptools.command.install_data import install_data
@@ -59,6 +62,21 @@ class InstallDataWithMan(install_data):
         super().run()
 
 
+class BuildExtWithShim(build_ext):
+    """build_ext that also links the rqrelay executable beside the spawn helper."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.get_ext_fullpath("rqsys._native._rqspawn")).parent / "rqrelay"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = "rqsys/_native/rqrelay.c"
+        objects = self.compiler.compile([source], output_dir=self.build_temp,
+                                        extra_postargs=["-O2", "-Wall"])
+        # LDFLAGS as the shared object gets them (Debian's hardening: relro, now)
+        self.compiler.link_executable(objects, target.name, output_dir=str(target.parent),
+                                      extra_postargs=shlex.split(os.environ.get("LDFLAGS", "")))
+
+
 def data_files() -> list[tuple[str, list[str]]]:
     files: dict[str, list[str]] = {}
     for source in MAN_SOURCES:
@@ -76,5 +94,5 @@ setup(
     license="MIT",
     cffi_modules=["rqsys/_native/build_spawn.py:ffibuilder"],
     data_files=data_files(),
-    cmdclass={"install_data": InstallDataWithMan},
+    cmdclass={"install_data": InstallDataWithMan, "build_ext": BuildExtWithShim},
 )

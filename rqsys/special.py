@@ -12,6 +12,7 @@ their config runs the script with the interpreter rqsys itself runs under
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -40,9 +41,19 @@ def special_config(name: str) -> dict[str, Any]:
     # without loading the configuration schemas (jsonschema).
     from rqsys import config
 
-    overlay = dict(SPECIAL_QUEUES[name], exec_prefix=shlex.quote(sys.executable))
+    overlay = dict(SPECIAL_QUEUES[name], exec_prefix=_exec_prefix(name))
     return config.queue_config(name, str(SCRIPTS_DIR / f"{name}.py"), overlay,
                                f"built-in {name} queue")
+
+
+def _exec_prefix(name: str) -> str:
+    """The interpreter rqsys runs under; for relay, behind ``rqrelay`` when it was
+    built: it hands each message to the relay worker when one runs."""
+    python = shlex.quote(sys.executable)
+    shim = Path(__file__).resolve().parent / "_native" / "rqrelay"
+    if name == RELAY_QUEUE and os.access(shim, os.X_OK):
+        return f"{shlex.quote(str(shim))} {python}"
+    return python
 
 
 def install_special_queues(layout: Layout) -> list[str]:

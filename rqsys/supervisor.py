@@ -83,6 +83,7 @@ class Supervisor:
         self._install_signals()
         for program in extra:
             self._add(program)
+        self._relay_worker()
         self._sync_queues()
 
     def _install_signals(self) -> None:
@@ -101,6 +102,14 @@ class Supervisor:
         programs.append(Program("scan", [*self._base_argv(), "scan", "--scandir",
                                          str(self.scandir)]))
         return programs
+
+    def _relay_worker(self) -> None:
+        """The relay worker, started on its socket's first connection (rqrelay's)."""
+        path = relay_socket(self.layout)
+        argv = [sys.executable, "-m", "rqsys.scripts.relayworker"]
+        program = Program("relay-worker", argv, _unix_socket(path), path, "relay-worker")
+        self.programs[program.name] = program
+        self._watch_socket(program)
 
     def _sync_queues(self, lazy: bool = False) -> None:
         """Start a daemon for every queue in queue/, stop those trashed.
@@ -145,7 +154,8 @@ class Supervisor:
     # ---------------------------------------------------------------- children
     def _spawn(self, program: Program) -> None:
         # the children's systemd is this process: nothing of an outer one's hand-over
-        env = dict(child_environ(), RQ_SUPERVISOR_PID=str(os.getpid()), **program.env)
+        env = dict(child_environ(), RQ_SUPERVISOR_PID=str(os.getpid()),
+                   RQ_RELAY_SOCKET=str(relay_socket(self.layout)), **program.env)
         pid = os.fork()
         if pid == 0:
             _exec_child(program, env)  # never returns
@@ -250,6 +260,11 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+def relay_socket(layout: Layout) -> Path:
+    """The relay worker's socket (a name no queue's socket can have)."""
+    return layout.socket_dir / ".relay-worker.sock"
 
 
 def _unix_socket(path: Path) -> socket.socket:

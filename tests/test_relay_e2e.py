@@ -225,8 +225,12 @@ def test_far_end_down_then_back_arrives_once(world: World) -> None:
     for n, url in enumerate(urls):
         got = world.wait_relay(url, "relayed")
         assert world.far_done(got["status"])["status"] == f"got patient{n}"
-    assert len(world.new_far(before).get("done", [])) == 3 == sum(
-        len(ids) for ids in world.new_far(before).values())
+    # (a prep whose answer timed out while b was starting stays an orphan in
+    # prep, never committed: see "orphan prepared message" in SPECIAL-QUEUES.md)
+    committed = {s: ids for s, ids in world.new_far(before).items() if s != "prep"}
+    assert len(committed.get("done", [])) == 3 == sum(len(ids) for ids in committed.values())
+    for orphan in world.new_far(before).get("prep", []):
+        world.b.call("work", "delete", msg_id=orphan)  # tidy b for the other tests
 
 
 @pytest.mark.parametrize("step, far_states", [("uploaded", {"prep"}),

@@ -22,8 +22,15 @@ BACKOFF_MAX = 3600  # ... capped at an hour
 class Job:
     """The running message, as seen by its queue script."""
 
-    def __init__(self, environ: dict[str, str] | None = None) -> None:
+    def __init__(self, environ: dict[str, str] | None = None, out: int = 1,
+                 write: int | None = None, pid: int = 0) -> None:
+        """``out``: where the job's output goes (``job/stdio.log``); ``write``: its
+        status pipe (RQ_WRITE); ``pid``: the script process's.  A relay worker
+        runs jobs for other processes, with the fds they passed it."""
         self.env = dict(os.environ if environ is None else environ)
+        self.out = out
+        self.write = int(self.env.get("RQ_WRITE", "3")) if write is None else write
+        self.pid = pid or os.getpid()
         self.job_dir = Path(self.env.get("RQ_MSG_DIR") or os.getcwd())
         self.msg_dir = self.job_dir.parent
         self.msg: dict[str, Any] = json.loads((self.msg_dir / "msg").read_bytes())
@@ -57,8 +64,12 @@ class Job:
     def say(self, kind: str, text: str) -> None:
         """Write one pipe line on fd 3 (one line: newlines become spaces)."""
         line = f"{kind} {' '.join(str(text).split())}\n".encode()
-        os.write(int(self.env.get("RQ_WRITE", "3")), line)
-        print(line.decode().rstrip(), flush=True)  # also in job/stdio.log
+        os.write(self.write, line)
+        os.write(self.out, line)  # also in job/stdio.log
+
+    def log(self, text: str) -> None:
+        """One line of output to ``job/stdio.log``."""
+        os.write(self.out, f"{text}\n".encode())
 
     def resend(self, why: str) -> int:
         """Ask for a retry after the growing back-off; the script's exit code."""

@@ -24,21 +24,24 @@ does): the message arrives through this host's own web front end.
 Settings (the relay queue's ``env_vars``): BACKOFF_UNIT, BACKOFF_MAX,
 RELAY_TIMEOUT (seconds per HTTP request), and for fault-injection tests
 RELAY_HOLD_AT=uploaded|committed (stop there once and wait to be killed).
+
+The same relay runs in a long-lived relay worker (``relayworker``), for
+processes of the small ``rqrelay`` script; there it stops at the next step
+once that process is gone (``cancel``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from rqsys.errors import BadRequest, RQError
-from rqsys.scripts.jobkit import Job, log
-from rqsys.scripts.rqhttp import Peer, PeerError, PeerRefused, PeerUnknown
+from rqsys.scripts.jobkit import Job
+from rqsys.scripts.rqhttp import Connections, Peer, PeerError, PeerRefused, PeerUnknown
 from rqsys.store import QueueStore, check_msg_id, check_queue_name, file_md5
 
 MAX_HOPS = 16
@@ -55,27 +58,34 @@ class RelayIncomplete(RQError):
     """The far end holds the message, but not whole (it ran or will run without data)."""
 
 
+class Cancelled(RQError):
+    """The process this relay ran for is gone: stop before the next step."""
+
+
 class Relay:
     """Relays one message (the job's) to its destination queue URL."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, conns: Connections | None = None,
+                 cancel: threading.Event | None = None) -> None:
         self.job = job
+        self.cancel = cancel or threading.Event()
         self.target = target_queue_url(str(job.msg.get("dest", "")), job.host)
-        self.peer = Peer(self.target, float(job.env.get("RELAY_TIMEOUT") or 60))
+        self.peer = Peer(self.target, float(job.env.get("RELAY_TIMEOUT") or 60), conns)
         self.far_attachments: dict[str, Any] = {}
         self.known_prep = False  # the far end has shown the message in prep
 
     def run(self) -> int:
-        log(f"{RUN_MARK} {self.target} (RQ_COUNT {self.job.env.get('RQ_COUNT', '?')})")
+        self.job.log(f"{RUN_MARK} {self.target} (RQ_COUNT {self.job.env.get('RQ_COUNT', '?')})")
         self.check_loop()
         if self.job.env.get("RQ_FORCE_REMOTE") == "1":
-            log("FORCE REMOTE")  # RQ's relay log words, which its operators grep for
+            self.job.log("FORCE REMOTE")  # RQ's relay log words, which its operators grep for
         url, committed = self.resume()
         if not committed:
             if not url:
                 url = self.prepare()
             self.upload_attachments(url)
             self.hold("uploaded")
+            self.step()
             self.commit(url)
             self.hold("committed")
         self.verify(url)
@@ -119,7 +129,8 @@ class Relay:
         return url, False
 
     def prepare(self) -> str:
-        log(f"attempting remote {self.target}")
+        self.step()
+        self.job.log(f"attempting remote {self.target}")
         mesg = dict(self.outgoing(), _method="prep")  # RQ reads _method inside mesg
         url = self.peer.post_form(f"{self.target}/new_message", {"mesg": json.dumps(mesg)})
         try:
@@ -185,13 +196,18 @@ class Relay:
             state = state_of(self.peer.get_json(f"{url}/state.json"))
         return state, info
 
+    def step(self) -> None:
+        """Before a step that changes the far end: stop if our process is gone."""
+        if self.cancel.is_set():
+            raise Cancelled("the relay's process is gone")
+
     def hold(self, step: str) -> None:
         """Fault injection for tests: stop after ``step`` once, until killed."""
         if self.job.env.get("RELAY_HOLD_AT") != step or self.job.read_note(f"held-{step}"):
             return
-        self.job.write_note(f"held-{step}", str(os.getpid()))
-        while True:
-            time.sleep(3600)
+        self.job.write_note(f"held-{step}", str(self.job.pid))
+        self.cancel.wait()
+        self.step()
 
 
 def target_queue_url(dest: str, host: str) -> str:
@@ -230,15 +246,20 @@ def local_md5(path: Path) -> str:
     return QueueStore.attachment_md5(path).strip() or file_md5(path)
 
 
-def main() -> int:
-    job = Job()
+def relay(job: Job, conns: Connections | None = None,
+          cancel: threading.Event | None = None) -> int:
+    """Relay the job's message; the script's exit code (RQ's exit rules)."""
     try:
-        return Relay(job).run()
+        return Relay(job, conns, cancel).run()
     except PeerError as exc:
         return job.resend(str(exc))
     except (PeerRefused, PeerUnknown, RelayLoop, RelayIncomplete) as exc:
         job.say("err", str(exc))
         return 0
+
+
+def main() -> int:
+    return relay(Job())
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import base64
 import http.client
 import json
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from urllib.parse import urlencode, urlsplit
 from rqsys.errors import RQError
 
 DEFAULT_TIMEOUT = 60.0
+# A kept-alive connection the far end closed meanwhile fails like this before any answer.
+STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
 class PeerError(RQError):
@@ -47,15 +50,40 @@ class Reply:
             raise PeerError(f"HTTP {self.status}: not JSON: {self.body[:120]!r}") from exc
 
 
-class Peer:
-    """One far end, reached at the scheme/host/port of a URL (with optional user:pass@)."""
+Key = tuple[str, str, int | None, float]
 
-    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+
+class Connections:
+    """Idle kept-alive connections to far ends, shared by a relay worker's threads."""
+
+    def __init__(self) -> None:
+        self._idle: dict[Key, list[http.client.HTTPConnection]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: Key) -> http.client.HTTPConnection | None:
+        with self._lock:
+            idle = self._idle.get(key)
+            return idle.pop() if idle else None
+
+    def give(self, key: Key, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle.setdefault(key, []).append(conn)
+
+
+class Peer:
+    """One far end, reached at the scheme/host/port of a URL (with optional user:pass@).
+
+    With ``conns``, requests reuse kept-alive connections (a relay worker);
+    without, each request has a connection of its own (a script per message)."""
+
+    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT,
+                 conns: Connections | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise PeerRefused(f"not an http(s) URL: {url!r}")
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
         self.timeout = timeout
+        self.conns = conns
         self.auth = ""
         if parts.username is not None:
             pair = f"{parts.username}:{parts.password or ''}".encode()
@@ -73,15 +101,28 @@ class Peer:
 
     def request(self, method: str, url: str, body: bytes | None = None,
                 headers: dict[str, str] | None = None) -> Reply:
-        conn = self._connect()
-        try:
-            conn.request(method, _target(url), body=body, headers=self._headers(headers or {}))
-            resp = conn.getresponse()
-            return Reply(resp.status, resp.read())
-        except (OSError, http.client.HTTPException) as exc:
-            raise PeerError(f"{method} {url}: {exc or type(exc).__name__}") from exc
-        finally:
-            conn.close()
+        """One request; on a kept-alive connection the far end had closed, once more
+        on a new one (a request it never answered: at worst a second ``prep``,
+        never committed, or a second commit, which the relay checks)."""
+        key: Key = (self.scheme, self.host, self.port, self.timeout)
+        while True:
+            pooled = self.conns.take(key) if self.conns is not None else None
+            conn = pooled or self._connect()
+            try:
+                conn.request(method, _target(url), body=body,
+                             headers=self._headers(headers or {}))
+                resp = conn.getresponse()
+                reply = Reply(resp.status, resp.read())
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if pooled is not None and isinstance(exc, STALE):
+                    continue
+                raise PeerError(f"{method} {url}: {exc or type(exc).__name__}") from exc
+            if self.conns is not None and not resp.will_close:
+                self.conns.give(key, conn)
+            else:
+                conn.close()
+            return reply
 
     def post_form(self, url: str, fields: dict[str, str]) -> Any:
         """POST a form; the ``x`` of an ``["ok", x]`` answer."""

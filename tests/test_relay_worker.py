@@ -1,0 +1,181 @@
+"""The relay worker and ``rqrelay``, the relay queue's small C script.
+
+Real processes throughout: the compiled ``rqrelay`` run with the fds a queue
+daemon gives a script (3: status pipe, 4: answers), the worker serving a
+real unix socket, and, for its crash, ``rqsys serve`` relaying to a small RQ
+peer in another network namespace while the worker is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import need, wait_for
+from netns import NetLab, Rqsys, netns_available
+
+from rqsys.scripts import relayworker
+from rqsys.special import special_config
+
+SHIM = Path(relayworker.__file__).resolve().parent.parent / "_native" / "rqrelay"
+PEER = Path(__file__).with_name("relay_peer.py")
+
+
+def make_job(tmp_path: Path, msg: dict[str, Any]) -> Path:
+    """A message directory as the daemon makes it; its ``job/``."""
+    job = tmp_path / "msg" / "job"
+    job.mkdir(parents=True)
+    (job.parent / "msg").write_text(json.dumps(msg))
+    return job
+
+
+def run_shim(job: Path, argv: list[str], sock: str = "") -> tuple[int, str, str]:
+    """Run rqrelay as the daemon would; (exit code, fd 3 lines, output)."""
+    status_r, status_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    assert min(status_w, reply_r) > 4  # dup2 to 3 and 4 overwrites neither
+    env = {"RQ_MSG_DIR": str(job), "RQ_WRITE": "3", "RQ_READ": "4",
+           "RQ_HOST": "http://a.example:3333/", "PATH": os.environ["PATH"]}
+    if sock:
+        env["RQ_RELAY_SOCKET"] = sock
+    with open(job / "stdio.log", "wb") as out:
+        proc = subprocess.Popen([str(SHIM), *argv], env=env, cwd=job, stdout=out,
+                                stderr=subprocess.STDOUT, close_fds=False,
+                                preexec_fn=lambda: (os.dup2(status_w, 3), os.dup2(reply_r, 4)))
+        os.close(status_w)
+        os.close(reply_r)
+        with os.fdopen(status_r) as status:
+            lines = status.read()
+        code = proc.wait(30)
+    os.close(reply_w)
+    return code, lines, (job / "stdio.log").read_text()
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[str]:
+    """A relay worker serving a unix socket on a thread of this process."""
+    path = str(tmp_path / "worker.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+    thread = threading.Thread(target=relayworker.Worker(listener).serve_forever, daemon=True)
+    thread.start()
+    yield path
+    listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
+
+
+def test_shim_is_built() -> None:
+    assert os.access(SHIM, os.X_OK), f"{SHIM} was not built (setup.py build_ext)"
+
+
+def test_worker_relays_through_the_shim(tmp_path: Path, worker: str) -> None:
+    # Given a message whose dest is no queue URL, and a worker
+    job = make_job(tmp_path, {"dest": "http://x.example/nothing"})
+    # When rqrelay hands it over (its fallback would say so on fd 3)
+    code, lines, out = run_shim(job, ["/bin/sh", "-c", "echo 'done fallback ran' >&3"], worker)
+    # Then the worker wrote RQ's err line on the shim's fd 3 and its output in stdio.log
+    assert code == 0
+    assert lines.startswith("err dest 'http://x.example/nothing' is not a queue URL")
+    assert "err dest" in out and "fallback" not in lines
+
+
+def test_without_a_worker_the_shim_runs_its_fallback(tmp_path: Path) -> None:
+    job = make_job(tmp_path, {"dest": "http://x.example/q/w"})
+    for sock in ("", str(tmp_path / "absent.sock")):
+        code, lines, _ = run_shim(job, ["/bin/sh", "-c", "echo \"done fallback $0\" >&3; exit 3"],
+                                  sock)
+        assert (code, lines) == (3, "done fallback /bin/sh\n")
+
+
+def test_shim_without_fallback_says_how_to_use_it(tmp_path: Path) -> None:
+    job = make_job(tmp_path, {"dest": "http://x.example/q/w"})
+    code, lines, out = run_shim(job, [])
+    assert code == 127 and lines == ""
+    assert "rqrelay: usage: rqrelay PYTHON relay.py" in out
+
+
+@pytest.mark.parametrize("head, why", [
+    (b"GET / HTTP/1.0\n", "not an rqrelay request"),
+    (b"RQRELAY1 99999999999\n", "bad environment size"),
+    (b"RQRELAY1 5\n", "0 fds passed, not 4"),
+])
+def test_worker_refuses_what_is_not_an_rqrelay_request(head: bytes, why: str,
+                                                       capfd: pytest.CaptureFixture[str],
+                                                       worker: str) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(worker)
+        conn.sendall(head + b"12345")
+        assert conn.recv(100) == b""  # closed without an answer
+    wait_for(lambda: why in capfd.readouterr().err, 10, "the worker's complaint")
+
+
+def test_environment_must_name_the_message() -> None:
+    with pytest.raises(relayworker.BadRequest, match="no RQ_MSG_DIR"):
+        relayworker.parse_environ(b"A=1\0B=2\0")
+
+
+# ---------------------------------------------------------------- the worker dies
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[tuple[Rqsys, Path, str]]:
+    need(netns_available(), "network namespaces need root and iproute2")
+    lab = NetLab()
+    try:
+        lab.host("a")
+        addr_b = lab.host("b")
+        a = Rqsys(lab, "a", tmp_path / "a")
+        cfg = special_config("relay")
+        cfg["env_vars"] = {"BACKOFF_UNIT": "0.2", "BACKOFF_MAX": "2", "RELAY_TIMEOUT": "5",
+                           "RELAY_HOLD_AT": "uploaded"}
+        a.layout.create_queue_dir("relay", cfg)
+        peer_dir = tmp_path / "peer"
+        peer_dir.mkdir()
+        lab.popen("b", [sys.executable, str(PEER), str(peer_dir), addr_b, "8080"])
+        wait_for(lambda: (peer_dir / "ready").exists(), 15, "the RQ peer")
+        a.start()
+        yield a, peer_dir, f"http://{addr_b}:8080/q/work"
+        a.stop()
+    finally:
+        lab.close()
+
+
+def test_worker_killed_mid_relay_the_shim_finishes_it_alone(
+        hosts: tuple[Rqsys, Path, str]) -> None:
+    a, peer_dir, dest = hosts
+    # Given a relay held by the worker after its prep (RELAY_HOLD_AT=uploaded)
+    msg_id = a.call("relay", "create", msg={"dest": dest})["msg_id"]
+    note = a.layout.queue_dir("relay") / "run" / msg_id / "job" / "held-uploaded"
+    wait_for(lambda: note.exists() and note.read_text().strip(), 30, "the hold")
+    shim_pid = int(note.read_text())
+    assert Path(f"/proc/{shim_pid}/exe").resolve() == SHIM.resolve()
+    # When the worker is SIGKILLed
+    assert a.proc is not None
+    os.kill(worker_pid(a.proc.pid), signal.SIGKILL)
+    # Then the shim runs the relay itself, which resumes from relay_id: relayed, one copy
+    got = wait_for(lambda: (g := a.call("relay", "get", msg_id=msg_id))["state"] == "relayed"
+                   and g, 60, "relayed by the fallback")
+    (far,) = sorted((peer_dir / "q" / "work").iterdir())
+    assert got["status"].endswith(far.name)
+    assert (far / "state").read_text() in ("que", "done")
+
+
+def worker_pid(supervisor: int) -> int:
+    """The pid of the relay worker the supervisor started."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        if ppid == supervisor and b"rqsys.scripts.relayworker" in cmd:
+            return int(pid)
+    raise AssertionError(f"supervisor {supervisor} runs no relay worker")
