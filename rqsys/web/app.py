@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import socket
 import sys
-import warnings
 from importlib import resources
 from typing import Any
 
 import falcon
 import waitress
-import waitress.adjustments
 
 from rqsys import config
 from rqsys.errors import RQError
@@ -29,6 +27,7 @@ from rqsys.web import (
     listen,
     messages,
     metrics,
+    onewrite,
     openapi,
     pages,
     paths,
@@ -43,7 +42,6 @@ from rqsys.web.timers import Timers
 
 THREADS = 16  # most threads wait on a queue daemon's group commit, not on the CPU
 MAX_UPLOAD = 1 << 40  # waitress spools bodies to disk; our own limits are per route
-SEND_BYTES = 18000  # answers up to this size leave in one write (see _one_write)
 
 
 class Dashboard(Resource):
@@ -109,33 +107,20 @@ def _add_routes(app: falcon.App, web: Web) -> None:
 
 
 def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str, Any]) -> Any:
-    """A waitress server on ``sock`` (inherited) or on ``addr:port``."""
+    """A waitress server on ``sock`` (inherited) or on ``addr:port``; each answer
+    is sent by its task's thread, a small one in one write (``onewrite``)."""
     options: dict[str, Any] = {"threads": THREADS, "max_request_body_size": MAX_UPLOAD,
-                               "ident": "rqsys", "channel_timeout": 300, **_one_write()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # send_bytes: see _one_write
-        if sock is not None:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                # waitress sets this only on sockets it binds; accepted ones inherit it
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return waitress.create_server(app, sockets=[sock], **options)
-        return waitress.create_server(app, host=sysconfig["addr"],
-                                      port=int(sysconfig["port"]), **options)
-
-
-def _one_write() -> dict[str, int]:
-    """Send a small answer's head and body in one write, not two.
-
-    By default waitress flushes the status line and headers on their own,
-    then the body: two TCP segments (TCP_NODELAY is on).  RQ clients that
-    read an answer with one ``read()`` (RQ's own test ``mime_test.rb`` does)
-    then get the headers only when the machine is busy.  Buffering up to
-    SEND_BYTES sends a small answer whole when its task ends; larger bodies
-    (downloads) still stream.  The setting is deprecated in waitress: used
-    while it exists.
-    """
-    known = getattr(waitress.adjustments.Adjustments, "send_bytes", None) is not None
-    return {"send_bytes": SEND_BYTES} if known else {}
+                               "ident": "rqsys", "channel_timeout": 300}
+    if sock is not None:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # waitress sets this only on sockets it binds; accepted ones inherit it
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        server = waitress.create_server(app, sockets=[sock], **options)
+    else:
+        server = waitress.create_server(app, host=sysconfig["addr"],
+                                        port=int(sysconfig["port"]), **options)
+    onewrite.use_one_write(server)
+    return server
 
 
 def main(layout: Layout, addr: str | None = None, port: int | None = None,
