@@ -242,10 +242,18 @@ def test_prune_keeps_the_counts(ledger):
         ids.append(msg_id)
     (ledger.store.msg_dir("err", ids[1]) / "ack").write_text("")
     ledger.new("prep")
-    removed = ledger.t.prune(time.time() + 86400, 0, prep_days=0)
+    answers: list[BaseException | None] = []
+    removed = ledger.t.prune(time.time() + 86400, 0, 0, answers.append)
     assert removed == {"done": 1, "relayed": 0, "err": 1, "prep": 1}
     assert ledger.t.counts() == dict.fromkeys(("prep", "que", "run", "done", "err",
                                                "relayed"), 0)
+    # Out of sight at once (renamed into .tmp/), removed for good off the loop
+    assert all(ledger.where(i) == "gone" for i in ids) and answers == []
+    tmp = ledger.store.qdir / ".tmp"
+    assert any(p.name.startswith("deleted.") for p in tmp.iterdir())
+    drain(ledger.background)
+    assert answers == [None]
+    assert not any(p.name.startswith("deleted.") for p in tmp.iterdir())
 
 
 def test_load_requeues_runs_and_moves_unreadable_messages_to_err(layout):

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rqsys import tunables
-from rqsys.background import SYNC, Background, peer_lane
+from rqsys.background import PRUNE, SYNC, Background, peer_lane
 from rqsys.daemon import observe, ops, schema
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
@@ -65,7 +65,8 @@ class QueueDaemon:
         self.schedule = Schedule(self.ctx.config["blocking_params"],
                                  self.ctx.config["coalesce_params"])
         self.ledger = Transitions(self.store, self.schedule, self.log,
-                                  lambda work, then: self.background.submit(work, then, SYNC))
+                                  lambda work, then: self.background.submit(work, then, SYNC),
+                                  lambda work, then: self.background.submit(work, then, PRUNE))
         self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log)
         self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log)
         self.runner = Runner(self.ctx, self.store, self.ledger, self.selector,
@@ -218,10 +219,10 @@ class QueueDaemon:
 
     def _settled(self) -> bool:
         """Nothing is left that must end before the daemon does: scripts, the
-        syncs an answer or a move waits for, webhook calls.  (Dups to other
+        syncs an answer or a move waits for, a prune, webhook calls.  (Dups to other
         queues and attachments being hashed are dropped: their scripts and
         clients are gone, and nothing of theirs was stored.)"""
-        return not self.runner.workers and not self.background.busy(SYNC, WEBHOOK_LANE)
+        return not self.runner.workers and not self.background.busy(SYNC, PRUNE, WEBHOOK_LANE)
 
     def _begin_stop(self) -> None:
         self.log.event("daemon", f"stopping; {len(self.runner.workers)} script(s) told to stop")

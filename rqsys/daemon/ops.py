@@ -133,14 +133,17 @@ class Ops:
         self.runner.destroy(worker)
         return {"ok": True, "killed": True}
 
-    def prune(self, r: Request) -> Reply:
+    def prune(self, r: Request) -> None:
         """The cleaner's request: drop done/relayed older than ``days``, acknowledged
         errs, and, given ``prep_days``, prep messages untouched that long."""
         days = _days(r.args.get("days", 3), "days")
         prep_days = r.args.get("prep_days")
         if prep_days is not None:
             prep_days = _days(prep_days, "prep_days")
-        return {"ok": True, "removed": self.ledger.prune(time.time(), days, prep_days)}
+        reply: Reply = {"ok": True}  # answered once the removals are durable
+        reply["removed"] = self.ledger.prune(time.time(), days, prep_days,
+                                             _when_durable(r, reply))
+        return None
 
     def adminoper(self, r: Request) -> None:
         """up, down, pause or resume: in force once durable (then answered with

@@ -39,7 +39,7 @@ from rqsys.errors import BadRequest, InternalError, RQError
 from rqsys.events import EventLog
 from rqsys.message import param_key
 from rqsys.scheduler import Schedule
-from rqsys.store import STATES, QueueStore, Staged
+from rqsys.store import STATES, QueueStore, Staged, pruning
 from rqsys.store.durable import fsync_dirs
 from rqsys.worker import Outcome
 
@@ -60,9 +60,10 @@ class Transitions:
     """The daemon's ledger: every state change of its messages, and the counts."""
 
     def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog,
-                 offload: Offload) -> None:
+                 offload: Offload, slow: Offload | None = None) -> None:
         self.store, self.schedule, self.log = store, schedule, log
         self._offload = offload  # runs work on the sync lane, then a callback on the loop
+        self._slow = slow or offload  # the same, on a lane of its own (prunes)
         self.running: dict[str, Msg] = {}  # run/: messages whose script runs
         self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
@@ -328,17 +329,25 @@ class Transitions:
         self.log.event("deleted", f"deleted from {state}", msg_id)
         self._offload(finish, lambda _result, error: done(error))
 
-    def prune(self, now: float, days: float, prep_days: float | None) -> dict[str, int]:
+    def prune(self, now: float, days: float, prep_days: float | None,
+              done: Done) -> dict[str, int]:
         """done | relayed (ended ``days`` ago), acknowledged err, and prep
-        untouched ``prep_days`` → gone: the cleaner's request."""
-        removed = {state: self.store.prune(state, now - days * 86400)
+        untouched ``prep_days`` → gone: the cleaner's request.  Renamed out of
+        sight now; ``done`` once they are synced away and removed, off the loop
+        (``rqsys.store.pruning``).  How many of each state."""
+        removal = pruning.Removal(self.store)
+        removed = {state: pruning.ended(self.store, state, now - days * 86400, removal)
                    for state in ("done", "relayed")}
-        removed["err"] = self.store.prune_acked("err")
+        removed["err"] = pruning.acked(self.store, "err", removal)
         if prep_days is not None:
-            removed["prep"] = self.store.prune_untouched("prep", now - prep_days * 86400)
+            prep = pruning.untouched(self.store, "prep", now - prep_days * 86400, removal)
+            for msg_id in prep:
+                self.unique.forget(msg_id)
+            removed["prep"] = len(prep)
         for state, count in removed.items():
             self._counts[state] -= count
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
+        self._slow(removal.finish, lambda _result, error: done(error))
         return removed
 
     def _wait_while_busy(self, msg_id: str, request: Callable[[], None], done: Done) -> bool:

@@ -31,7 +31,7 @@ from rqsys.store.layout import (
     check_msg_id,
 )
 from rqsys.store.spares import SpareMaker
-from rqsys.store.view import QueueView, ids_in, listdir, newest_mtime
+from rqsys.store.view import QueueView
 
 
 @dataclass
@@ -261,43 +261,6 @@ class QueueStore(QueueView):
         files = self.attachments(src_state, src_id)
         if files:
             attachments.link_into(files, staged.attach_dir())
-
-    # -- pruning (the cleaner) ---------------------------------------------------
-    def prune_untouched(self, state: str, before: float) -> int:
-        """Remove the messages of an unsharded state untouched since ``before``
-        (the newest mtime of the directory, its ``msg`` and ``attach/``)."""
-        old = [i for i in self.ids(state)
-               if newest_mtime(self.msg_dir(state, i), ("msg", "attach")) < before]
-        for msg_id in old:
-            self.delete(msg_id, state)
-        return len(old)
-
-    def prune(self, state: str, before: float) -> int:
-        """Remove messages of a sharded state that ended before ``before``."""
-        removed = 0
-        base = self.state_dir(state)
-        for shard in sorted(listdir(base)):
-            removed += self._prune_shard(state, base / shard, before)
-        return removed
-
-    def _prune_shard(self, state: str, shard: Path, before: float) -> int:
-        """Prune one hour's shard: removed whole when every message in it is old."""
-        ids = ids_in(shard)
-        old = [i for i in ids if self.ended_at(state, i) < before]
-        if old and len(old) == len(ids):
-            doomed = self.qdir / TMP_DIR / f"deleted.shard.{state}.{shard.name}.{os.getpid()}"
-            durable.remove_dir(shard, doomed)
-        else:
-            for msg_id in old:
-                self.delete(msg_id, state)
-        return len(old)
-
-    def prune_acked(self, state: str = "err") -> int:
-        """Remove the messages of ``state`` that hold an ``ack`` file."""
-        acked = [i for i in self.ids(state) if (self.msg_dir(state, i) / "ack").exists()]
-        for msg_id in acked:
-            self.delete(msg_id, state)
-        return len(acked)
 
     # -- recovery and the que snapshot (see recovery.py) -------------------------
     def recover(self) -> list[str]:
