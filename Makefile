@@ -32,7 +32,7 @@ DEB_SKIP := --exclude=__pycache__ --exclude='*.so' --exclude=_rqspawn.c --exclud
 # environment (a venv or pyenv first on PATH would build for another Python).
 DEB_ENV  := env -i HOME="$$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-.PHONY: install install-test run test lint bench bench-ab deb conformance test-powercut test-crashpoints clean
+.PHONY: install install-test run test lint bench bench-ab deb conformance test-powercut test-crashpoints test-pool-1000 clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/build_spawn.py
@@ -99,6 +99,11 @@ test-powercut: install-test
 # Every crash point of the queue daemon (about an hour on 2 cores).
 test-crashpoints: install-test
 	$(PY) tests/crashpoints/run.py --jobs 2
+
+# Pool queues at the issue's size: 1,000 messages over three hosts in namespaces
+# (make test runs 200), then the failures (a few minutes on 2 cores).
+test-pool-1000: install-test
+	RQ_POOL_N=1000 $(VENV)/bin/pytest -q tests/test_pool_e2e.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info run-root
