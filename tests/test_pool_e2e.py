@@ -165,7 +165,9 @@ def test_messages_from_one_host_run_once_across_three(pool: Pool) -> None:
             assert got["state"] == "done", (host.host, got)
             assert got["status"].startswith(f"ran on {pool.hosts[ran_on].url}")
         c = pool.hosts["c"]
-        http = pool.lab.run("c", ["curl", "-s", "--max-time", "5", f"{c.url}q/pq/{msg_id}.json"])
+        http = pool.lab.run("c", ["curl", "-sS", "--max-time", "30",
+                                  f"{c.url}q/pq/{msg_id}.json"])
+        assert http.returncode == 0, http.stderr
         assert json.loads(http.stdout)["state"] == "done"
 
 
