@@ -209,8 +209,9 @@ def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,
     use_nats(layout, solo.url)
     make_queue("pq", OK, pool={"name": "p7", "replicas": 1})
     pq = daemon("pq")
-    for args, what in (({"state": "prep"}, "a prep message"), ({"single": True}, "single"),
-                       ({"msg": {"dest": "pq", "unique_key": "k"}}, "unique_key")):
-        refused = f"queue pq is a pool queue \\(p7\\): it takes no {what}"
+    for args, refused in (
+            ({"state": "prep"}, "queue pq is a pool queue \\(p7\\): it takes no a prep"),
+            ({"single": True}, "queue pq is a pool queue \\(p7\\): it takes no single"),
+            ({"msg": {"dest": "pq", "unique_key": "k"}}, "unique_key: not taken by a pool")):
         with pytest.raises(Exception, match=refused):
             pq.call("create", **{"msg": {"dest": "pq"}, **args})

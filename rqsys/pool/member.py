@@ -106,12 +106,9 @@ class PoolMember:
 
     def _check_plain(self, r: Request) -> None:
         """What a pool queue does not take (yet), refused with the reason."""
-        msg = r.args.get("msg")
         what = ("a prep message" if r.args.get("state", "que") != "que" else
                 "attachments" if r.args.get("attachments") or r.fds else
-                "single (single_que)" if r.args.get("single") else
-                "unique_key (keys are kept per host)" if isinstance(msg, dict)
-                and "unique_key" in msg else "")
+                "single (single_que)" if r.args.get("single") else "")
         if what:
             raise BadRequest(f"queue {self.ctx.name} is a pool queue "
                              f"({self.settings.pool}): it takes no {what}")
