@@ -110,7 +110,7 @@ def test_the_view_offers_none_of_the_store_s_changes():
                if not name.startswith("_")} - set(VIEW_CALLS)
     assert {"stage", "publish", "place", "create", "move", "delete", "write_msg",
             "write_status", "write_count", "set_admin_state", "recover",
-            "prune", "new_upload", "remove_attachment"} <= changes
+            "new_upload", "remove_attachment"} <= changes
     assert not any(hasattr(QueueView, name) for name in changes)
 
 
