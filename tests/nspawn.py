@@ -158,6 +158,12 @@ class Container:
                 target = CONTAINER_PYTHON + os.readlink(link)[len(base_prefix):]
                 self.run("ln", "-sfn", target, str(link))
         self.run("sed", "-i", f"s|{base_prefix}|{CONTAINER_PYTHON}|g", str(venv / "pyvenv.cfg"))
+        # The interpreter finds its libpython by an RPATH under base_prefix, which
+        # the units cannot reach: the loader would take Debian's libpython3.11
+        # (another patch release) and the extensions built for this one fail to
+        # load (ssl: undefined symbol).  Point the loader at the bound copy first.
+        self.run("sh", "-c", f"echo {CONTAINER_PYTHON}/lib > /etc/ld.so.conf.d/00-rq-python.conf"
+                 " && ldconfig")
 
     def console_text(self) -> str:
         return self.base.with_suffix(".console").read_text(errors="replace")[-2000:]
