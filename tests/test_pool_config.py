@@ -215,3 +215,24 @@ def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,
             ({"msg": {"dest": "pq", "unique_key": "k"}}, "unique_key: not taken by a pool")):
         with pytest.raises(Exception, match=refused):
             pq.call("create", **{"msg": {"dest": "pq"}, **args})
+
+
+def test_messages_queued_before_the_pool_go_to_the_pool(
+        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
+        daemon: Callable[..., DaemonProcess]) -> None:
+    # Given a queue with messages queued while it was a plain queue
+    from rqsys.store import QueueStore
+
+    use_nats(layout, solo.url)
+    make_queue("pq", OK, pool={"name": "p8", "replicas": 1})
+    store = QueueStore(layout.queue_dir("pq"))
+    ids = [store.create({"dest": "pq", "param1": f"old{n}", "count": 0, "due": 0})
+           for n in range(3)]
+    store.flush(force=True)
+    # When its daemon starts as a pool queue, they are handed to the pool and run once
+    pq = daemon("pq")
+    for n, msg_id in enumerate(ids):
+        got = wait_for(lambda i=msg_id: (g := pq.call("get", msg_id=i))["state"] == "done"
+                       and g, 15, f"{msg_id} done")
+        assert got["status"] == f"ran old{n} count 0"
+    assert pq.stderr_text().count("queued here at start: handed to the pool") == 3

@@ -11,7 +11,9 @@ queue never loads it.
 * ``ids``      message ids unique across the pool's hosts
 * ``bridge``   an asyncio loop on its own thread, results back to the daemon loop
 * ``link``     the NATS side: connect, stream, consumer, KV bucket, publish, fetch, acks
-* ``member``   the daemon side: create, pull, materialise, ack/nak, lookups
+* ``member``   the daemon side: joining, create, lookups, figures, stopping
+* ``worker``   pulling for free workers, materialising, in-progress acks, ack/nak
+* ``report``   ``rq pools`` (asks the queue daemons; imports nothing of NATS)
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ class PoolWorker:
         self.fetching = False
         self.progress_at = 0.0
         self.fetch_at = self.ack_at = 0.0  # a failed fetch or ack is retried from then
+        self.handing_back = 0  # local messages being published at start: no pull till then
 
     # ------------------------------------------------------------ each turn
     def turn(self) -> None:
@@ -68,7 +69,8 @@ class PoolWorker:
 
     def _pull(self) -> None:
         free = self._free()
-        if self.fetching or free <= 0 or time.monotonic() < self.fetch_at:
+        if (self.fetching or free <= 0 or self.handing_back
+                or time.monotonic() < self.fetch_at):
             return
         self.fetching = True
         self.bridge.submit(self.link.fetch(free, FETCH_WAIT), self._fetched)
@@ -103,6 +105,9 @@ class PoolWorker:
             self.log.event("pool", f"delivered again after it ended here ({state}): "
                            "acked, not run again", msg_id)
             self.bridge.submit(self.link.ack(delivery))
+            return
+        if state:  # its local copy is being handed to the pool: take it after that
+            self.bridge.submit(self.link.nak(delivery, RETRY))
             return
         self._materialise(msg_id, msg, delivery)
 
@@ -215,12 +220,32 @@ class PoolWorker:
 
     # ------------------------------------------------------------ start and stop
     def hand_back_local(self) -> None:
-        """At start: messages left queued here were pulled and never acked;
-        NATS delivers them again (here or elsewhere), so the local copies go."""
-        for msg_id in self.ledger.schedule.ordered_ids():
-            self.ledger.delete(msg_id, lambda _error: None)
-            self.log.event("pool", "left queued by the last run: handed back to the pool",
-                           msg_id)
+        """At start: messages queued here (pulled and not acked by the last run,
+        or queued before the queue became a pool queue) are published to the
+        pool under their own ids, then removed here.  A pulled one is still in
+        the stream: JetStream drops the copy as a duplicate of its id (within
+        its DUPLICATE_WINDOW).  One whose publish fails stays and runs here."""
+        schedule = self.ledger.schedule
+        for msg_id in schedule.ordered_ids():
+            msg = schedule.remove(msg_id)
+            if msg is not None:
+                record = {"state": "que", "host": "", "status": "",
+                          "url": self.ctx.url(msg_id), "msg": msg}
+                self.handing_back += 1
+                self.bridge.submit(self.link.publish(msg_id, dict(msg, msg_id=msg_id), record),
+                                   self._handed_back(msg_id, msg))
+
+    def _handed_back(self, msg_id: str, msg: dict[str, Any]) -> Any:
+        def then(_result: Any, error: BaseException | None) -> None:
+            self.handing_back -= 1
+            if error is None:
+                self.ledger.delete(msg_id, lambda _error: None)
+                self.log.event("pool", "queued here at start: handed to the pool", msg_id)
+            else:
+                self.ledger.schedule.add(msg_id, msg)
+                self.log.event("err", f"pool: not handed to the pool ({error}); runs here",
+                               msg_id)
+        return then
 
     async def final(self) -> None:
         """On the bridge, at stop: ack every end (the store is flushed), nak the rest."""
