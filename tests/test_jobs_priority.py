@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+import subprocess
 
 import pytest
 from conftest import wait_for
 from daemon_util import send, settle
+from test_cli import RQ
 
 from rqsys.errors import BadRequest
 
@@ -51,3 +53,11 @@ def test_bad_priority_is_refused(make_queue, daemon):
     for bad in (1.5, "high", 1001, -1001, True):
         with pytest.raises(BadRequest, match="priority"):
             send(proc, priority=bad)
+
+
+@pytest.mark.parametrize(("option", "value"), [("--priority", "high"), ("--timeout", "soon"),
+                                                ("--retry_max", "1.5")])
+def test_rq_refuses_bad_job_options_naming_them(layout, option, value):
+    proc = subprocess.run([*RQ, "--root", str(layout.root), "sendmesg", "--dest", "q",
+                           option, value], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and f"argument {option}: invalid" in proc.stderr
