@@ -194,6 +194,8 @@ def test_rq_pools_shows_the_pool(solo: LocalNats, layout: Layout,
     pq = daemon("pq")
     msg_id = pq.call("create", msg={"dest": "pq"})["msg_id"]
     wait_for(lambda: pq.call("get", msg_id=msg_id)["state"] == "done", 15, "done")
+    # The ack follows the end once it is flushed: until then the stream counts it in flight
+    wait_for(lambda: pq.call("pool")["in_flight"] == 0, 15, "the end acked")
     got = subprocess.run([str(Path(sys.executable).parent / "rq"), "--root", str(layout.root),
                           "pools"], capture_output=True, text=True, timeout=60)
     assert got.returncode == 0, got.stderr

@@ -208,6 +208,8 @@ def test_a_host_killed_mid_run_loses_nothing(pool: Pool) -> None:
 
 def test_a_partitioned_host_rejoins(pool: Pool) -> None:
     # Given slow messages, some running on c, and what c had finished before
+    # (after the earlier tests' messages have settled: their redeliveries are theirs)
+    wait_for(lambda: settled(pool.hosts["a"]), 60, "nothing in flight from earlier tests")
     before = {h: len(pool.runs(h)) for h in HOSTS}
     finished_on_c = pool.ids("c", "done")
     ids = pool.send(9, param1="2")
