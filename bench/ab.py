@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 FIGURE = re.compile(r"^(?P<name>\S.*?)\s{2,}(?P<value>-?[\d.]+)\s*(?P<unit>[^\s(]*)")
+PERCENTILES = re.compile(r"^\s*(?P<name>\S.*?)\s{2,}p50 (?P<p50>[\d.]+) ms, p99 (?P<p99>[\d.]+) ms")
 SHARE = re.compile(r"\((?P<pct>\d+)% of (?P<base>[a-z ]+)")  # a same-run ratio, the steadier figure
 LOWER_IS_BETTER = ("ms", "s", "MiB", "us", "µs")
 TIMEOUT = 3600
@@ -41,6 +42,11 @@ def run_once(checkout: Path, bench: Path, sections: list[str]) -> dict[str, tupl
         sys.exit(f"ab: {bench} in {checkout} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     figures = {}
     for line in done.stdout.splitlines():
+        times = PERCENTILES.match(line)
+        if times:
+            for which in ("p50", "p99"):
+                figures[f"{times['name']}: {which}"] = (float(times[which]), "ms")
+            continue
         found = FIGURE.match(line)
         if found and not line.startswith("scratch "):
             name = found["name"].strip()
