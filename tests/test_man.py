@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from conftest import need, wait_for
 
-from rqsys import cli, config, protocol
+from rqsys import cli, cli_rqsys, config, protocol
 from rqsys.store import QueueStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def test_rq1_exit_status_matches_the_cli() -> None:
 
 def test_rqsys8_documents_every_subcommand_and_option() -> None:
     words = bold_words(source("rqsys.8"))
-    for cmd, parser in subparsers(cli.rqsys_parser()).items():
+    for cmd, parser in subparsers(cli_rqsys.rqsys_parser()).items():
         assert cmd in words or f"rqsys {cmd}" in words, f"rqsys {cmd} missing from rqsys(8)"
         for option in long_options(parser):
             assert option in words or f"{cmd} {option}" in words, \
@@ -323,7 +323,7 @@ def test_pages_have_command_line_examples() -> None:
 @pytest.mark.parametrize(("page", "argv"), example_command_lines(),
                          ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_example_command_line_parses(page: str, argv: list[str]) -> None:
-    parser = cli.rq_parser() if argv[0] == "rq" else cli.rqsys_parser()
+    parser = cli.rq_parser() if argv[0] == "rq" else cli_rqsys.rqsys_parser()
     try:
         parser.parse_args(argv[1:])
     except SystemExit as exc:

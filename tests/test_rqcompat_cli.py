@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import pytest
 from daemon_util import settle
 
-from rqsys import cli, client
+from rqsys import cli, cli_rqsys, client
 
 RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
 RQSYS = [sys.executable, "-m", "rqsys.cli"]
@@ -92,9 +93,9 @@ def test_force_remote_sends_a_local_name_through_the_relay(layout, test_q, relay
 
 
 def test_rqsys_dispatch_table_covers_every_subcommand():
-    subparsers = next(a for a in cli.rqsys_parser()._actions
-                      if isinstance(a, cli.argparse._SubParsersAction))
-    assert set(subparsers.choices) == set(cli.RQSYS_COMMANDS)
+    subparsers = next(a for a in cli_rqsys.rqsys_parser()._actions
+                      if isinstance(a, argparse._SubParsersAction))
+    assert set(subparsers.choices) == set(cli_rqsys.RQSYS_COMMANDS)
 
 
 @pytest.mark.parametrize("args, words", [
