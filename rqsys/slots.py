@@ -19,17 +19,15 @@ process, and rq-scan's loop waits on none), like the sends.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from rqsys import store
 from rqsys.background import peer_lane
 from rqsys.errors import RQError, Unavailable
 from rqsys.events import EventLog
 from rqsys.schedules import Spec, check, elapses, latest
-from rqsys.timers import RETRY, Runner, Timer, run_now
+from rqsys.timers import RETRY, Runner, Timer, load_last, run_now, save_last
 
 UNIQUE_FOR = 86400.0  # seconds a slot's key stays held after its message ended
 LOOKBACKS = (3600.0, 2 * 86400.0, 40 * 86400.0)  # where to look for the latest missed slot
@@ -100,18 +98,10 @@ class SlotTable:
         self.units: Units | None = None  # under systemd: timers are units, not fired here
 
     def _load_state(self) -> dict[str, float]:
-        try:
-            data = json.loads(self.state_path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            self.log.event("err", f"{self.state_path}: unreadable ({exc}); no catch-up")
-            return {}
-        return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+        return load_last(self.state_path, self.log, "no catch-up")
 
     def _save_state(self) -> None:
-        text = json.dumps(self.last, indent=1, sort_keys=True)
-        store.write_file_durably(self.state_path, text.encode())
+        save_last(self.state_path, self.last)
 
     # ------------------------------------------------------------ timers
     def set(self, timer: Timer) -> None:

@@ -114,18 +114,10 @@ class TimerTable:
         self.in_flight: set[str] = set()
 
     def _load_state(self) -> dict[str, float]:
-        try:
-            data = json.loads(self.state_path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            self.log.event("err", f"{self.state_path}: unreadable ({exc}); timers start afresh")
-            return {}
-        return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+        return load_last(self.state_path, self.log, "timers start afresh")
 
     def _save_state(self) -> None:
-        text = json.dumps(self.last, indent=1, sort_keys=True)
-        store.write_file_durably(self.state_path, text.encode())
+        save_last(self.state_path, self.last)
 
     def set(self, timer: Timer) -> None:
         """Add a timer, or override one (its last firing is kept)."""
@@ -225,3 +217,20 @@ def deliver(layout: Layout, sysconfig: dict[str, Any], timer: Timer, due: float,
         return str(conn.call("create", msg=msg, refuse_paused=True,
                              by=f"timer {timer.name}")["msg_id"])
 
+
+def load_last(path: Path, log: EventLog, otherwise: str) -> dict[str, float]:
+    """Each timer's last firing (name -> time) from ``path``; none if it is
+    missing, or unreadable (logged, saying what follows: ``otherwise``)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.event("err", f"{path}: unreadable ({exc}); {otherwise}")
+        return {}
+    return {str(k): float(v) for k, v in data.items() if isinstance(v, (int, float))}
+
+
+def save_last(path: Path, last: dict[str, float]) -> None:
+    """Write each timer's last firing, durably."""
+    store.write_file_durably(path, json.dumps(last, indent=1, sort_keys=True).encode())
