@@ -122,7 +122,8 @@ class SystemdEnabler:
         for name in names if layout is not None else []:
             try:
                 cfg = {} if removed or layout is None else config.load_queue_config(layout, name)
-                changed |= limits_render.sync_drop_in(self.unit_dir, name, cfg.get("limits"))
+                changed |= limits_render.sync_drop_in(self.unit_dir, name, cfg.get("limits"),
+                                                      bool(cfg.get("message_limits")))
             except (RQError, OSError) as exc:
                 self.log.event("err", f"queue {name}: limits drop-in not written: {exc}")
         return changed

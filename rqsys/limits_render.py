@@ -33,14 +33,22 @@ def quota_percent(text: str) -> int:
     return int(text.rstrip("%"))
 
 
-def drop_in(limits: dict[str, Any] | None) -> str:
-    """The drop-in text for a queue's ``limits``; '' when there are none."""
+# A queue with message_limits: its daemon gets its cgroup subtree (rqsys.cgroups),
+# writable (ProtectControlGroups=yes would mount cgroupfs read-only).
+DELEGATE = ("Delegate=memory cpu pids", "ProtectControlGroups=no")
+
+
+def drop_in(limits: dict[str, Any] | None, delegate: bool = False) -> str:
+    """The drop-in text for a queue's ``limits`` (and, with ``delegate``, its
+    ``message_limits``); '' when there are none."""
     lines = [f"{setting}={limits[key]}" for key, setting in QUEUE_SETTINGS
              if limits and key in limits]
+    lines += DELEGATE if delegate else ()
     if not lines:
         return ""
-    return ("# Made by rq-scan from the queue's config.json \"limits\"; "
-            "rewritten or removed with them.\n[Service]\n" + "\n".join(lines) + "\n")
+    return ("# Made by rq-scan from the queue's config.json \"limits\" and "
+            "\"message_limits\";\n# rewritten or removed with them.\n[Service]\n"
+            + "\n".join(lines) + "\n")
 
 
 def _number(key: str, value: Any) -> float:
@@ -75,10 +83,11 @@ def drop_in_path(unit_dir: Path, queue: str) -> Path:
     return unit_dir / f"rq@{queue}.service.d" / DROP_IN_NAME
 
 
-def sync_drop_in(unit_dir: Path, queue: str, limits: dict[str, Any] | None) -> bool:
+def sync_drop_in(unit_dir: Path, queue: str, limits: dict[str, Any] | None,
+                 delegate: bool = False) -> bool:
     """Write (or remove) queue ``queue``'s limits drop-in; True when it changed,
     so systemd must reload its units."""
-    path, text = drop_in_path(unit_dir, queue), drop_in(limits)
+    path, text = drop_in_path(unit_dir, queue), drop_in(limits, delegate)
     try:
         old = path.read_text()
     except FileNotFoundError:

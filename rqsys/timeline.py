@@ -28,7 +28,7 @@ ENDS = ("done", "err", "relayed")
 # the events a timeline keeps (``deleted``: the message is gone, nothing to write to)
 KINDS = frozenset({"created", "started", "status", "exit", "resend", "recovered",
                    "coalesced", "committed", "run_now", "destroy", "retry", "retried", "timeout",
-                   *ENDS})
+                   "usage", *ENDS})
 MAX_TEXT = 2000  # a status text is cut here in the timeline (the status file has it whole)
 TIME_FIELDS = ("created_at", "started_at", "ended_at", "wait_s", "run_s")
 

@@ -56,7 +56,7 @@ def test_rq_scan_writes_reloads_and_removes_the_drop_in(systemctl, layout, make_
     # When it is enabled, the drop-in is written and systemd reloaded first
     finished(sd, sd.enable(["lim"]))
     dropin = units / "rq@lim.service.d" / limits_render.DROP_IN_NAME
-    assert dropin.read_text().splitlines()[1:] == [
+    assert dropin.read_text().splitlines()[2:] == [
         "[Service]", "MemoryMax=2G", "CPUQuota=150%", "TasksMax=256", "IOWeight=50"]
     # And a reload with the same limits does not reload systemd again
     finished(sd, sd.reload("lim"))
@@ -68,3 +68,12 @@ def test_rq_scan_writes_reloads_and_removes_the_drop_in(systemctl, layout, make_
         "daemon-reload", "enable --now rq@lim.socket",
         "try-reload-or-restart rq@lim.service",
         "daemon-reload", "try-reload-or-restart rq@lim.service"]
+
+
+def test_message_limits_delegate_the_cgroup_subtree_to_the_daemon():
+    # a queue with message_limits runs its scripts in sub-cgroups (rqsys.cgroups)
+    assert limits_render.drop_in(None, delegate=True).splitlines()[2:] == [
+        "[Service]", "Delegate=memory cpu pids", "ProtectControlGroups=no"]
+    assert limits_render.drop_in({"tasks_max": 9}, delegate=False).splitlines()[2:] == [
+        "[Service]", "TasksMax=9"]
+    assert limits_render.drop_in(None) == ""

@@ -94,3 +94,19 @@ def test_explain_names_the_limit_that_ended_a_run():
     for kept in (Outcome("err", "bad input", kind="err"), Outcome("done", "ok"),
                  Outcome("err", "killed: runtime limit 2 s", kind="timeout")):
         assert explain(run, kept) == kept
+
+
+def test_the_daemons_own_cgroup_is_read_from_proc(tmp_path):
+    from rqsys import cgroups
+
+    # outside the cgroup namespace's root, or without a v2 line: none to delegate
+    assert cgroups.own_cgroup("0::/..\n") is None
+    assert cgroups.own_cgroup("4:memory:/x\n") is None
+    found = cgroups.own_cgroup("9:name=systemd:/a\n0::/system.slice/rq@q.service\n")
+    assert found is None or str(found).endswith("/system.slice/rq@q.service")
+    # the files holding a run's limits, only for the controllers given
+    delegation = cgroups.Delegation(tmp_path)
+    delegation.controllers = {"memory", "pids"}
+    assert delegation.limit_files({"memory_max": "1G", "cpu_quota": "50%", "tasks_max": 8}) \
+        == {"memory.max": str(1 << 30), "pids.max": "8"}
+    assert not delegation.holds("cpu_quota") and delegation.holds("runtime_max")

@@ -1,17 +1,28 @@
-"""Per-run limits: a scope (or rlimits), and the truth about how a limited run ended.
+"""Per-run limits: a sub-cgroup, a scope or rlimits, and the truth about how a limited run ended.
 
 Only a run with limits comes here; a queue without them pays one dict
 look-up a start.  Nothing such a run does may happen before its limits
-hold.  Under systemd it starts through a gate (``sh`` waiting for one line
-on fd 4) that opens once its pid is in its transient scope (made on the
-``scopes`` lane: the loop never waits on D-Bus); should systemd refuse, the
+hold.  One way is chosen at start, and said once in the log:
+
+1. the daemon's own cgroup is delegated (``Delegate=yes``, which rq-scan
+   renders for a queue with ``message_limits``): each run gets the
+   sub-cgroup ``msg-<id>`` (``rqsys.cgroups``); no privilege needed;
+2. else, under systemd, a transient scope over D-Bus (``rqsys.scopes``:
+   a root daemon, or one a polkit rule lets manage units);
+3. else rlimits (embedded mode).
+
+In 1 and 2 a run starts through a gate (``sh`` waiting for one line
+on fd 4) that opens once its pid is in its sub-cgroup or scope (made on the
+``scopes`` lane: the loop never waits on D-Bus or cgroupfs); should that fail, the
 gate opens after ``prlimit`` (RLIMIT_AS for memory_max), and from then on
 — as without systemd — the spawn sets RLIMIT_AS in the child before exec
 and there is no gate.  Said once in the log.  (``runtime_max`` is a timeout of the
 runner's.)  At the end the scope is stopped first (everything the script
 left behind dies) and the message ends only then, with ``killed: out of
 memory (limit 2G)`` when that is what happened.  Peak memory and CPU time
-(``wait4``) are in the timeline's ``exit`` event of every run.
+(``wait4``) are in the timeline's ``exit`` event of every run; a
+sub-cgroup's own accounting (the whole run, survivors included) in a
+``usage`` event.
 """
 
 from __future__ import annotations
@@ -23,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys import limits_render, scopes
+from rqsys import cgroups, limits_render, scopes
 from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
 from rqsys.events import EventLog
@@ -40,6 +51,7 @@ class Run:
     worker: Worker
     limits: dict[str, Any]
     scope: str = ""
+    cgroup: bool = False  # in a sub-cgroup of the daemon's delegated cgroup
     rlimit_memory: bool = False
     oom: bool = False  # the scope's Result said oom-kill
 
@@ -49,17 +61,22 @@ class RunLimits:
 
     def __init__(self, ctx: QueueContext, background: Background, log: EventLog) -> None:
         self.ctx, self.queue, self.background, self.log = ctx, ctx.name, background, log
-        self.systemd = scopes.Systemd() if scopes.available() else None
+        self.cgroups = cgroups.find()
+        self.systemd = scopes.Systemd() if scopes.available() and not self.cgroups else None
         self.runs: dict[str, Run] = {}
         self.ending = 0  # runs ended whose scope is still being stopped
-        self.ready = self.systemd is None  # under systemd: once old scopes are stopped
+        self.ready = not (self.systemd or self.cgroups)  # else: once old runs are stopped
         self._said: set[str] = set()
         self._memory_controlled: bool | None = None
 
     # ------------------------------------------------------------ start-up
     def recover(self) -> None:
         """Stop the scopes a previous daemon left (their messages are back in que)."""
+        if self.cgroups is not None:
+            self.background.submit(self.cgroups.setup, self._delegated, LANE)
+            return
         if self.systemd is None:
+            self._say_once("way", "runs with limits get rlimits (no systemd here)")
             return
         prefix = scopes.scope_prefix(self.queue)
         self.background.submit(lambda: self.systemd.stop_all(prefix) if self.systemd else [],
@@ -70,8 +87,25 @@ class RunLimits:
         if error is not None:
             self._say_once("systemd", f"scopes not used: {error}; rlimits instead")
             self.systemd = None
-        elif names:
-            self.log.event("daemon", f"stopped {len(names)} scope(s) left by the last run: "
+        else:
+            self._say_once("way", "runs with limits get transient scopes over D-Bus")
+            if names:
+                self.log.event("daemon", f"stopped {len(names)} scope(s) left by the last "
+                               "run: " + ", ".join(names))
+
+    def _delegated(self, names: Any, error: BaseException | None) -> None:
+        assert self.cgroups is not None
+        if error is not None:  # e.g. a process of ours could not be moved
+            self.cgroups = None
+            self._say_once("way", f"delegated cgroup not usable ({error}): rlimits instead")
+            self.ready = True
+            return
+        self.ready = True
+        given = " ".join(sorted(self.cgroups.controllers)) or "none"
+        self._say_once("way", f"runs with limits get sub-cgroups of {self.cgroups.unit} "
+                       f"(delegated; controllers: {given})")
+        if names:
+            self.log.event("daemon", f"killed {len(names)} run(s) left by the last daemon: "
                            + ", ".join(names))
 
     # ------------------------------------------------------------ starting
@@ -84,19 +118,22 @@ class RunLimits:
     def gated(self, path: str, argv: list[str]) -> tuple[str, list[str]]:
         """The program and argv of a limited run: through the gate while a scope
         is to be made; without systemd the script itself (see :meth:`as_limit`)."""
-        if self.systemd is None:
+        if self.systemd is None and self.cgroups is None:
             return path, argv
         return "/bin/sh", ["sh", "-c", GATE, "rq-gate", path, *argv[1:]]
 
     def as_limit(self, limits: dict[str, Any]) -> int:
         """RLIMIT_AS the spawn sets in the child itself (no gate), or -1."""
-        if self.systemd is not None or "memory_max" not in limits:
+        if self.systemd or self.cgroups or "memory_max" not in limits:
             return -1
         return limits_render.size_bytes(limits["memory_max"])
 
     def started(self, worker: Worker, limits: dict[str, Any]) -> None:
         """A gated run has started: hold its limits, then open its gate."""
         run = self.runs[worker.msg_id] = Run(worker, limits)
+        if self.cgroups is not None:
+            self._make_cgroup(run, self.cgroups)
+            return
         if self.systemd is None:  # not gated: the spawn set RLIMIT_AS in the child
             run.rlimit_memory = "memory_max" in limits
             self._say_fallback()
@@ -105,6 +142,21 @@ class RunLimits:
         props = scopes.properties(worker.child.pid, limits, self.ctx.config["stop_grace"])
         self.background.submit(lambda: self._make_scope(run, props),
                                lambda _r, error: self._scoped(run, error), LANE)
+
+    def _make_cgroup(self, run: Run, delegation: cgroups.Delegation) -> None:
+        msg_id, pid = run.worker.msg_id, run.worker.child.pid
+        run.cgroup = True
+        self.background.submit(lambda: delegation.start(msg_id, pid, run.limits),
+                               lambda _r, error: self._in_cgroup(run, error), LANE)
+
+    def _in_cgroup(self, run: Run, error: BaseException | None) -> None:
+        if error is not None:  # the run goes on, with rlimits; its cgroup (if made) is killed
+            self.log.event("err", f"{error}: the run has rlimits instead", run.worker.msg_id)
+        elif self.cgroups is not None and not self.cgroups.holds("memory_max"):
+            self._say_once("memory", "no memory controller in the delegated cgroup (cgroup "
+                           "v1 holds it?): memory_max is held by RLIMIT_AS instead")
+        memory = self.cgroups is None or not self.cgroups.holds("memory_max")
+        self._open(run, rlimits=error is not None or memory)
 
     def _make_scope(self, run: Run, props: list[tuple[str, Any]]) -> None:
         """On the lane: the scope, and whether its memory limit can hold."""
@@ -130,7 +182,7 @@ class RunLimits:
         if rlimits and "memory_max" in run.limits:
             run.rlimit_memory = self._prlimit(child.pid, limits_render.size_bytes(
                 run.limits["memory_max"]))
-        if rlimits and self.systemd is None:
+        if rlimits and self.systemd is None and self.cgroups is None:
             self._say_fallback()
         if run.worker.msg_id in self.runs and child.reply_w not in child.closed:
             with contextlib.suppress(OSError):  # the gate has died (the run was killed)
@@ -162,6 +214,9 @@ class RunLimits:
         """The run's script has ended: stop its scope, then ``then(run)`` (the
         run with what ended it, for :func:`explain`)."""
         run = self.runs.pop(worker.msg_id)
+        if run.cgroup and self.cgroups is not None:
+            self._end_cgroup(run, self.cgroups, then)
+            return
         if not run.scope or self.systemd is None:
             then(run)
             return
@@ -170,6 +225,24 @@ class RunLimits:
         self.background.submit(lambda: systemd.stop(run.scope),
                                lambda result, error: self._stopped(run, result, error, then),
                                LANE)
+
+    def _end_cgroup(self, run: Run, delegation: cgroups.Delegation,
+                    then: Callable[[Run], None]) -> None:
+        self.ending += 1
+        msg_id = run.worker.msg_id
+        self.background.submit(lambda: delegation.stop(msg_id),
+                               lambda usage, error: self._emptied(run, usage, error, then), LANE)
+
+    def _emptied(self, run: Run, usage: Any, error: BaseException | None,
+                 then: Callable[[Run], None]) -> None:
+        self.ending -= 1
+        msg_id = run.worker.msg_id
+        if error is not None:
+            self.log.event("err", f"run's cgroup not removed: {error}", msg_id)
+        else:
+            run.oom = usage.oom_kills > 0
+            self.log.record("usage", msg_id, RQ_STATE="run", **usage.fields())
+        then(run)
 
     def _stopped(self, run: Run, result: Any, error: BaseException | None,
                  then: Callable[[Run], None]) -> None:
