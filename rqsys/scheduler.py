@@ -10,14 +10,22 @@ steady stream of them can starve worse ones (no ageing: what a user asks
 for is what runs; give work that must not wait behind others its own queue).
 With every priority 0 the order is the one without priorities: due time,
 then id.
+
+A due message its gate holds (``rqsys.gates``: concurrency, blocking
+params, rate limit) or that waits for other messages (``after``) is parked
+under a wait key; one parked message of a key goes back to the ready heap
+each time the key may have room (an end, a start leaving room, the rate
+window's next opening, kept in ``_timed`` and returned by ``next_due``).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
+from rqsys.gates import Gate, WaitKey, Wake
 from rqsys.message import due_time, param_key
 
 Msg = dict[str, Any]
@@ -30,19 +38,23 @@ def priority(msg: Msg) -> int:
 
 class Schedule:
     """Queued messages, popped best priority then oldest-due first, honouring
-    blocking_params.
+    the queue's gate and the messages' dependencies.
 
     The heap may hold stale entries (deleted or re-timed messages); they are
     skipped when popped, so every operation stays O(log n).
     """
 
-    def __init__(self, blocking: list[int], coalesce: list[int]) -> None:
-        self.blocking = list(blocking)
+    def __init__(self, blocking: list[int], coalesce: list[int], gate: Gate | None = None
+                 ) -> None:
         self.coalesce = list(coalesce)
+        self.gate = gate or Gate.from_config({"blocking_params": blocking})
         self.msgs: dict[str, Msg] = {}
         self._heap: list[tuple[float, str]] = []  # not due yet when pushed: (due, id)
         self._ready: list[Ready] = []  # due
-        self._waiting: dict[tuple[str, ...], list[Ready]] = defaultdict(list)
+        self._parked: dict[WaitKey, list[Ready]] = defaultdict(list)  # heaps
+        self._timed: list[tuple[float, WaitKey]] = []  # when a parked key may try again
+        self._woken: dict[str, WaitKey] = {}  # id -> the key it was woken from, until popped
+        self.after: set[str] = set()  # ids waiting for other messages (rqsys.daemon.after)
         self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
 
     def __len__(self) -> int:
@@ -60,6 +72,9 @@ class Schedule:
             self._by_coalesce[key].add(msg_id)
 
     def remove(self, msg_id: str) -> Msg | None:
+        woken = self._woken.pop(msg_id, None)
+        if woken is not None:  # removed before its turn: the next of its key takes it
+            self._wake_one(woken)
         msg = self.msgs.pop(msg_id, None)
         if msg is not None:
             key = param_key(msg, self.coalesce)
@@ -81,38 +96,94 @@ class Schedule:
             heapq.heappop(self._ready)
         while self._heap and not self._live(self._heap[0]):
             heapq.heappop(self._heap)
-        dues = [entry[1] for entry in self._ready[:1]] + [entry[0] for entry in self._heap[:1]]
+        while self._timed and not self._parked.get(self._timed[0][1]):
+            heapq.heappop(self._timed)
+        dues = ([entry[1] for entry in self._ready[:1]] + [entry[0] for entry in self._heap[:1]]
+                + [entry[0] for entry in self._timed[:1]])
         return min(dues) if dues else None
 
     def _promote(self, now: float) -> None:
-        """Entries due by ``now`` move to the ready heap (priority order)."""
+        """Entries due by ``now`` move to the ready heap (priority order), and
+        so does one parked entry of each key whose time has come."""
         while self._heap and self._heap[0][0] <= now:
             due, msg_id = heapq.heappop(self._heap)
             if self._live((due, msg_id)):
                 heapq.heappush(self._ready, (priority(self.msgs[msg_id]), due, msg_id))
+        while self._timed and self._timed[0][0] <= now:
+            self._wake_one(heapq.heappop(self._timed)[1])
 
-    def pop_ready(self, now: float, busy_keys: set[tuple[str, ...]]) -> tuple[str, Msg] | None:
-        """The next due message whose blocking key is free, removed from the que."""
+    def pop_ready(self, now: float) -> tuple[str, Msg] | None:
+        """The next due message its gate lets start, removed from the que
+        (``started`` is the caller's to say once it runs)."""
         self._promote(now)
         while self._ready:
             entry = heapq.heappop(self._ready)
             if not self._live_ready(entry):
                 continue
-            key = param_key(self.msgs[entry[2]], self.blocking)
-            if key is not None and key in busy_keys:
-                self._waiting[key].append(entry)
+            self._woken.pop(entry[2], None)
+            held = self._hold(entry[2], now)
+            if held is not None:
+                self._park(entry, *held)
                 continue
             msg = self.remove(entry[2])
             assert msg is not None
             return entry[2], msg
         return None
 
-    def release(self, key: tuple[str, ...] | None) -> None:
-        """A blocking key became free: its waiting messages compete again."""
-        if key is None:
-            return
-        for entry in self._waiting.pop(key, []):
-            heapq.heappush(self._ready, entry)
+    def _hold(self, msg_id: str, now: float) -> Wake | None:
+        if msg_id in self.after:
+            return ("a", msg_id), None
+        return self.gate.hold(self.msgs[msg_id], now)
+
+    def _park(self, entry: Ready, key: WaitKey, when: float | None) -> None:
+        heapq.heappush(self._parked[key], entry)
+        if when is not None:
+            heapq.heappush(self._timed, (when, key))
+
+    def _wake_one(self, key: WaitKey) -> None:
+        """The best live entry parked under ``key`` competes again."""
+        parked = self._parked.get(key)
+        while parked:
+            entry = heapq.heappop(parked)
+            if self._live_ready(entry):
+                heapq.heappush(self._ready, entry)
+                self._woken[entry[2]] = key
+                break
+        if not parked:
+            self._parked.pop(key, None)
+
+    def _wake(self, wakes: list[Wake]) -> None:
+        for key, when in wakes:
+            if key not in self._parked:
+                continue
+            if when is None:
+                self._wake_one(key)
+            else:
+                heapq.heappush(self._timed, (when, key))
+
+    def started(self, msg: Msg, now: float | None) -> None:
+        """``msg`` runs (``now`` None: it ran already, counted again after a reload)."""
+        self._wake(self.gate.started(msg, now))
+
+    def ended(self, msg: Msg) -> None:
+        """``msg`` no longer runs: a message held by its keys may start."""
+        self._wake(self.gate.ended(msg))
+
+    def unhold(self, msg_id: str) -> None:
+        """``msg_id`` no longer waits for other messages."""
+        self.after.discard(msg_id)
+        self._wake_one(("a", msg_id))
+
+    def reconfigure(self, gate: Gate, coalesce: list[int], running: Iterable[Msg]) -> None:
+        """A reload: a new gate (the running messages counted in it, rate
+        windows kept); every parked message competes again."""
+        gate.adopt(self.gate)
+        self.gate, self.coalesce = gate, list(coalesce)
+        for msg in running:
+            gate.started(msg, None)
+        for key in [k for k in self._parked if k[0] != "a"]:
+            for entry in self._parked.pop(key):
+                heapq.heappush(self._ready, entry)
 
     def take_coalesced(self, msg: Msg) -> list[tuple[str, Msg]]:
         """Remove and return the queued messages with ``msg``'s coalesce key,

@@ -1,5 +1,6 @@
 """Unit tests of the in-memory que: due order, blocking keys, coalescing."""
 
+from rqsys.gates import Gate
 from rqsys.scheduler import Schedule
 
 
@@ -12,9 +13,9 @@ def test_due_order_and_not_yet_due():
     s.add("b", msg(due=5))
     s.add("a", msg(due=1))
     s.add("c", msg(due=50))
-    assert s.pop_ready(10, set())[0] == "a"
-    assert s.pop_ready(10, set())[0] == "b"
-    assert s.pop_ready(10, set()) is None
+    assert s.pop_ready(10)[0] == "a"
+    assert s.pop_ready(10)[0] == "b"
+    assert s.pop_ready(10) is None
     assert s.next_due() == 50 and len(s) == 1
 
 
@@ -22,7 +23,7 @@ def test_readd_and_remove_leave_no_stale_entries():
     s = Schedule([], [])
     s.add("a", msg(due=1))
     s.add("a", msg(due=100))  # re-timed (run_now / resend)
-    assert s.pop_ready(10, set()) is None
+    assert s.pop_ready(10) is None
     s.remove("a")
     assert s.next_due() is None and len(s) == 0
 
@@ -32,12 +33,53 @@ def test_blocking_keys_wait_and_release():
     s.add("a1", msg(param1="a"))
     s.add("a2", msg(param1="a"))
     s.add("b1", msg(param1="b"))
-    first = s.pop_ready(1, set())
+    first = s.pop_ready(1)
     assert first[0] == "a1"
-    assert s.pop_ready(1, {("a",)})[0] == "b1"
-    assert s.pop_ready(1, {("a",), ("b",)}) is None
-    s.release(("a",))
-    assert s.pop_ready(1, set())[0] == "a2"
+    s.started(first[1], 1)
+    second = s.pop_ready(1)
+    assert second[0] == "b1"
+    s.started(second[1], 1)
+    assert s.pop_ready(1) is None
+    s.ended(first[1])
+    assert s.pop_ready(1)[0] == "a2"
+
+
+def test_concurrency_limit_two_by_param1():
+    s = Schedule([], [], Gate.from_config({"concurrency": {"by": [1], "limit": 2}}))
+    for n in range(4):
+        s.add(f"a{n}", msg(param1="a"))
+    s.add("b", msg(param1="b"))
+    started = []
+    for _ in range(3):
+        started.append(s.pop_ready(1))
+        s.started(started[-1][1], 1)
+    assert [i for i, _m in started] == ["a0", "a1", "b"]
+    assert s.pop_ready(1) is None
+    s.remove("a2")  # a parked one deleted: the next of its key takes its place
+    s.ended(started[0][1])
+    assert s.pop_ready(1)[0] == "a3"
+
+
+def test_rate_limit_wakes_at_the_window_opening():
+    s = Schedule([], [], Gate.from_config({"rate_limit": {"limit": 2, "per": 10}}))
+    for n in range(3):
+        s.add(f"m{n}", msg())
+    for now in (100, 101):
+        picked = s.pop_ready(now)
+        s.started(picked[1], now)
+    assert s.pop_ready(102) is None
+    assert s.next_due() == 110  # the loop's timeout: no polling
+    assert s.pop_ready(109.9) is None
+    assert s.pop_ready(110)[0] == "m2"
+
+
+def test_waiting_for_dependencies_until_unheld():
+    s = Schedule([], [])
+    s.add("w", msg())
+    s.after.add("w")
+    assert s.pop_ready(1) is None and s.next_due() is None
+    s.unhold("w")
+    assert s.pop_ready(1)[0] == "w"
 
 
 def test_coalesce_takes_identical_messages_whatever_their_due_time():
@@ -47,7 +89,7 @@ def test_coalesce_takes_identical_messages_whatever_their_due_time():
     s.add("x2", msg(param1="x", param2="1"))
     s.add("x3", msg(due=99, param1="x", param2="1"))
     s.add("y", msg(param1="x", param2="2"))
-    running = s.pop_ready(1, set())
+    running = s.pop_ready(1)
     assert [i for i, _m in s.take_coalesced(running[1])] == ["x2", "x3"]
     assert sorted(s.msgs) == ["y"] and s.next_due() == 0
     s.add("x3", msg(due=99, param1="x", param2="1"))  # back after a failed primary

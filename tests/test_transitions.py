@@ -40,7 +40,7 @@ class Ledger:
     def run(self, **fields):
         """A new message taken from que to run: (id, msg as it runs)."""
         msg_id = self.new(**fields)
-        picked = self.t.start_next(time.time(), set())
+        picked = self.t.start_next(time.time())
         assert picked is not None and picked[0] == msg_id
         return msg_id, picked[2]
 
@@ -86,12 +86,12 @@ def test_start_moves_que_to_run_with_rqs_count(ledger):
     assert ledger.where(msg_id) == "run" and msg["count"] == 0  # RQ_COUNT 0: first run
     assert ledger.t.running == {msg_id: msg} and ledger.t.count("run") == 1
     assert ledger.t.count("que") == 0
-    assert ledger.t.start_next(time.time(), set()) is None
+    assert ledger.t.start_next(time.time()) is None
 
 
 def test_a_message_not_due_is_not_started(ledger):
     ledger.new(due=time.time() + 3600)
-    assert ledger.t.start_next(time.time(), set()) is None
+    assert ledger.t.start_next(time.time()) is None
 
 
 def test_unstart_puts_it_back_as_it_was(ledger):
@@ -161,7 +161,7 @@ def coalesced(layout, n=2):
     first = ledger.new(param1="x")
     riders = [ledger.new(param1="x", due=time.time() + 3600 * i) for i in range(n)]
     other = ledger.new(param1="y")
-    picked = ledger.t.start_next(time.time(), set())
+    picked = ledger.t.start_next(time.time())
     assert picked is not None and picked[0] == first
     ledger.t.coalesce(first, picked[2], f"http://h/q/q/{first}")
     return ledger, first, riders, other
@@ -226,7 +226,7 @@ def test_run_now_is_out_of_the_que_until_durable(ledger):
     answers = []
     ledger.t.run_now(msg_id, answers.append)
     assert msg_id not in ledger.schedule and "rescheduled" in ledger.t.busy(msg_id)
-    assert ledger.t.start_next(time.time(), set()) is None
+    assert ledger.t.start_next(time.time()) is None
     drain(ledger.background)
     assert answers == [None] and ledger.schedule.msgs[msg_id]["due"] == 0
     assert ledger.store.read_msg("que", msg_id)["due"] == 0

@@ -31,6 +31,7 @@ from rqsys.daemon.server import Handler, Server
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import RQError
 from rqsys.events import EventLog
+from rqsys.gates import Gate
 from rqsys.output import ScriptOutput
 from rqsys.pool import member_for
 from rqsys.scheduler import Schedule
@@ -63,7 +64,8 @@ class QueueDaemon:
         self.selector = selectors.DefaultSelector()
         self.background = Background()
         self.schedule = Schedule(self.ctx.config["blocking_params"],
-                                 self.ctx.config["coalesce_params"])
+                                 self.ctx.config["coalesce_params"],
+                                 Gate.from_config(self.ctx.config))
         self.ledger = Transitions(self.store, self.schedule, self.log,
                                   lambda work, then: self.background.submit(work, then, SYNC),
                                   lambda work, then: self.background.submit(work, then, PRUNE))
@@ -248,8 +250,9 @@ class QueueDaemon:
         except RQError as exc:
             self.log.event("err", f"reload failed, keeping the old config: {exc}")
         else:
-            self.schedule.blocking = list(self.ctx.config["blocking_params"])
-            self.schedule.coalesce = list(self.ctx.config["coalesce_params"])
+            self.schedule.reconfigure(Gate.from_config(self.ctx.config),
+                                      self.ctx.config["coalesce_params"],
+                                      self.ledger.running.values())
             self.runner.reconfigured()
             self.log.event("daemon", "configuration reloaded")
         self.notifier.send("READY=1")

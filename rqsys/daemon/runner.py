@@ -27,7 +27,6 @@ from rqsys.daemon.runlimits import Run, RunLimits, explain
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.events import EventLog
-from rqsys.message import param_key
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.retry import retried
@@ -87,7 +86,6 @@ class Runner:
         due = self.ledger.schedule.next_due()
         if due is None or due > now:
             return
-        busy = self._busy_keys()
         if not self.can_start():
             return
         try:  # once a turn, and a stat of the script unless its config changed
@@ -97,17 +95,10 @@ class Runner:
             self._set_script_error(str(exc))
             return
         while self.can_start():
-            picked = self.ledger.start_next(now, busy)
+            picked = self.ledger.start_next(now)
             if picked is None:
                 return
             self._start(path, argv, *picked)
-            key = param_key(picked[2], self.ledger.schedule.blocking)
-            if key is not None:
-                busy.add(key)
-
-    def _busy_keys(self) -> set[tuple[str, ...]]:
-        keys = (param_key(w.msg, self.ledger.schedule.blocking) for w in self.workers.values())
-        return {k for k in keys if k is not None}
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
         blank = self.ledger.take_blank_status(msg_id)

@@ -37,7 +37,6 @@ from typing import Any
 from rqsys.daemon.unique import UniqueIndex
 from rqsys.errors import BadRequest, InternalError, RQError
 from rqsys.events import EventLog
-from rqsys.message import param_key
 from rqsys.scheduler import Schedule
 from rqsys.store import STATES, QueueStore, Staged, pruning
 from rqsys.store.durable import fsync_dirs
@@ -157,12 +156,12 @@ class Transitions:
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
 
     # ------------------------------------------------------------ running
-    def start_next(self, now: float, busy_keys: set[tuple[str, ...]]
-                   ) -> tuple[str, Msg, Msg] | None:
-        """que → run: the next due message whose blocking key is free, as
-        (id, msg as queued, msg as it runs); None when none is due.  Its count
-        is RQ's: the resends so far (0 on the first run), raised by ``end``."""
-        picked = self.schedule.pop_ready(now, busy_keys)
+    def start_next(self, now: float) -> tuple[str, Msg, Msg] | None:
+        """que → run: the next due message its gate lets start (concurrency,
+        blocking params, rate limit, dependencies), as (id, msg as queued, msg
+        as it runs); None when none may.  Its count is RQ's: the resends so
+        far (0 on the first run), raised by ``end``."""
+        picked = self.schedule.pop_ready(now)
         if picked is None:
             return None
         msg_id, queued = picked
@@ -170,6 +169,7 @@ class Transitions:
         msg = dict(queued, count=int(queued.get("count", 0)))
         self._move(msg_id, "que", "run")
         self.running[msg_id] = msg
+        self.schedule.started(msg, now)
         return msg_id, queued, msg
 
     def take_blank_status(self, msg_id: str) -> bool:
@@ -194,7 +194,9 @@ class Transitions:
 
     def unstart(self, msg_id: str, queued: Msg, why: str) -> None:
         """run → que: its script could not be started; it waits as it was."""
-        _guard(self.running.pop(msg_id, None) is not None, f"{msg_id} is not running")
+        running = self.running.pop(msg_id, None)
+        _guard(running is not None, f"{msg_id} is not running")
+        self.schedule.ended(running or queued)
         self.store.write_status("run", msg_id, why)
         self._move(msg_id, "run", "que")
         self.schedule.add(msg_id, queued)
@@ -206,7 +208,7 @@ class Transitions:
         msg = self.running.pop(msg_id, None)
         _guard(msg is not None, f"{msg_id} is not running")
         assert msg is not None
-        self.schedule.release(param_key(msg, self.schedule.blocking))
+        self.schedule.ended(msg)
         ended = self._settle(msg_id, msg, outcome, written)
         url, riders = self._riders.pop(msg_id, ("", []))
         for rider_id, rider in riders:

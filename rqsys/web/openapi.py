@@ -184,6 +184,11 @@ def _new_queue_form() -> dict[str, Any]:
     return _with({"queue[name]": {"type": "string"}, "queue[script]": {"type": "string"},
                   "queue[num_workers]": {"type": "string"},
                   "queue[exec_prefix]": {"type": "string"},
+                  **{f"queue[{k}][{f}]": {"type": "string"}
+                     for k, f in (("rate_limit", "limit"), ("rate_limit", "per"),
+                                  ("concurrency", "limit"))},
+                  "queue[rate_limit][by][]": {"type": "string"},
+                  "queue[concurrency][by][]": {"type": "string"},
                   "name": {"type": "string"}, "script": {"type": "string"},
                   "num_workers": {"type": "integer"}})
 

@@ -4,6 +4,7 @@ admin operations and (when allowed) new queues."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,9 @@ class NewQueue(Resource):
         return path
 
 
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
 def queue_overlay(fields: dict[str, Any]) -> dict[str, Any]:
     """Queue settings from form text: numbers converted, empty fields left out."""
     overlay: dict[str, Any] = {}
@@ -231,11 +235,25 @@ def queue_overlay(fields: dict[str, Any]) -> dict[str, Any]:
     for key in ("coalesce_params", "blocking_params"):
         if isinstance(fields.get(key), list):
             overlay[key] = [_int_param(str(v), key, 0) for v in fields[key] if v != ""]
+    for key in ("concurrency", "rate_limit"):  # left for the queue schema to judge
+        if isinstance(fields.get(key), dict):
+            overlay[key] = _limit_fields(fields[key])
     if fields.get("exec_prefix"):
         overlay["exec_prefix"] = str(fields["exec_prefix"])
     if isinstance(fields.get("env_vars"), dict):
         overlay["env_vars"] = {str(k): str(v) for k, v in fields["env_vars"].items()}
     return overlay
+
+
+def _limit_fields(given: dict[str, Any]) -> dict[str, Any]:
+    """A concurrency or rate_limit object from form text: numbers as numbers."""
+    out = dict(given)
+    for key, value in given.items():
+        if isinstance(value, str) and _NUMBER.fullmatch(value):
+            out[key] = float(value) if key == "per" or "." in value else int(value)
+        elif key == "by" and isinstance(value, list):
+            out[key] = [int(v) if isinstance(v, str) and v.isdigit() else v for v in value]
+    return out
 
 
 def _tell_supervisor() -> None:
