@@ -7,6 +7,7 @@ the pool's bucket, bad credentials."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -238,3 +239,64 @@ def test_messages_queued_before_the_pool_go_to_the_pool(
                        and g, 15, f"{msg_id} done")
         assert got["status"] == f"ran old{n} count 0"
     assert pq.stderr_text().count("queued here at start: handed to the pool") == 3
+
+
+MD5_OF_A = 'echo "done $(md5sum < ../attach/a | cut -c1-32)" >&3\n'
+
+
+def tamper(url: str, bucket: str, name: str, data: bytes | None) -> None:
+    """Replace an object of a pool's object store with ``data``, or delete it (None)."""
+    import asyncio
+
+    import nats
+
+    async def change() -> None:
+        nc = await nats.connect(url)
+        obs = await nc.jetstream().object_store(bucket)
+        await (obs.delete(name) if data is None else obs.put(name, data))
+        await nc.close()
+
+    asyncio.run(change())
+
+
+def test_attachments_travel_through_the_object_store(
+        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
+        daemon: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    import hashlib
+
+    from rqsys.errors import BadRequest
+
+    use_nats(layout, solo.url)
+    make_queue("pq", MD5_OF_A, pool={"name": "p9", "replicas": 1})
+    pq = daemon("pq")
+    data = tmp_path / "a"
+    data.write_bytes(bytes(range(256)) * 1500)  # 384 kB: several chunks
+    md5 = hashlib.md5(data.read_bytes()).hexdigest()
+
+    def send(sent_md5: str = md5) -> str:
+        with open(data, "rb") as f, pq.client() as client:
+            reply = client.call("create", fds=[f.fileno()], msg={"dest": "pq"},
+                                attachments=[{"name": "a", "md5": sent_md5}])
+        return str(reply["msg_id"])
+
+    # A file whose md5 is not the one sent is refused, naming it
+    with pytest.raises(BadRequest, match="attachment a: md5 mismatch"):
+        send("0" * 32)
+    # A message with an attachment runs with the same bytes
+    msg_id = send()
+    got = wait_for(lambda: (g := pq.call("get", msg_id=msg_id))["state"] == "done" and g,
+                   20, "done")
+    assert got["status"] == md5 and got["attachments"]["a"]["md5"] == md5
+    # A missing or replaced object ends its message with the reason; it never runs
+    pq.call("adminoper", oper="pause")
+    wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
+    gone, changed = send(), send()
+    tamper(solo.url, "rq-pool-p9", f"{gone}/a", None)
+    tamper(solo.url, "rq-pool-p9", f"{changed}/a", b"another file")
+    pq.call("adminoper", oper="resume")
+    for msg_id, why in ((gone, "not in the pool's object store"),
+                        (changed, f"not the file sent \\(md5 sent {md5}, got ")):
+        got = wait_for(lambda i=msg_id: (g := pq.call("get", msg_id=i))["state"] == "err"
+                       and g, 20, f"{msg_id} refused")
+        assert re.match(f"not run: attachment a: {why}", got["status"]), got["status"]
+    assert pq.call("counts")["counts"]["done"] == 1

@@ -14,10 +14,12 @@ had been handed to c before the cut (at least once).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,9 @@ import pytest
 from conftest import need, wait_for
 from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf, nats_available
 from netns import NetLab, Rqsys, netns_available, stop
+from prometheus_client.parser import text_string_to_metric_families
 
+from rqsys.client import QueueClient
 from rqsys.errors import Unavailable
 from rqsys.store import QueueStore
 
@@ -35,7 +39,17 @@ ACK_WAIT = 4  # seconds: how soon a dead host's messages go elsewhere
 SCRIPT = """#!/bin/bash
 echo "$RQ_MSG_ID $RQ_COUNT" >> "$RUNLOG"
 sleep "${RQ_PARAM1:-0}"
-echo "done ran on $RQ_HOST count $RQ_COUNT" >&3
+sum=$([ -e ../attach/f ] && md5sum < ../attach/f | cut -c1-32)
+echo "done ran on $RQ_HOST count $RQ_COUNT $sum" >&3
+"""
+TAMPER = """if 1:
+    import asyncio, sys, nats
+    async def main(url, name, how):
+        nc = await nats.connect(url)
+        obs = await nc.jetstream().object_store("rq-pool-e2e")
+        await (obs.delete(name) if how == "delete" else obs.put(name, b"not the file"))
+        await nc.close()
+    asyncio.run(main(*sys.argv[1:]))
 """
 HOSTS = ("a", "b", "c")
 
@@ -169,6 +183,86 @@ def test_messages_from_one_host_run_once_across_three(pool: Pool) -> None:
                                   f"{c.url}q/pq/{msg_id}.json"])
         assert http.returncode == 0, http.stderr
         assert json.loads(http.stdout)["state"] == "done"
+
+
+def send_file(host: Rqsys, path: Path, md5: str, **fields: Any) -> str:
+    with open(path, "rb") as f, QueueClient(host.layout, "pq", timeout=60) as client:
+        return str(client.call("create", fds=[f.fileno()], msg={"dest": "pq", **fields},
+                               attachments=[{"name": "f", "md5": md5}])["msg_id"])
+
+
+def pause_all(pool: Pool, oper: str) -> None:
+    for host in pool.hosts.values():
+        host.call("pq", "adminoper", oper=oper)
+
+
+def test_attachments_arrive_byte_identical_or_not_at_all(pool: Pool, tmp_path: Path) -> None:
+    # Given a 1 MB file (8 object chunks); when 9 messages carrying it are sent on a
+    data = tmp_path / "f"
+    data.write_bytes(os.urandom(1 << 20))
+    md5 = hashlib.md5(data.read_bytes()).hexdigest()
+    ids = [send_file(pool.hosts["a"], data, md5, param1="0.3") for _ in range(9)]
+    # Then each runs once, with the same bytes, on b or c as well as a
+    wait_for(lambda: pool.done_everywhere(ids), 60, "messages with attachments done")
+    ran_on = {h for h in HOSTS if pool.ids(h, "done") & set(ids)}
+    assert ran_on - {"a"}, ran_on
+    for msg_id in ids:
+        assert pool.hosts["c"].call("pq", "get", msg_id=msg_id)["status"].endswith(md5)
+    # And a message whose object is missing or replaced ends err with the reason, unrun
+    pause_all(pool, "pause")
+    wait_for(lambda: pool.hosts["a"].call("pq", "pool")["waiting_pulls"] == 0, 20, "no pulls")
+    gone, changed = (send_file(pool.hosts["a"], data, md5) for _ in range(2))
+    url = f"nats://{pool.lab.hosts['a']}:{CLIENT_PORT}"
+    for msg_id, how in ((gone, "delete"), (changed, "replace")):
+        done = pool.lab.run("a", [sys.executable, "-c", TAMPER, url, f"{msg_id}/f", how])
+        assert done.returncode == 0, done.stderr
+    pause_all(pool, "resume")
+    for msg_id, why in ((gone, "not in the pool's object store"), (changed, "not the file sent")):
+        got = wait_for(lambda i=msg_id: (g := pool.hosts["b"].call("pq", "get", msg_id=i))[
+            "state"] == "err" and g, 30, f"{msg_id} ended err")
+        assert got["status"].startswith(f"not run: attachment f: {why}"), got
+    assert not {i for h in HOSTS for i, _n in pool.runs(h)} & {gone, changed}
+
+
+def metrics_of(pool: Pool, host: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Host's /metrics, parsed: (name, labels) -> value."""
+    got = pool.lab.run(host, ["curl", "-sS", "--max-time", "30", f"{pool.hosts[host].url}metrics"])
+    assert got.returncode == 0, got.stderr
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(got.stdout) for s in family.samples}
+
+
+def test_metrics_and_dashboard_show_the_pool(pool: Pool) -> None:
+    # Given all hosts paused and 5 messages sent: they wait in the stream, undelivered
+    wait_for(lambda: settled(pool.hosts["a"]), 60, "earlier messages settled")
+    pause_all(pool, "pause")
+    wait_for(lambda: pool.hosts["a"].call("pq", "pool")["waiting_pulls"] == 0, 20, "no pulls")
+    pool.send(5, param1="4")
+    e2e = (("pool", "e2e"),)
+    got = metrics_of(pool, "b")
+    assert got[("rqsys_pool_messages", e2e)] == 5
+    assert got[("rqsys_pool_consumer_lag", e2e)] == 5
+    assert got[("rqsys_pool_in_flight", e2e)] == 0
+    assert got[("rqsys_pool_up", (("pool", "e2e"), ("queue", "pq")))] == 1
+    # When they run (2 workers a host): in flight on each host, summing to the pool's
+    pause_all(pool, "resume")
+    names = {h: pool.hosts[h].addr for h in HOSTS}
+
+    def running() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        m = metrics_of(pool, "c")
+        each = [m.get(("rqsys_pool_host_in_flight", (("host", a), ("pool", "e2e"))), -1)
+                for a in names.values()]
+        return m if m[("rqsys_pool_in_flight", e2e)] == 5 == sum(each) else None
+
+    got = wait_for(running, 30, "5 in flight, per host")
+    assert got[("rqsys_pool_consumer_lag", e2e)] == 0
+    for addr in names.values():
+        assert got[("rqsys_pool_host_alive", (("host", addr), ("pool", "e2e")))] == 1
+        assert 0 <= got[("rqsys_pool_host_in_flight", (("host", addr), ("pool", "e2e")))] <= 2
+    # And the dashboard of a host has the pool's section with the same figures
+    page = pool.lab.run("a", ["curl", "-sS", "--max-time", "30", pool.hosts["a"].url]).stdout
+    assert '<section class="pools" id="pools">' in page and "<td>e2e</td>" in page
+    wait_for(lambda: settled(pool.hosts["a"]), 60, "the 5 done")
 
 
 def test_one_nats_server_stopped_then_back(pool: Pool) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import time
 from typing import Any
 
 import nats
@@ -30,7 +31,7 @@ from nats.js.errors import (
 
 from rqsys.errors import ConfigError, Unavailable
 from rqsys.pool.ids import MAX_HOSTS
-from rqsys.pool.settings import PoolSettings
+from rqsys.pool.settings import HOST_KEY_RE, PoolSettings
 
 START_ATTEMPTS = 2  # tries of each server at start, before the start fails
 # A server cut off (not closed) is noticed after PING_INTERVAL * (MAX_PINGS_OUT + 1)
@@ -133,7 +134,8 @@ class Link:
         return note
 
     # ------------------------------------------------------------ messages
-    async def publish(self, msg_id: str, msg: dict[str, Any], record: dict[str, Any]) -> None:
+    async def publish(self, msg_id: str, msg: dict[str, Any], record: dict[str, Any],
+                      headers: dict[str, str] | None = None) -> None:
         """Publish ``msg`` (answered once JetStream acks it), and its first record.
 
         A publish that finds no stream leader (an election after a server came
@@ -142,7 +144,8 @@ class Link:
         data = json.dumps(msg).encode()
         for delay in (*PUBLISH_RETRIES, None):
             try:
-                await self.js.publish(self.s.subject, data, headers={"Nats-Msg-Id": msg_id})
+                await self.js.publish(self.s.subject, data,
+                                      headers={**(headers or {}), "Nats-Msg-Id": msg_id})
                 break
             except (NoRespondersError, NatsTimeout, ServiceUnavailableError):
                 if delay is None:
@@ -177,7 +180,31 @@ class Link:
         consumer = await self.js.consumer_info(self.s.stream, self.s.consumer)
         return {"depth": stream.state.messages, "pending": consumer.num_pending,
                 "in_flight": consumer.num_ack_pending, "redelivered": consumer.num_redelivered,
-                "waiting_pulls": consumer.num_waiting}
+                "waiting_pulls": consumer.num_waiting, "hosts": await self._loads()}
+
+    async def record_load(self, in_flight: int) -> None:
+        """This host's messages in flight, for every host's figures (``load.<host>``)."""
+        load = {"host": self.s.host, "in_flight": in_flight, "at": time.time()}
+        await self.kv.put(f"load.{self.s.host_key}", json.dumps(load).encode())
+
+    async def _loads(self) -> dict[str, dict[str, Any]]:
+        """Each host of the pool: its messages in flight and whether it is alive
+        (it said so within ``ack_wait``; else JetStream is giving its messages out
+        again and its in flight counts no more)."""
+        loads = {}
+        for n in range(1, MAX_HOSTS + 1):
+            try:
+                host = (await self.kv.get(f"host.{n}")).value.decode()
+            except KeyNotFoundError:
+                break
+            try:
+                load = json.loads((await self.kv.get(f"load.{HOST_KEY_RE.sub('_', host)}")).value)
+            except KeyNotFoundError:
+                load = {"in_flight": 0, "at": 0}
+            alive = time.time() - float(load["at"]) <= self.s.ack_wait
+            loads[host] = {"number": n, "alive": alive,
+                           "in_flight": int(load["in_flight"]) if alive else 0}
+        return loads
 
     @staticmethod
     async def ack(msg: NatsMsg) -> None:

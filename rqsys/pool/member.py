@@ -19,6 +19,7 @@ from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
 from rqsys.pool.bridge import Bridge
+from rqsys.pool.files import Outgoing
 from rqsys.pool.ids import PoolIds
 from rqsys.pool.link import Link
 from rqsys.pool.settings import from_configs
@@ -98,16 +99,28 @@ class PoolMember:
         def then(_result: Any, error: BaseException | None) -> None:
             if error is None:
                 r.answer({"ok": True, "msg_id": msg_id, "url": url})
+            elif isinstance(error, BadRequest):  # an attachment not the file described
+                r.fail(error)
             else:
                 r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
                                    f"{error or type(error).__name__}"))
 
-        self.bridge.submit(self.link.publish(msg_id, msg, record), then)
+        files = self._outgoing(r)
+        self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files), then)
+
+    @staticmethod
+    def _outgoing(r: Request) -> list[Outgoing]:
+        """The files sent with a create, for the object store (taken out of ``r.fds``)."""
+        specs = r.args.get("attachments") or []
+        if len(specs) != len(r.fds):
+            raise BadRequest(f"{len(specs)} attachments described but {len(r.fds)} files sent")
+        files = [(s["name"], s["md5"], fd) for s, fd in zip(specs, r.fds, strict=True)]
+        r.fds.clear()  # closed once put
+        return files
 
     def _check_plain(self, r: Request) -> None:
         """What a pool queue does not take (yet), refused with the reason."""
         what = ("a prep message" if r.args.get("state", "que") != "que" else
-                "attachments" if r.args.get("attachments") or r.fds else
                 "single (single_que)" if r.args.get("single") else "")
         if what:
             raise BadRequest(f"queue {self.ctx.name} is a pool queue "
@@ -163,5 +176,5 @@ def _lookup_reply(op: str, record: dict[str, Any]) -> Reply:
         reply["status"] = record.get("status", "")
     if op == "get":
         reply.update(msg=record.get("msg", {}), url=record.get("url", ""),
-                     host=record.get("host", ""), attachments={})
+                     host=record.get("host", ""), attachments=record.get("attachments", {}))
     return reply

@@ -31,7 +31,17 @@ def line(queue: str, pool: str, got: dict[str, Any] | RQError) -> str:
     return (f"{pool} (queue {queue}, host {got['host_number']} {got['host']}): "
             f"depth {got['depth']}, not yet delivered {got['pending']}, "
             f"in flight {got['in_flight']} (here {got['in_flight_here']}), "
-            f"redelivered {got['redelivered']}, waiting pulls {got['waiting_pulls']}")
+            f"redelivered {got['redelivered']}, waiting pulls {got['waiting_pulls']}"
+            f"{per_host(got.get('hosts') or {})}")
+
+
+def per_host(hosts: dict[str, dict[str, Any]]) -> str:
+    """``; in flight per host: a 2, b 0 (silent)`` (silent: nothing heard within ack_wait)."""
+    if not hosts:
+        return ""
+    shown = [f"{name} {h['in_flight']}" + ("" if h["alive"] else " (silent)")
+             for name, h in hosts.items()]
+    return "; in flight per host: " + ", ".join(shown)
 
 
 def cmd_pools(layout: Layout, _args: argparse.Namespace) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 from rqsys.errors import NotFound
 from rqsys.message import due_time
 from rqsys.pool.bridge import Bridge
+from rqsys.pool.files import BadAttachment, PoolFiles, local_files, specs_of
 from rqsys.pool.link import Link, NatsMsg
 from rqsys.store import Staged
 from rqsys.store.layout import ENDED_STATES, TMP_DIR, check_msg_id
@@ -45,16 +46,33 @@ class PoolWorker:
         self.progress_at = 0.0
         self.fetch_at = self.ack_at = 0.0  # a failed fetch or ack is retried from then
         self.handing_back = 0  # local messages being published at start: no pull till then
+        self.files = PoolFiles(link)
+        self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
+        self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
+        self.dropping: dict[str, list[str]] = {}  # objects to remove once the end is acked
 
     # ------------------------------------------------------------ each turn
     def turn(self) -> None:
         self._settle()
         self._ack_flushed()
-        self._extend(time.monotonic())
+        now = time.monotonic()
+        self._extend(now)
+        self._tell_load(now)
         self._pull()
+
+    def _tell_load(self, now: float) -> None:
+        """This host's messages in flight into the bucket: when it changes (at most
+        once a second) and every third of ack_wait (that says the host is alive)."""
+        told, at = self.load
+        if now - at < (1.0 if len(self.held) != told else self.link.s.ack_wait / 3):
+            return
+        self.load = (len(self.held), now)
+        self.bridge.submit(self.link.record_load(len(self.held)))
 
     def next_wait(self, now: float) -> float | None:
         waits = [self.progress_at - now] if self.held else []
+        told, at = self.load
+        waits.append(at + (1.0 if len(self.held) != told else self.link.s.ack_wait / 3) - now)
         if self.ended:
             waits.append(max(SOON, self.ack_at - now))
         if not self.fetching and self.fetch_at > now:
@@ -109,7 +127,7 @@ class PoolWorker:
         if state:  # its local copy is being handed to the pool: take it after that
             self.bridge.submit(self.link.nak(delivery, RETRY))
             return
-        self._materialise(msg_id, msg, delivery)
+        self._materialise(msg_id, msg, delivery, specs_of(delivery.headers))
 
     def _local_state(self, msg_id: str) -> str:
         try:
@@ -117,8 +135,10 @@ class PoolWorker:
         except NotFound:
             return ""
 
-    def _materialise(self, msg_id: str, msg: dict[str, Any], delivery: NatsMsg) -> None:
-        """Into this store's que/ (the group commit places it; a turn starts it)."""
+    def _materialise(self, msg_id: str, msg: dict[str, Any], delivery: NatsMsg,
+                     specs: list[dict[str, Any]]) -> None:
+        """Into this store's que/ (the group commit places it; a turn starts it),
+        once its attachments, if any, are fetched from the object store."""
         count = int(delivery.metadata.num_delivered) - 1  # RQ_COUNT shows redeliveries
         msg = dict(msg, count=count, due=0)
         tmp = f"{self.store.qdir}/{TMP_DIR}/{msg_id}.que"
@@ -126,8 +146,43 @@ class PoolWorker:
         os.mkdir(tmp)
         self.held[msg_id] = delivery
         self.placing.add(msg_id)
-        self.intake.pending.append((Staged(msg_id, tmp, msg), "que", self._placed(msg_id)))
-        self._record(msg_id, msg, "run", f"taken by {self.ctx.sysconfig['host']}")
+        if not specs:
+            self._stage(Staged(msg_id, tmp, msg))
+            return
+        self.attached[msg_id] = specs
+        staged = Staged(msg_id, tmp, msg)
+        self.bridge.submit(self.files.fetch(msg_id, specs, staged.attach_dir()),
+                           self._files_fetched(staged))
+
+    def _stage(self, staged: Staged) -> None:
+        self.intake.pending.append((staged, "que", self._placed(staged.msg_id)))
+        self._record(staged.msg_id, staged.msg, "run", f"taken by {self.ctx.sysconfig['host']}")
+
+    def _files_fetched(self, staged: Staged) -> Any:
+        def then(_result: Any, error: BaseException | None) -> None:
+            if error is None:
+                self._stage(staged)
+                return
+            msg_id = staged.msg_id
+            self.store.discard(staged)
+            self.placing.discard(msg_id)
+            delivery, specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
+            if isinstance(error, BadAttachment):
+                self._refuse(msg_id, staged.msg, delivery, specs, str(error))
+                return
+            self.log.event("err", f"pool: attachments not fetched "
+                           f"({error or type(error).__name__}): handed back", msg_id)
+            self.bridge.submit(self.link.nak(delivery, RETRY))
+        return then
+
+    def _refuse(self, msg_id: str, msg: dict[str, Any], delivery: NatsMsg,
+                specs: list[dict[str, Any]], why: str) -> None:
+        """End a message that cannot run as sent: err in the pool's record, never run."""
+        status = f"not run: {why}"
+        self.log.event("err", f"pool: {status}", msg_id)
+        self.bridge.submit(self.link.term(delivery))
+        self._record(msg_id, msg, "err", status, specs)
+        self.bridge.submit(self.files.drop(msg_id, [s["name"] for s in specs]))
 
     def _placed(self, msg_id: str) -> Any:
         def then(error: BaseException | None) -> None:
@@ -148,15 +203,17 @@ class PoolWorker:
             self._ended(msg_id, self._local_state(msg_id))
 
     def _ended(self, msg_id: str, state: str) -> None:
-        delivery = self.held.pop(msg_id)
+        delivery, specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
         self.seen.pop(msg_id, None)
         if state == "que":  # a resend: back to the pool with its delay, for any host
             self._resend(msg_id, delivery)
             return
         self.ended.append((self.store.dirty.flushes, msg_id, delivery))
+        if specs:
+            self.dropping[msg_id] = [s["name"] for s in specs]
         if state:
             status = self.store.read_status(state, msg_id)
-            self._record(msg_id, self.store.read_msg(state, msg_id), state, status)
+            self._record(msg_id, self.store.read_msg(state, msg_id), state, status, specs)
 
     def _resend(self, msg_id: str, delivery: NatsMsg) -> None:
         msg = self.store.read_msg("que", msg_id)
@@ -181,6 +238,9 @@ class PoolWorker:
     def _acked(self, entry: tuple[int, str, NatsMsg]) -> Any:
         def then(_result: Any, error: BaseException | None) -> None:
             if error is None:
+                names = self.dropping.pop(entry[1], None)
+                if names:  # acked: no host needs its attachments any more
+                    self.bridge.submit(self.files.drop(entry[1], names))
                 return
             # Tried again while ack_wait lasts: until then no other host runs it;
             # after, JetStream has given it out again (a duplicate, or acked unrun here).
@@ -207,9 +267,11 @@ class PoolWorker:
         if due:
             self.bridge.submit(self.link.progress([self.held[i] for i in due]))
 
-    def _record(self, msg_id: str, msg: dict[str, Any], state: str, status: str) -> None:
+    def _record(self, msg_id: str, msg: dict[str, Any], state: str, status: str,
+                specs: list[dict[str, Any]] | None = None) -> None:
         record = {"state": state, "host": self.ctx.sysconfig["host"], "status": status,
-                  "count": msg.get("count", 0), "url": self.ctx.url(msg_id), "msg": msg}
+                  "count": msg.get("count", 0), "url": self.ctx.url(msg_id), "msg": msg,
+                  "attachments": {s["name"]: s for s in specs or self.attached.get(msg_id, [])}}
         self.bridge.submit(self.link.record(msg_id, record), self._recorded(msg_id))
 
     def _recorded(self, msg_id: str) -> Any:
@@ -232,8 +294,9 @@ class PoolWorker:
                 record = {"state": "que", "host": "", "status": "",
                           "url": self.ctx.url(msg_id), "msg": msg}
                 self.handing_back += 1
-                self.bridge.submit(self.link.publish(msg_id, dict(msg, msg_id=msg_id), record),
-                                   self._handed_back(msg_id, msg))
+                files = local_files(self.store, "que", msg_id)
+                self.bridge.submit(self.files.publish(msg_id, dict(msg, msg_id=msg_id), record,
+                                                      files), self._handed_back(msg_id, msg))
 
     def _handed_back(self, msg_id: str, msg: dict[str, Any]) -> Any:
         def then(_result: Any, error: BaseException | None) -> None:
@@ -249,8 +312,10 @@ class PoolWorker:
 
     async def final(self) -> None:
         """On the bridge, at stop: ack every end (the store is flushed), nak the rest."""
-        for _flushes, _msg_id, delivery in self.ended:
+        for _flushes, msg_id, delivery in self.ended:
             await self.link.ack(delivery)
+            if msg_id in self.dropping:
+                await self.files.drop(msg_id, self.dropping.pop(msg_id))
         for delivery in self.held.values():
             await self.link.nak(delivery, 0)
         await self.link.close()

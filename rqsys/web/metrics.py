@@ -28,6 +28,7 @@ from rqsys.store import ADMIN_STATES, STATES, check_queue_name
 from rqsys.web import body
 from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web
+from rqsys.web.pools import PoolsCollector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 ENDED = ("done", "err", "relayed")
@@ -39,6 +40,7 @@ class Metrics(Resource):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(QueuesCollector(self.web))
+        registry.register(PoolsCollector(self.web))  # nothing without pool queues
         resp.content_type = CONTENT_TYPE
         resp.data = generate_latest(registry)
 

@@ -10,7 +10,7 @@ import falcon
 from rqsys import config, timeline
 from rqsys.errors import ConfigError, NotFound, RQError, StoreError
 from rqsys.store import STATES
-from rqsys.web import logs, timeshtml
+from rqsys.web import logs, pools, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import badge, e, link, page, post_button, query, table
 
@@ -36,7 +36,8 @@ def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
                                 '<p class="muted">No queues yet.</p>')
     unreachable = sum(row[1] == badge("?") for row in rows)
     timers = f'<p>{link(web.path("timers"), "Timers")}</p>'
-    _render(web, resp, "Queues", [], body + timers + _operational(unreachable))
+    _render(web, resp, "Queues", [], body + timers + pools.section(web)
+            + _operational(unreachable))
 
 
 def _operational(unreachable: int) -> str:

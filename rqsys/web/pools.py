@@ -1,0 +1,98 @@
+"""Pool queues in the web: their figures in ``/metrics`` and the dashboard's pool section.
+
+Each pool queue's daemon answers ``pool`` with JetStream's figures of its
+pool (depth, not yet delivered, in flight, redelivered, waiting pulls) and
+each host's messages in flight, as ``rq pools`` prints them.  Nothing here
+imports NATS; a host without pool queues gets no pool metrics and no section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib import resources
+from string import Template
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from rqsys.errors import RQError
+from rqsys.pool.report import pool_queues
+from rqsys.web.context import Web
+from rqsys.web.html import e, link, table
+
+FIGURES = (  # the pool answer's field, metric name, help, table heading
+    ("depth", "rqsys_pool_messages", "messages in the pool's stream", "Depth"),
+    ("pending", "rqsys_pool_consumer_lag", "messages not yet delivered to any host "
+     "(the shared consumer's lag)", "Not yet delivered"),
+    ("in_flight", "rqsys_pool_in_flight", "messages delivered to a host and not yet acked",
+     "In flight"),
+    ("redelivered", "rqsys_pool_redelivered", "messages in flight delivered more than once",
+     "Redelivered"),
+    ("waiting_pulls", "rqsys_pool_waiting_pulls", "pulls waiting for messages (idle hosts)",
+     "Waiting pulls"),
+)
+
+
+def ask(web: Web) -> list[tuple[str, str, dict[str, Any] | RQError]]:
+    """(queue, pool, the daemon's ``pool`` answer or why not) of each pool queue."""
+    found: list[tuple[str, str, dict[str, Any] | RQError]] = []
+    for queue, pool in pool_queues(web.layout):
+        try:
+            found.append((queue, pool, web.call(queue, "pool")))
+        except RQError as exc:
+            found.append((queue, pool, exc))
+    return found
+
+
+class PoolsCollector:
+    """A prometheus-client collector over the pool queues' ``pool`` answers."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def collect(self) -> Iterator[Metric]:
+        answers = ask(self.web)
+        if not answers:
+            return
+        up = GaugeMetricFamily("rqsys_pool_up", "1 when the pool queue's daemon had the "
+                               "pool's figures from JetStream", labels=["pool", "queue"])
+        families = [GaugeMetricFamily(name, doc, labels=["pool"])
+                    for _f, name, doc, _h in FIGURES]
+        per_host = GaugeMetricFamily("rqsys_pool_host_in_flight", "messages in flight on "
+                                     "each host of the pool", labels=["pool", "host"])
+        alive = GaugeMetricFamily("rqsys_pool_host_alive", "1 when the host told the pool "
+                                  "within ack_wait that it is working", labels=["pool", "host"])
+        seen: set[str] = set()
+        for queue, pool, got in answers:
+            up.add_metric([pool, queue], 0.0 if isinstance(got, RQError) else 1.0)
+            if isinstance(got, RQError) or pool in seen:
+                continue
+            seen.add(pool)
+            for (field, *_rest), family in zip(FIGURES, families, strict=True):
+                family.add_metric([pool], float(got[field]))
+            for host, load in (got.get("hosts") or {}).items():
+                per_host.add_metric([pool, host], float(load["in_flight"]))
+                alive.add_metric([pool, host], 1.0 if load["alive"] else 0.0)
+        yield from (up, *families, per_host, alive)
+
+
+def section(web: Web) -> str:
+    """The dashboard's pool section ("" without pool queues)."""
+    answers = ask(web)
+    if not answers:
+        return ""
+    rows = [_row(queue, pool, got) for queue, pool, got in answers]
+    headers = ["Pool", "Queue", *(h for *_x, h in FIGURES), "In flight per host"]
+    text = resources.files("rqsys.web").joinpath("templates", "pools.html").read_text()
+    return Template(text).substitute(
+        table=table(headers, rows, numeric=range(2, 2 + len(FIGURES))),
+        doc=link(web.path("metrics"), "/metrics"))
+
+
+def _row(queue: str, pool: str, got: dict[str, Any] | RQError) -> list[str]:
+    if isinstance(got, RQError):
+        return [e(pool), e(queue), f'<span class="error">{e(got)}</span>',
+                *("" for _ in FIGURES[1:]), ""]
+    hosts = ", ".join(f"{e(h)} {load['in_flight']}" + ("" if load["alive"] else " (silent)")
+                      for h, load in (got.get("hosts") or {}).items())
+    return [e(pool), e(queue), *(e(got[field]) for field, *_r in FIGURES), hosts]
