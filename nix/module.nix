@@ -9,9 +9,14 @@
 # <stateDir>/timers/<name>.json.  Secrets (basic auth) are read from a file
 # at service start and never copied into the store.
 #
+# A queue with `pool` is a pool queue (docs/SCALING.md): its config names the
+# pool, its rq@<name>.service runs from boot, and the package is built with
+# nats-py; services.rq.nats names the NATS servers, and nats.server runs one
+# here through nixpkgs' services.nats (JetStream on, clustered by routes).
+#
 # Uses only builtins and these lib functions: mkOption mkEnableOption mkIf
-# mkMerge types mapAttrs' mapAttrsToList nameValuePair optional optionalAttrs
-# filterAttrs hasPrefix (nix/tests/lib-stub.nix provides them for the tests).
+# mkMerge types mapAttrs' mapAttrsToList nameValuePair optional optionals
+# optionalAttrs filterAttrs hasPrefix (nix/tests/lib-stub.nix provides them).
 {
   config,
   lib,
@@ -28,7 +33,37 @@ let
     types
     ;
   cfg = config.services.rq;
-  rqPackage = if cfg.package != null then cfg.package else pkgs.callPackage ./package.nix { };
+  poolQueues = lib.filterAttrs (_: q: q.pool != null) cfg.queues;
+  rqPackage =
+    if cfg.package != null then
+      cfg.package
+    else
+      pkgs.callPackage ./package.nix { withPool = poolQueues != { }; };
+  natsServer = cfg.nats.server;
+  natsServers =
+    if cfg.nats.servers != [ ] then
+      cfg.nats.servers
+    else
+      lib.optional natsServer.enable "nats://127.0.0.1:${toString natsServer.port}";
+
+  poolOptions = {
+    options = {
+      name = mkOption {
+        type = types.strMatching "[A-Za-z0-9][A-Za-z0-9_-]{0,63}";
+        description = "The pool: every host whose queue names it works the same queue.";
+      };
+      replicas = mkOption {
+        type = types.ints.between 1 5;
+        default = 3;
+        description = "Copies JetStream keeps of the pool's stream, bucket and attachments.";
+      };
+      ackWait = mkOption {
+        type = types.ints.between 1 3600;
+        default = 30;
+        description = "Seconds a host may be silent before its running message goes to another host.";
+      };
+    };
+  };
 
   queueOptions = {
     options = {
@@ -75,6 +110,15 @@ let
         type = types.nullOr types.attrs;
         default = null;
         description = "The queue's form.json for the web UI, or null for none.";
+      };
+      pool = mkOption {
+        type = types.nullOr (types.submodule poolOptions);
+        default = null;
+        example = {
+          name = "transcode";
+          replicas = 3;
+        };
+        description = "Make this a pool queue, worked by many hosts through NATS JetStream (docs/SCALING.md); its daemon then runs from boot.";
       };
     };
   };
@@ -140,6 +184,12 @@ let
         coalesce_params = q.coalesceParams;
         blocking_params = q.blockingParams;
       }
+      // lib.optionalAttrs (q.pool != null) {
+        pool = {
+          inherit (q.pool) name replicas;
+          ack_wait = q.pool.ackWait;
+        };
+      }
     );
 
   scandirEntry =
@@ -185,8 +235,17 @@ let
         relative_root = cfg.web.relativeRoot;
       }
       // lib.optionalAttrs (cfg.host != null) { inherit (cfg) host; }
+      // lib.optionalAttrs (natsServers != [ ]) { nats = natsConfig; }
     )
   );
+  natsConfig =
+    {
+      servers = natsServers;
+      connect_timeout = cfg.nats.connectTimeout;
+    }
+    // lib.optionalAttrs (cfg.nats.credsFile != null) { creds = cfg.nats.credsFile; }
+    // lib.optionalAttrs (tls != { }) { inherit tls; };
+  tls = lib.filterAttrs (_: v: v != null) cfg.nats.tls;
 
   writeConfig = ''
     set -eu
@@ -314,6 +373,89 @@ in
       description = "Timers: each sends its message every period seconds, or at each slot of a calendar or cron expression.";
     };
 
+    nats = {
+      servers = mkOption {
+        type = types.listOf (types.strMatching "(nats|tls)://[^ ]+");
+        default = [ ];
+        example = [
+          "nats://10.0.0.1:4222"
+          "nats://10.0.0.2:4222"
+          "nats://10.0.0.3:4222"
+        ];
+        description = "NATS servers of the pool queues (config.json nats.servers); empty with nats.server.enable: the local one.";
+      };
+      credsFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/run/secrets/rq-pool.creds";
+        description = "A NATS credentials file, read by the queue daemons (a path outside the store).";
+      };
+      tls = {
+        ca = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          description = "CA file of the NATS servers' certificates.";
+        };
+        cert = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          description = "Client certificate for the NATS servers.";
+        };
+        key = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          description = "Key of the client certificate.";
+        };
+      };
+      connectTimeout = mkOption {
+        type = types.ints.between 1 60;
+        default = 3;
+        description = "Seconds a pool queue's daemon waits for a server at start.";
+      };
+      server = {
+        enable = mkEnableOption "a nats-server beside rqsys (nixpkgs' services.nats), JetStream on, clustered through routes";
+        name = mkOption {
+          type = types.nullOr types.str;
+          default = null;
+          description = "The server's name in the cluster; null uses services.rq.host.";
+        };
+        port = mkOption {
+          type = types.port;
+          default = 4222;
+          description = "Client port.";
+        };
+        clusterName = mkOption {
+          type = types.str;
+          default = "rq";
+          description = "The cluster's name (the same on every server).";
+        };
+        clusterPort = mkOption {
+          type = types.port;
+          default = 6222;
+          description = "Port of the routes between the servers.";
+        };
+        routes = mkOption {
+          type = types.listOf types.str;
+          default = [ ];
+          example = [
+            "nats-route://10.0.0.2:6222"
+            "nats-route://10.0.0.3:6222"
+          ];
+          description = "The other servers of the cluster (a pool with replicas 3 needs three servers).";
+        };
+        monitorPort = mkOption {
+          type = types.nullOr types.port;
+          default = 8222;
+          description = "HTTP monitoring port (/healthz, /jsz), or null for none.";
+        };
+        openFirewall = mkOption {
+          type = types.bool;
+          default = false;
+          description = "Open the client and cluster ports.";
+        };
+      };
+    };
+
     generated = mkOption {
       type = types.attrs;
       readOnly = true;
@@ -340,6 +482,18 @@ in
         {
           assertion = badTimers == { };
           message = "services.rq.timers.<name>.msg needs a dest and may only have dest, param1..param4 (timers: ${builtins.concatStringsSep ", " (builtins.attrNames badTimers)})";
+        }
+        {
+          assertion = poolQueues == { } || natsServers != [ ];
+          message = "services.rq.queues.<name>.pool needs services.rq.nats.servers or services.rq.nats.server.enable (queues: ${builtins.concatStringsSep ", " (builtins.attrNames poolQueues)})";
+        }
+        {
+          assertion = !natsServer.enable || natsServer.name != null || cfg.host != null;
+          message = "services.rq.nats.server needs a name (services.rq.nats.server.name or services.rq.host)";
+        }
+        {
+          assertion = !(lib.hasPrefix "/nix/store" (toString cfg.nats.credsFile));
+          message = "services.rq.nats.credsFile is in the Nix store, readable by everyone; give a path outside it";
         }
         {
           assertion = !(lib.hasPrefix "/nix/store" (toString cfg.web.basicAuthFile));
@@ -424,6 +578,43 @@ in
         }
       ) cfg.queues;
     }
+
+    # Pool queues: their daemons pull, so they run from boot, after a local NATS.
+    {
+      systemd.services = lib.mapAttrs' (
+        name: _:
+        lib.nameValuePair "rq@${name}" {
+          overrideStrategy = "asDropin";
+          wantedBy = [ "multi-user.target" ];
+          after = lib.optional natsServer.enable "nats.service";
+          wants = lib.optional natsServer.enable "nats.service";
+        }
+      ) poolQueues;
+    }
+
+    (mkIf natsServer.enable {
+      services.nats = {
+        enable = true;
+        jetstream = true;
+        serverName = if natsServer.name != null then natsServer.name else cfg.host;
+        port = natsServer.port;
+        settings =
+          {
+            cluster = {
+              name = natsServer.clusterName;
+              port = natsServer.clusterPort;
+              routes = natsServer.routes;
+            };
+          }
+          // lib.optionalAttrs (natsServer.monitorPort != null) {
+            http_port = natsServer.monitorPort;
+          };
+      };
+      networking.firewall.allowedTCPPorts = lib.optionals natsServer.openFirewall [
+        natsServer.port
+        natsServer.clusterPort
+      ];
+    })
 
     (mkIf cfg.web.enable {
       systemd.services.rq-web = mkMerge [

@@ -6,6 +6,8 @@
   python3,
   scdoc,
   coreutils,
+  # Pool queues (docs/SCALING.md) need nats-py; nix/module.nix asks for it when a queue has a pool.
+  withPool ? false,
 }:
 
 let
@@ -62,7 +64,8 @@ py.buildPythonApplication {
       py.jeepney
       py.systemd
     ]
-    ++ lib.optionals needsAsyncore [ py.pyasyncore ];
+    ++ lib.optionals needsAsyncore [ py.pyasyncore ]
+    ++ lib.optionals withPool [ py.nats-py ];
 
   # Units reference /usr/bin/rqsys and /bin/kill; point them at the store.
   postInstall = ''

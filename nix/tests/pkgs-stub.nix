@@ -14,6 +14,6 @@ in
 {
   writeText = name: text: drv "writeText" name { inherit text; };
   linkFarm = name: entries: drv "linkFarm" name { inherit entries; };
-  callPackage = _fn: _args: drv "package" "rqsys" { };
+  callPackage = _fn: args: drv "package" "rqsys" { inherit args; };
   jq = drv "package" "jq" { };
 }
