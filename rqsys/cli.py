@@ -46,6 +46,7 @@ def _message_from(args: argparse.Namespace) -> dict[str, Any]:
         msg["unique_for"] = args.unique_for
     if getattr(args, "tags", None):
         msg["tags"] = args.tags
+    msg.update(cli_jobs.after_fields(args))
     return msg
 
 
@@ -186,6 +187,7 @@ def add_msg_options(parser: argparse.ArgumentParser) -> None:
                         help="-1000 to 1000: among due messages, smaller runs first (default 0)")
     parser.add_argument("--tag", action="append", dest="tags", metavar="TAG",
                         help="a short word to find the message by (repeatable)")
+    cli_jobs.add_after_options(parser)
     parser.add_argument("--force_remote", action="store_true", help="send through relay")
     parser.add_argument("--relay-ok", dest="relay_ok", action="store_true",
                         help="RQ's consent to relay a URL dest; accepted, URLs always relay")

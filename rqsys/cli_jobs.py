@@ -1,5 +1,6 @@
-"""The job-control verbs of ``rq``: ``ls`` (a queue's message ids, by tag)
-and ``sendmesg --bulk`` (many messages, one create_many per batch)."""
+"""The job-control verbs of ``rq``: ``ls`` (a queue's message ids, by tag),
+``sendmesg --bulk`` (many messages, one create_many per batch) and
+``sendmesg --after`` (dependencies)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,22 @@ def _open(path: str) -> IO[bytes]:
         return open(path, "rb")
     except OSError as exc:
         raise BadRequest(f"--bulk {path}: {exc.strerror}") from exc
+
+
+def add_after_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--after", action="append", metavar="URL",
+                        help="run only once this message is done (its URL, or an id of the "
+                        "same queue; repeatable)")
+    parser.add_argument("--after-policy", dest="after_policy", choices=["fail", "wait"],
+                        help="when one of them ends in err: fail this one too (default) "
+                        "or wait for its retry")
+
+
+def after_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The message fields of ``--after`` and ``--after-policy``."""
+    fields: dict[str, Any] = {}
+    if getattr(args, "after", None):
+        fields["after"] = args.after
+    if getattr(args, "after_policy", None):
+        fields["after_policy"] = args.after_policy
+    return fields

@@ -56,6 +56,9 @@ class Bulk:
             check_timeout(msg, ctx.config)
             if key_of(msg) is not None:
                 raise BadRequest("unique_key: not taken in a bulk create; send it alone")
+            if msg.get("after") and self.intake.after.normalise(msg):
+                raise BadRequest("after: another host's messages are checked for one "
+                                 "create alone; send it alone")
             staged = self.intake.store.stage(msg, state)
         except RQError as exc:
             results[n] = _failed(n, exc)

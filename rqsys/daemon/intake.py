@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.background import FILES, Background
+from rqsys.daemon.afterwatch import refuse_after_in_pool
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import check_timeout
 from rqsys.daemon.server import Reply, Request
@@ -50,6 +51,7 @@ class Intake:
         self.pending: list[tuple[Staged, str, Published]] = []
         self.dups = Duplicates(ctx, ledger.unique)
         self.pool: Any = None  # a pool queue's PoolMember (rqsys.pool): creates go there
+        self.after: Any = None  # the queue's dependencies (rqsys.daemon.after)
 
     # ------------------------------------------------------------ requests
     def create(self, r: Request) -> Reply | None:
@@ -57,12 +59,20 @@ class Intake:
         commit (after its attachments are checked, if it has any)."""
         if self.pool is not None:
             refuse_unique_in_pool(r.args.get("msg"))
+            refuse_after_in_pool(r.args.get("msg"))
             return self.pool.create(r)
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)
         self.ctx.check_dest(msg)
         check_timeout(msg, self.ctx.config)
+        remote = self.after.normalise(msg) if msg.get("after") else []
+        if remote:  # known to their hosts? asked off the loop, then created
+            self.after.check_remote(remote, r, lambda: self._create_checked(r, msg, state))
+            return None
+        return self._create_checked(r, msg, state)
+
+    def _create_checked(self, r: Request, msg: dict[str, Any], state: str) -> Reply | None:
         holder = self.dups.holder_of(msg)
         if holder is not None:  # a duplicate: the holder's URL, once the holder is stored
             return self.dups.answer_for(holder, r)

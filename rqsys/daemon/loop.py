@@ -22,6 +22,7 @@ from typing import Any
 from rqsys import tunables
 from rqsys.background import PRUNE, SYNC, Background, peer_lane
 from rqsys.daemon import observe, ops, schema
+from rqsys.daemon.after import After
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.observe import Observer
@@ -70,6 +71,8 @@ class QueueDaemon:
                                   lambda work, then: self.background.submit(work, then, SYNC),
                                   lambda work, then: self.background.submit(work, then, PRUNE))
         self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log)
+        self.intake.after = self.after = After(self.ctx, self.store, self.ledger, self.log,
+                                               self.selector, self.background)
         self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log)
         self.runner = Runner(self.ctx, self.store, self.ledger, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
@@ -100,6 +103,7 @@ class QueueDaemon:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.observer.load()
         self.ledger.load()
+        self.after.load()
         self.ctx.admin_oper = self.store.admin_state()
         if self.pool is not None:
             self.pool.start(self.selector)  # joins the pool, or says why not
@@ -124,6 +128,7 @@ class QueueDaemon:
                 key.data(key, mask)
             self.intake.publish_pending()
             self.runner.enforce_deadlines()
+            self.after.settle()  # dependencies' ends: waiting messages released or failed
             if self._handle_flags():
                 break
             if self.pool is not None:
@@ -142,6 +147,7 @@ class QueueDaemon:
         if self.ctx.files is not None:
             self.ctx.files.close(self.selector)
         self.store.spares.stop()
+        self.after.close()
         self.background.close()
         self.observer.file.close()
         self.runner.output.close_all()
@@ -153,7 +159,7 @@ class QueueDaemon:
         self.notifier.stopping()
 
     def _timeout(self) -> float:
-        if self.intake.pending:  # creates taken in after this turn's group commit
+        if self.intake.pending or self.after.ended:  # taken in after this turn's phase
             return 0.0
         now = time.monotonic()
         waits = [tunables.LONGEST_WAIT, self.runner.next_wait(), self.store.flush_due(),

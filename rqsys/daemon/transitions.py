@@ -16,6 +16,7 @@ changes.
     run  → que                   end           resend, or requeued at stop (rewrite first)
     run  → done | err | relayed  end
     que  → err                   load          unreadable at start (and run → que, recovery)
+    que  → err                   fail_queued   a message it waits for failed (``after``)
     que  → que                   run_now       due now (rewrite first)
     err  → que                   retry         a client's retry of a failed message
     any  → gone                  delete, prune, end (destroyed while running)
@@ -70,6 +71,7 @@ class Transitions:
         self._counts = dict.fromkeys(COUNTED, 0)
         self._blank: set[str] = set()  # placed here, never run: its status file is blank
         self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
+        self.queued: Callable[[str, Msg], None] = lambda _id, _msg: None  # new in que: after
 
     # ------------------------------------------------------------ reading
     def count(self, state: str) -> int:
@@ -140,6 +142,7 @@ class Transitions:
                 self._counts["prep"] += 1
             else:
                 self.schedule.add(staged.msg_id, staged.msg)
+                self.queued(staged.msg_id, staged.msg)
             self.log.event("created", f"in {state}", staged.msg_id, RQ_STATE=state,
                            RQ_BY=staged.origin)
 
@@ -152,21 +155,19 @@ class Transitions:
         self.log.record("committed", msg_id, RQ_STATE="que")
         self._counts["prep"] -= 1
         self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
+        self.queued(msg_id, self.schedule.msgs[msg_id])
         dirs = [self.store.state_dir("que"), self.store.state_dir("prep")]  # destination first
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
 
     # ------------------------------------------------------------ running
     def start_next(self, now: float) -> tuple[str, Msg, Msg] | None:
-        """que → run: the next due message its gate lets start (concurrency,
-        blocking params, rate limit, dependencies), as (id, msg as queued, msg
-        as it runs); None when none may.  Its count is RQ's: the resends so
-        far (0 on the first run), raised by ``end``."""
+        """que → run: the next due message its gate lets start, or None."""
         picked = self.schedule.pop_ready(now)
         if picked is None:
             return None
         msg_id, queued = picked
         _guard(msg_id not in self.running, f"{msg_id} is running already")
-        msg = dict(queued, count=int(queued.get("count", 0)))
+        msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
         self._move(msg_id, "que", "run")
         self.running[msg_id] = msg
         self.schedule.started(msg, now)
@@ -175,11 +176,9 @@ class Transitions:
     def take_blank_status(self, msg_id: str) -> bool:
         """Whether a message that has just started has a blank status file (it
         was placed by this daemon and never ran; loaded ones are not known)."""
-        try:
-            self._blank.remove(msg_id)
-        except KeyError:
-            return False
-        return True
+        blank = msg_id in self._blank
+        self._blank.discard(msg_id)
+        return blank
 
     def coalesce(self, msg_id: str, msg: Msg, url: str) -> None:
         """Queued messages with ``msg``'s coalesce params ride along, whatever
@@ -271,6 +270,14 @@ class Transitions:
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)
 
+    def fail_queued(self, msg_id: str, text: str) -> None:
+        """que → err: a queued message that cannot run (what it waits for failed)."""
+        _guard(self.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
+        self.store.write_status("que", msg_id, text)  # (a retry blanks it again)
+        self._move(msg_id, "que", "err")
+        self._counts["err"] += 1
+        self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND="after")
+
     # ------------------------------------------------------------ client requests
     def run_now(self, msg_id: str, done: Done) -> None:
         """que → que, due now: out of the que until its rewritten msg is durable."""
@@ -307,6 +314,7 @@ class Transitions:
             msg = self.store.read_msg("que", msg_id)
             self.schedule.add(msg_id, msg)
             self.unique.hold_again(msg_id, msg, time.time())
+            self.queued(msg_id, msg)
             self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
             moved += 1
         dirs = [self.store.state_dir("err"), self.store.state_dir("que")]

@@ -18,7 +18,7 @@ from rqsys.errors import BadRequest, TooLarge
 MAX_BODY = 2 << 20  # a message is at most 1 MB of JSON; attachments go by multipart
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
                "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags",
-               "unique_key", "unique_for")
+               "unique_key", "unique_for", "after", "after_policy")
 RQ_FORM_FIELDS = (*FORM_FIELDS, "count", "post_run_webhook", "_method")
 _NESTED = re.compile(r"\[([^\[\]]*)\]")
 
@@ -166,6 +166,6 @@ def _typed(field: str, value: str) -> Any:
         raise BadRequest(f"mesg_{field} must be a number, not {value[:40]!r}") from exc
     if field == "force_remote":
         return value.lower() in ("1", "true", "on", "yes")
-    if field == "tags":  # words, by commas or spaces
+    if field in ("tags", "after"):  # words or URLs, by commas or spaces
         return value.replace(",", " ").split()
     return value

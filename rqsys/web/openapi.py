@@ -48,6 +48,12 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                           "message_limits count"},
                "tags": {"type": "array", "maxItems": 16, "items": {"type": "string"},
                         "description": "short words to find it by (listings' ?tag=)"},
+               "after": {"type": "array", "maxItems": 64, "items": {"type": "string"},
+                         "description": "URLs (or ids of this queue) of messages that must "
+                         "be done first; it waits in que, status \"waiting for N\""},
+               "after_policy": {"enum": ["fail", "wait"],
+                                "description": "one of them ended in err: fail (default) "
+                                "or wait for its retry"},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
 TIMES = {"created_at": "Unix time it was created", "started_at": "its last run started",
@@ -176,6 +182,8 @@ def _mesg_form() -> dict[str, Any]:
                   "mesg_tags": {"type": "string", "description": "tags, by commas or spaces"},
                   "mesg_unique_key": {"type": "string"},
                   "mesg_unique_for": {"type": "string", "description": "seconds"},
+                  "mesg_after": {"type": "string", "description": "URLs, by commas or spaces"},
+                  "mesg_after_policy": {"enum": ["fail", "wait"]},
                   "_method": {"enum": ["commit", "prep", "single_que"],
                               "description": "outside mesg: what older rqsys sent"}})
 

@@ -18,7 +18,7 @@ PAGE_SIZE = 25
 FILTER_SCAN = 1000  # a text filter looks at this many newest messages of a state
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
                "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags",
-               "unique_key", "unique_for")
+               "unique_key", "unique_for", "after", "after_policy")
 ADMIN_BUTTONS = ("up", "pause", "down")
 
 
@@ -165,12 +165,20 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
     body = (f'<h1>Message <span class="mono">{e(msg_id)}</span> '
             f'<span id="msg-state" class="badge {e(state)}">{e(state)}</span></h1>'
             f'<p>Status: <span class="mono" id="msg-status">{e(msg.get("status", ""))}</span></p>'
+            + _after_line(msg)
             + _message_actions(web, queue, msg_id, state)
             + "<h2>Fields</h2>" + table(["Field", "Value"], fields) + timeshtml.section(msg)
             + _attachments(web, queue, msg_id, msg["_attachments"])
             + _logs(web, queue, msg_id, state))
     crumbs = [(web.queue_path(queue), queue), (web.msg_path(queue, msg_id), msg_id)]
     _render(web, resp, f"Message {msg_id}", crumbs, body)
+
+
+def _after_line(msg: dict[str, Any]) -> str:
+    """The messages this one runs after (its ``after``), linked."""
+    after = msg.get("after") or []
+    links = ", ".join(f'<a class="mono" href="{e(url)}">{e(url)}</a>' for url in after)
+    return f'<p id="msg-after">After: {links}</p>' if after else ""
 
 
 def _message_actions(web: Web, queue: str, msg_id: str, state: str) -> str:
