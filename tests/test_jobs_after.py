@@ -7,8 +7,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import wait_for
+from conftest import need, wait_for
 from daemon_util import send, settle
+from netns import NetLab, Rqsys, netns_available
 from test_cli import RQ
 from test_web_support import web_server  # noqa: F401
 
@@ -121,3 +122,44 @@ def test_after_over_http_and_rq(make_queue, daemon, web_server, layout):
 def _rq(layout, *args):
     return subprocess.run([*RQ, "--root", str(layout.root), *args], capture_output=True,
                           text=True, timeout=30)
+
+
+def test_waits_for_a_message_on_another_host(tmp_path):
+    need(netns_available(), "network namespaces need root and iproute2")
+    lab, hosts = NetLab(), []
+    try:
+        # Given two hosts: b's queue x waits for a gate, a's queue y runs at once
+        for name in ("a", "b"):
+            lab.host(name)
+            hosts.append(Rqsys(lab, name, tmp_path / name))
+        a, b = hosts
+        gate = tmp_path / "gate"
+        _add_queue(b, "x", GATED.replace("$GATE", str(gate)))
+        _add_queue(a, "y", "echo done >&3")
+        for host, queue in ((a, "y"), (b, "x")):
+            host.start(wait_queues=(queue,))
+            wait_for(host.http_ok, 30, f"the web of {host.host}")
+        far = b.call("x", "create", msg={})
+        # Then a message unknown to b is refused at create, naming the field
+        with pytest.raises(BadRequest, match="after: no message"):
+            a.call("y", "create", msg={"after": [far["url"].rsplit("/", 1)[0]
+                                                  + "/20000101.0000.00.000"]})
+        # When a's message waits for b's
+        waiting = a.call("y", "create", msg={"after": [far["url"]]})["msg_id"]
+        assert a.call("y", "status", msg_id=waiting)["status"] == "waiting for 1"
+        # Then it runs once b's is done (a's daemon polls b's state.json)
+        gate.write_text("")
+        wait_for(lambda: a.call("y", "status", msg_id=waiting)["state"] == "done", 60,
+                 "a's message done after b's")
+        assert b.call("x", "status", msg_id=far["msg_id"])["state"] == "done"
+    finally:
+        for host in hosts:
+            host.stop()
+        lab.close()
+
+
+def _add_queue(host, name, body):
+    entry = host.scandir / name
+    entry.mkdir()
+    (entry / "run").write_text(f"#!/bin/bash\n{body}\n")
+    (entry / "run").chmod(0o755)
