@@ -150,14 +150,28 @@ def paired(rounds: int, baseline, measured) -> tuple[float, float, float]:
     return statistics.median(base), statistics.median(got), statistics.median(ratios)
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (steady under load, unlike rates)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_enqueue(layout: Layout, scratch: Path) -> None:
     make_queue(layout, "enq", "echo done >&3")
     daemon = Daemon(layout, "enq")
     daemon.call("adminoper", oper="pause")
     n = ENQUEUE_N // ENQUEUE_ROUNDS
+    cpu = [0.0]
+
+    def one_client(_round: int) -> float:
+        before = cpu_seconds(daemon.proc.pid)
+        got = socket_enqueue(layout, 1, n)
+        cpu[0] += cpu_seconds(daemon.proc.pid) - before
+        return got
+
     try:
         b1, one, r1 = paired(ENQUEUE_ROUNDS, lambda r: bare_durable_loop(scratch / f"b{r}", n),
-                             lambda r: socket_enqueue(layout, 1, n))
+                             one_client)
         b16, many, r16 = paired(4, lambda r: bare_durable_loop(scratch / f"c{r}", n),
                                 lambda r: socket_enqueue(layout, 16, n * 4))
     finally:
@@ -165,6 +179,8 @@ def bench_enqueue(layout: Layout, scratch: Path) -> None:
     report("bare write+fsync+rename+fsync(dir) loop", f"{b1:8.0f} msgs/s")
     report("durable enqueue over the socket, 1 client", f"{one:8.0f} msgs/s "
            f"({r1:.0%} of bare, target >= 60%)", judge(r1, 0.60))
+    report("queue daemon CPU per create, 1 client",
+           f"{cpu[0] / (ENQUEUE_ROUNDS * n) * 1e6:8.0f} us")
     report("durable enqueue over the socket, 16 clients", f"{many:8.0f} msgs/s "
            f"({r16:.0%} of bare {b16:.0f}/s, target > 100%)", judge(r16, 1.0))
 

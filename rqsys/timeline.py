@@ -37,7 +37,7 @@ class Timeline:
     """The sink that appends a message's events to its directory."""
 
     def __init__(self, msg_dir: Any, host: str | None = None) -> None:
-        self._msg_dir = msg_dir  # (state, msg_id) -> its directory (QueueView.msg_dir)
+        self._msg_dir = msg_dir  # (state, msg_id) -> its directory (QueueView.msg_path)
         self.host = host or socket.gethostname()
         self.failed = 0  # lines not written (the message had gone, a full disk)
 
@@ -52,7 +52,7 @@ class Timeline:
         if kind == "started":
             line["host"] = self.host
         try:
-            append(Path(self._msg_dir(state, msg_id)) / FILE, line)
+            append(f"{self._msg_dir(state, msg_id)}/{FILE}", line)
         except OSError:
             self.failed += 1
 
@@ -67,7 +67,7 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def append(path: Path, line: dict[str, Any]) -> None:
+def append(path: Path | str, line: dict[str, Any]) -> None:
     """One line, one write(2), no fsync (see the module's docstring)."""
     data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)

@@ -20,12 +20,15 @@ from rqsys.errors import ConfigError
 FLUSH_INTERVAL = 0.5
 
 # Message directories kept ready in .tmp/ for new messages (see SpareMaker):
-# enough to absorb a burst of creates between two batches of the thread.
-SPARE_DIRS = 16
+# enough to absorb a burst of creates while the thread makes a batch (a
+# create that finds none makes its directory on the loop, and on ext4 without
+# a journal then pays a syncfs there: see spares.py).
+SPARE_DIRS = 32
 
 # Spares made and synced together: the fsyncs of a batch share their writes,
-# and the daemon's own fsyncs meet the spare thread's once a batch.
-SPARE_BATCH = 8
+# and the daemon's own fsyncs meet the spare thread's once a batch (on ext4
+# without a journal a batch ends with one syncfs of the whole file system).
+SPARE_BATCH = 16
 
 # Seconds before making spares again after a failure (disk full, queue removed).
 SPARE_RETRY = 1.0

@@ -47,7 +47,7 @@ def test_recover_completes_publishes_cut_short(store):
 
 
 def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
-    # Given the thread that keeps 16 spare directories ready, each with the
+    # Given the thread that keeps SPARE_DIRS spare directories ready, each with the
     # files a message needs, its msg blank
     tmp = store.qdir / ".tmp"
     store.spares.start()
@@ -55,7 +55,7 @@ def test_new_messages_take_spare_directories_and_recovery_drops_the_rest(store):
     spare = next(tmp.iterdir())
     assert spare.name.startswith("spare.")
     assert {p.relative_to(spare).as_posix() for p in spare.rglob("*")} == {
-        "msg", "status", "job", "job/stdio.log"}
+        "msg", "status", "job", "job/stdio.log", "timeline"}
     assert (spare / "msg").read_bytes().strip() == b""
     # When a message is created, it takes one of them (renamed, not made),
     # its msg written over the blank one

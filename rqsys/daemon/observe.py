@@ -51,7 +51,7 @@ class Observer:
         self.file = StatsFile(store.qdir, self.stats, background)
         self.started = time.time()
         self.failures = FailureGroups(store)
-        log.sinks += [Timeline(store.msg_dir), self.file.sink, self._tell_watchers,
+        log.sinks += [Timeline(store.msg_path), self.file.sink, self._tell_watchers,
                       self.failures]
 
     def ops(self) -> dict[str, Handler]:

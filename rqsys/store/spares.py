@@ -14,6 +14,10 @@ from rqsys.store.durable import NEW_FILE
 from rqsys.store.layout import SPARE_PREFIX
 from rqsys.tunables import MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
 
+# A spare's empty files besides its msg (``timeline``: rqsys.timeline.FILE,
+# whose module the store does not import).
+SPARE_FILES = ("status", "job/stdio.log", "timeline")
+
 
 class SpareMaker:
     """Makes spare message directories in ``.tmp/`` on a thread of their own.
@@ -22,7 +26,10 @@ class SpareMaker:
     each when its block group has seen many deletions), and a message needs
     five: its directory, ``msg``, ``status``, ``job/`` and ``job/stdio.log``.
     Made here, beside the daemon's loop, they cost neither the
-    acknowledgement of a create nor the start of a run.  They are made
+    acknowledgement of a create nor the start of a run.  A sixth, an empty
+    ``timeline``, is there for the ``created`` line the loop appends right
+    after the create (rqsys.timeline), so that append makes no inode either.
+    They are made
     SPARE_BATCH at a time: the fsyncs of a batch share their writes, and the
     daemon's own fsyncs meet this thread's on the disk once a batch, not once
     a message.  Spares are plain temp directories: recovery removes them.
@@ -124,7 +131,7 @@ def _make_one(path: str) -> int:
     """One spare directory with its files; returns its blank msg, still open."""
     os.mkdir(path)
     os.mkdir(f"{path}/job")
-    for name in ("status", "job/stdio.log"):
+    for name in SPARE_FILES:
         os.close(os.open(f"{path}/{name}", NEW_FILE, 0o644))
     fd = os.open(f"{path}/msg", NEW_FILE, 0o644)
     try:

@@ -42,6 +42,10 @@ class QueueView:
     def msg_dir(self, state: str, msg_id: str) -> Path:
         return Path(self._path(state, msg_id))
 
+    def msg_path(self, state: str, msg_id: str) -> str:
+        """:meth:`msg_dir` as a plain string (for the loop's hot paths)."""
+        return self._path(state, msg_id)
+
     def _path(self, state: str, msg_id: str) -> str:
         if state in SHARDED_STATES:
             return f"{self._base}/{state}/{msg_id[:11]}/{msg_id}"
