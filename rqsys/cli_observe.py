@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rqsys import timeline
+from rqsys import searchquery, timeline
 from rqsys.cli_follow import Follow, describe, verdict_code
 from rqsys.client import QueueClient, find_message, split_message_url
 from rqsys.errors import BadRequest, RQError, Unavailable
@@ -110,8 +110,11 @@ def cmd_ls(layout: Layout, args: argparse.Namespace) -> int:
     request = {"state": args.state, "offset": args.offset, "limit": args.limit}
     if args.tag:
         request["tag"] = args.tag
+    if getattr(args, "since", None):  # from the search index
+        request["since"] = searchquery.parse_when(args.since, "--since")
     with QueueClient(layout, queue) as client:
-        ids = client.call("list", **request)["ids"]
+        ids = (client.call("list", **request)["ids"] if "since" not in request else
+               [row["id"] for row in client.call("search", **request)["rows"]])
     view = QueueView(layout.queue_dir(queue))
     rows = [row for msg_id in ids if (row := _row(view, args.state, msg_id)) is not None]
     if args.json:

@@ -18,9 +18,11 @@ from typing import Any
 from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.schema import MSG_ID, request
+from rqsys.daemon.searchops import SCHEMAS as SEARCH_SCHEMAS
+from rqsys.daemon.searchops import SearchOps
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
-from rqsys.errors import NotFound, RQError
+from rqsys.errors import NotFound
 from rqsys.events import EventLog
 from rqsys.failures import FailureGroups
 from rqsys.stats import QueueStats, id_time
@@ -35,6 +37,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "retry": request(("msg_id",), msg_id=MSG_ID),
     "group": request(("group", "action"), group=GROUP,
                      action={"title": "group action", "enum": ["retry", "delete"]}),
+    **SEARCH_SCHEMAS,
 }
 FINAL = ("done", "err", "relayed", "gone")
 Push = Callable[[Reply], bool]
@@ -51,12 +54,13 @@ class Observer:
         self.file = StatsFile(store.qdir, self.stats, background)
         self.started = time.time()
         self.failures = FailureGroups(store)
+        self.search = SearchOps(ctx, store, ledger, background)
         log.sinks += [Timeline(store.msg_path), self.file.sink, self._tell_watchers,
-                      self.failures]
+                      self.failures, self.search.index]
 
     def ops(self) -> dict[str, Handler]:
         return {"stats": self.stats_op, "watch": self.watch_op, "groups": self.groups_op,
-                "retry": self.retry_op, "group": self.group_op}
+                "retry": self.retry_op, "group": self.group_op, **self.search.ops()}
 
     def groups_op(self, r: Request) -> Reply:
         """The err messages by normalised reason (``rqsys.failures``)."""
@@ -72,17 +76,10 @@ class Observer:
         ids = self.failures.members(r.args["group"])
         if not ids:
             raise NotFound(f"no failure group {r.args['group']} in queue {self.ctx.name}")
-        reply: Reply = {"ok": True}
-        if r.args["action"] == "retry":
-            reply["count"] = self.ledger.retry(ids, _answer(r, reply), strict=False)
-            return
-        reply["count"] = len(ids)
-        joined = _join(len(ids), _answer(r, reply))
-        for msg_id in ids:
-            try:
-                self.ledger.delete(msg_id, joined)
-            except RQError as error:  # moved on meanwhile: told, the rest go on
-                joined(error)
+
+        def finish(done: int, _passed: int, error: BaseException | None) -> None:
+            r.fail(error) if error is not None else r.answer({"ok": True, "count": done})
+        self.search.batches.run(ids, r.args["action"], finish, "err")  # in steps: others are served
 
     def watch_op(self, r: Request) -> Reply:
         """The message's state now; its events follow on this connection."""
@@ -109,6 +106,7 @@ class Observer:
     def load(self) -> None:
         """At start, before any event: the numbers kept by the daemons before."""
         self.file.load()
+        self.search.index.start()
 
     def stats_op(self, r: Request) -> Reply:
         """The queue's numbers: now (depths, in flight, admin, oldest queued),
@@ -132,18 +130,3 @@ def _answer(r: Request, reply: Reply) -> Callable[[BaseException | None], None]:
     def done(error: BaseException | None) -> None:
         r.fail(error) if error is not None else r.answer(reply)
     return done
-
-
-def _join(count: int, then: Callable[[BaseException | None], None]
-          ) -> Callable[[BaseException | None], None]:
-    """A callback that calls ``then`` once it has been called ``count`` times
-    (with the first error, if any)."""
-    left, errors = [count], []
-
-    def one(error: BaseException | None) -> None:
-        if error is not None:
-            errors.append(error)
-        left[0] -= 1
-        if left[0] == 0:
-            then(errors[0] if errors else None)
-    return one

@@ -297,13 +297,21 @@ class Transitions:
 
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
 
-    def retry(self, msg_ids: list[str], done: Done, strict: bool = True) -> int:
+    def retry(self, msg_ids: list[str], done: Done, strict: bool = True,
+              sync: bool = True) -> int:
         """err → que: each runs again as it was (its count kept, its status
         blank); ``done`` once the moves are durable.  Not ``strict`` (a
-        group): those no longer in err are passed over.  How many moved."""
+        group): those no longer in err are passed over.  Not ``sync`` (a bulk
+        retry's steps): ``done`` is not called, a later retry's fsync of the
+        same two directories makes these moves durable too.  How many moved."""
         moved = 0
         for msg_id in msg_ids:
-            state = "busy" if msg_id in self._busy else self.store.find(msg_id)
+            if msg_id in self._busy:
+                state = "busy"
+            elif self.store.msg_dir("err", msg_id).is_dir():  # most are (a bulk retry)
+                state = "err"
+            else:
+                state = self.store.find(msg_id)
             if state != "err":
                 if strict:
                     raise BadRequest(f"message {msg_id} is in {state}, not err")
@@ -317,6 +325,8 @@ class Transitions:
             self.queued(msg_id, msg)
             self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
             moved += 1
+        if not sync:
+            return moved
         dirs = [self.store.state_dir("err"), self.store.state_dir("que")]
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
         return moved

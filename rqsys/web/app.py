@@ -38,6 +38,7 @@ from rqsys.web.context import Resource, Web
 from rqsys.web.listing import MessageList
 from rqsys.web.logs import LogFile, Tail
 from rqsys.web.pool import ClientPool
+from rqsys.web.search import BulkAction, SearchJSON
 from rqsys.web.timers import Timers
 
 THREADS = 16  # most threads wait on a queue daemon's group commit, not on the CPU
@@ -88,6 +89,8 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/groups/{key}", metrics.FailureGroupAction(web), {}),
         (web.path("metrics"), metrics.Metrics(web), {}),
         (q + "/{name}/messages.json", MessageList(web), {}),
+        (q + "/{name}/search.json", SearchJSON(web), {}),
+        (q + "/{name}/bulk", BulkAction(web), {}),
         (q + "/{name}/new_messages", NewMessages(web), {}),
         (q + "/{name}/new_message", queues.NewMessage(web), {}),
         (q + "/{name}/adminoper", queues.AdminOper(web), {}),

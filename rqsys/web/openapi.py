@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rqsys.store import ADMIN_OPERS
+from rqsys.web import openapi_search
 
 QUEUE = {"name": "name", "in": "path", "required": True,
          "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"}}
@@ -220,6 +221,7 @@ def _observe_paths() -> dict[str, Any]:
                                         _with({"_method": {"enum": ["retry", "delete"]}}),
                                         "Retry (err → que) or delete a whole failure group",
                                         {"type": "array"}),
+        **openapi_search.paths(QUEUE, _get, _post, _with),
     }
 
 

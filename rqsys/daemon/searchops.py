@@ -1,0 +1,157 @@
+"""The ``search`` and ``bulk`` socket operations, and the batches that carry out
+an action on many messages while the queue keeps answering.
+
+``search`` runs its SQL in the ``search`` background lane (its own thread and
+SQLite connection) and is answered from the loop when it ends.  ``bulk``
+(retry or delete every message matching a search) finds the ids the same way,
+then :class:`Batches` retries them in steps of ``STEP_S`` of loop time
+(the next step comes back through a no-op job of its own lane, so the loop
+serves every other client between two steps) and answers once one fsync
+of err/ and que/ has made all the moves durable.  A delete step is
+``CHUNK`` messages, each synced on its own; the next waits for them.  A
+failure group's retry or delete goes through the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rqsys import searchquery
+from rqsys.background import Background
+from rqsys.daemon.context import QueueContext
+from rqsys.daemon.schema import request
+from rqsys.daemon.server import Reply, Request
+from rqsys.daemon.transitions import Transitions
+from rqsys.errors import BadRequest, RQError, StoreError
+from rqsys.searchindex import SearchIndex
+from rqsys.store import QueueStore
+
+LANE = "search"
+STEP_S = 0.02  # loop time a step of a bulk retry takes before it lets others in
+CHUNK = 50  # messages retried (or deleted, a step) at a time
+YIELD_LANE = "bulk"  # a no-op job in it brings the next step back on a later loop turn
+ACTIONS = ("retry", "delete")
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "search": request(**searchquery.SCHEMA),
+    "bulk": request(("action",), action={"title": "bulk action", "enum": list(ACTIONS)},
+                    **searchquery.SCHEMA),
+}
+Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed over, error)
+
+
+class Batches:
+    """Retry or delete a list of messages in steps of about ``STEP_S`` of loop time."""
+
+    def __init__(self, ledger: Transitions, background: Background) -> None:
+        self.ledger, self.background = ledger, background
+
+    def run(self, ids: list[str], action: str, finish: Finish, state: str = "") -> None:
+        """``state``: a delete passes over a message no longer in it (the index
+        lags the store by a moment; the store decides)."""
+        self._step(ids, 0, (action, state), [0, 0], finish)
+
+    def _step(self, ids: list[str], start: int, what: tuple[str, str], tally: list[int],
+              finish: Finish) -> None:
+        """``what``: the action, and the state a message must still be in."""
+        if start >= len(ids):
+            self._end(what[0], tally, finish)
+            return
+        if what[0] == "delete":  # each delete is synced on its own: wait for the step's
+            batch = ids[start:start + CHUNK]
+            self._delete(batch, what[1], tally, lambda _e: self._step(
+                ids, start + CHUNK, what, tally, finish))
+            return
+        until = time.monotonic() + STEP_S
+        while start < len(ids) and time.monotonic() < until:
+            batch = ids[start:start + CHUNK]
+            moved = self.ledger.retry(batch, _nothing, strict=False, sync=False)
+            tally[0], tally[1] = tally[0] + moved, tally[1] + len(batch) - moved
+            start += CHUNK
+        # the next step on a later loop turn: what other clients asked meanwhile goes first
+        self.background.submit(_nothing, lambda _r, _e: self._step(ids, start, what, tally,
+                                                                  finish), YIELD_LANE)
+
+    def _end(self, action: str, tally: list[int], finish: Finish) -> None:
+        """Answer once every move is durable: for retry one fsync of err/ and que/."""
+        if action == "retry":
+            self.ledger.retry([], lambda error: finish(tally[0], tally[1], error), strict=False)
+        else:
+            finish(tally[0], tally[1], None)
+
+    def _delete(self, batch: list[str], state: str, tally: list[int],
+                durable: Callable[[BaseException | None], None]) -> None:
+        left = [len(batch)]
+
+        def one(error: BaseException | None) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                durable(None)  # a delete that failed to sync is retried at the next start
+        for msg_id in batch:
+            try:
+                if state and self.ledger.store.find(msg_id) != state:
+                    raise BadRequest(f"{msg_id} is no longer in {state}")
+                self.ledger.delete(msg_id, one)
+                tally[0] += 1
+            except RQError:  # gone or running meanwhile: passed over
+                tally[1] += 1
+                one(None)
+
+
+def _nothing(*_args: Any) -> None:
+    return None
+
+
+class SearchOps:
+    """The index (a sink of the daemon's events) and the operations that read it."""
+
+    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+                 background: Background) -> None:
+        self.ctx, self.background = ctx, background
+        self.index = SearchIndex(store)
+        self.batches = Batches(ledger, background)
+
+    def ops(self) -> dict[str, Callable[[Request], Reply | None]]:
+        return {"search": self.search_op, "bulk": self.bulk_op}
+
+    def _query(self, work: Callable[[Any], Any], then: Callable[[Any], None],
+               r: Request) -> None:
+        path = self.index.path
+
+        def answered(result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                r.fail(error if isinstance(error, RQError) else
+                       StoreError(f"search index of {self.ctx.name}: {error}"))
+            else:
+                then(result)
+        self.background.submit(lambda: work(searchquery.reader(path)), answered, LANE)
+
+    def search_op(self, r: Request) -> None:
+        """A page of matching messages, answered from the search lane."""
+        args = dict(r.args)
+        partial = not self.index.ready.is_set()
+        self._query(lambda db: searchquery.search(db, args),
+                    lambda got: r.answer({"ok": True, "partial": partial, **got}), r)
+
+    def bulk_op(self, r: Request) -> None:
+        """Retry or delete all that match, in batches; answered with how many
+        were acted on and passed over, once all of it is durable."""
+        args = dict(r.args)
+        action = args.pop("action")
+        if action == "retry" and args.get("state", "err") != "err":
+            raise BadRequest(f"action retry applies to err messages, not {args['state']}")
+        if action == "retry":
+            args["state"] = "err"
+        if args.get("state") == "run":
+            raise BadRequest("state run: a running message is destroyed one at a time")
+
+        def found(ids: list[str]) -> None:
+            def finish(done: int, passed: int, error: BaseException | None) -> None:
+                if error is not None:
+                    r.fail(error)
+                else:
+                    r.answer({"ok": True, "action": action, "matched": len(ids),
+                              "count": done, "passed_over": passed})
+            self.batches.run(ids, action, finish, args.get("state", ""))
+        self._query(lambda db: searchquery.all_ids(db, args), found, r)

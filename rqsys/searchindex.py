@@ -1,0 +1,228 @@
+"""The search index of one queue: an SQLite file of its messages' states, times
+and text, kept up to date by a thread of the queue daemon from its events.
+
+The store is authoritative; the index (``<queue dir>/search.sqlite``) is a
+copy made for searching 1,000,000 messages without walking them.  The
+daemon's ``EventLog`` feeds :class:`SearchIndex` (a sink) every event; the
+sink only puts it on a queue, so the loop never waits on SQLite or the disk.
+One thread takes the events in batches (one transaction each) and reads what
+an event does not tell (a new message's params and tags) from its directory.
+
+At each daemon start the thread first *reconciles* the index with the store
+(lists every state directory, adds the messages it lacks, drops the ones
+gone, fixes states), so a missing, old or damaged file is rebuilt; the same
+happens after a prune (its event names no message).  Until then searches are
+answered from what the index has, marked ``partial``.  Nothing is fsynced:
+losing the last lines in a crash costs a reconcile, not a message.
+"""
+
+from __future__ import annotations
+
+import queue
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rqsys import timeline
+from rqsys.errors import RQError
+from rqsys.stats import id_time
+from rqsys.store import STATES, QueueView
+
+FILE = "search.sqlite"
+BATCH = 2000  # events applied in one transaction
+GATHER = 0.05  # seconds a burst of events has to join one transaction
+PARAMS = ("param1", "param2", "param3", "param4", "src", "dest")
+STATE_OF = {"committed": "que", "retried": "que", "retry": "que", "resend": "que",
+            "recovered": "que", "run_now": "que", "started": "run"}
+ENDS = ("done", "err", "relayed")
+SCHEMA = """
+PRAGMA journal_mode=WAL;
+PRAGMA synchronous=OFF;
+CREATE TABLE IF NOT EXISTS msgs(id TEXT UNIQUE NOT NULL, state TEXT NOT NULL,
+  created REAL, started REAL, ended REAL, run_s REAL, status TEXT DEFAULT '',
+  params TEXT DEFAULT '', tags TEXT DEFAULT '', text TEXT DEFAULT '');
+CREATE INDEX IF NOT EXISTS msgs_state ON msgs(state);
+CREATE TABLE IF NOT EXISTS msg_tags(tag TEXT NOT NULL, rid INTEGER NOT NULL,
+  PRIMARY KEY(tag, rid)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS msg_tags_rid ON msg_tags(rid);
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(text, content='msgs', content_rowid='rowid');
+CREATE TRIGGER IF NOT EXISTS msgs_ai AFTER INSERT ON msgs BEGIN
+  INSERT INTO fts(rowid, text) VALUES (new.rowid, new.text); END;
+CREATE TRIGGER IF NOT EXISTS msgs_ad AFTER DELETE ON msgs BEGIN
+  INSERT INTO fts(fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+  DELETE FROM msg_tags WHERE rid = old.rowid; END;
+CREATE TRIGGER IF NOT EXISTS msgs_au AFTER UPDATE OF text ON msgs BEGIN
+  INSERT INTO fts(fts, rowid, text) VALUES ('delete', old.rowid, old.text);
+  INSERT INTO fts(rowid, text) VALUES (new.rowid, new.text); END;
+"""
+Event = tuple[str, str, str, str, Any, float]  # kind, text, msg id, state, run_s, time
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection with the schema in place (made if missing)."""
+    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA busy_timeout=10000")
+    db.executescript(SCHEMA)
+    return db
+
+
+def row_text(params: str, tags: list[str], status: str) -> str:
+    """What full-text search looks in: params, tags and the status text."""
+    return " ".join([params, *tags, status])
+
+
+class SearchIndex:
+    """The EventLog sink and its thread that keep ``search.sqlite`` up to date."""
+
+    def __init__(self, view: QueueView) -> None:
+        self.view = view
+        self.path = view.qdir / FILE
+        self.todo: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self.ready = threading.Event()  # the first reconcile has ended
+        self.failed = 0  # events or rebuilds that raised (the index is a copy)
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
+        """The sink: O(1), no disk."""
+        if msg_id or kind == "deleted":
+            self.todo.put((kind, text, msg_id, fields.get("RQ_STATE") or "",
+                           fields.get("RQ_RUN_S"), time.time()))
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="rq-search", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self.todo.put(None)
+
+    def _work(self) -> None:
+        db = connect(self.path)
+        self._reconcile(db)
+        self.ready.set()
+        while (batch := self._next_batch()) is not None:
+            self._apply(db, batch)
+        db.close()
+
+    def _next_batch(self) -> list[Event] | None:
+        """The next events, up to BATCH; after the first, what comes within
+        GATHER seconds joins it (one transaction for a burst, not one each)."""
+        first = self.todo.get()
+        if first is None:
+            return None
+        batch, until = [first], time.monotonic() + GATHER
+        while len(batch) < BATCH and (left := until - time.monotonic()) > 0:
+            try:
+                item = self.todo.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is None:
+                self.todo.put(None)
+                break
+            batch.append(item)
+        return batch
+
+    def _reconcile(self, db: sqlite3.Connection) -> None:
+        try:
+            reconcile(db, self.view)
+        except (sqlite3.Error, OSError, RQError):
+            self.failed += 1
+
+    def _apply(self, db: sqlite3.Connection, batch: list[Event]) -> None:
+        try:
+            db.execute("BEGIN")
+            rebuild = False
+            for event in batch:
+                rebuild = apply(db, self.view, event) or rebuild
+            db.execute("COMMIT")
+        except (sqlite3.Error, OSError):
+            self.failed += 1
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            return
+        if rebuild:
+            self._reconcile(db)
+
+
+def apply(db: sqlite3.Connection, view: QueueView, event: Event) -> bool:
+    """One event into the index; True when a walk is needed (a prune)."""
+    kind, text, msg_id, state, run_s, at = event
+    if kind == "deleted":
+        if not msg_id:
+            return True
+        db.execute("DELETE FROM msgs WHERE id = ?", (msg_id,))
+        return False
+    state = state or STATE_OF.get(kind, "")
+    if kind == "created":
+        add(db, view, msg_id, state)
+    elif kind == "started":
+        db.execute("UPDATE msgs SET state='run', started=coalesce(started, ?) WHERE id=?",
+                   (at, msg_id))
+    elif kind == "exit" and run_s is not None:
+        db.execute("UPDATE msgs SET run_s=? WHERE id=?", (run_s, msg_id))
+    elif kind in ENDS and state in ENDS:
+        _set_status(db, view, msg_id, state, text, at)
+    elif state and kind in STATE_OF:
+        blank = "" if kind == "retried" else None
+        _set_status(db, view, msg_id, state, blank, None)
+    return False
+
+
+def _set_status(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str,
+                status: str | None, ended: float | None) -> None:
+    row = db.execute("SELECT params, tags, status FROM msgs WHERE id=?", (msg_id,)).fetchone()
+    if row is None:  # its creation was not indexed (it moved on before it was read)
+        add(db, view, msg_id, state)
+        return
+    params, tags, old = row
+    status = old if status is None else status
+    db.execute("UPDATE msgs SET state=?, status=?, ended=?, text=? WHERE id=?",
+               (state, status, ended, row_text(params, tags.split(), status), msg_id))
+
+
+def add(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str) -> None:
+    """A message's row, read from its directory (wherever it is now; passed
+    over if it is gone)."""
+    try:
+        if not view.msg_dir(state, msg_id).is_dir():
+            state = view.find(msg_id)
+        msg = view.read_msg(state, msg_id)
+        status = view.read_status(state, msg_id)
+        times = timeline.times(timeline.read(view.msg_dir(state, msg_id)),
+                               float(msg.get("due") or 0))
+    except (RQError, OSError):
+        return
+    params = " ".join(str(msg[k]) for k in PARAMS if msg.get(k) not in (None, ""))
+    tags = [str(t) for t in msg.get("tags") or []]
+    db.execute("DELETE FROM msgs WHERE id=?", (msg_id,))
+    cur = db.execute(
+        "INSERT INTO msgs(id, state, created, started, ended, run_s, status, params, tags,"
+        " text) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (msg_id, state, times.get("created_at") or id_time(msg_id), times.get("started_at"),
+         times.get("ended_at"), times.get("run_s"), status, params, " ".join(tags),
+         row_text(params, tags, status)))
+    db.executemany("INSERT OR IGNORE INTO msg_tags(tag, rid) VALUES (?, ?)",
+                   [(t, cur.lastrowid) for t in tags])
+
+
+def reconcile(db: sqlite3.Connection, view: QueueView) -> dict[str, int]:
+    """Make the index agree with the store; how many rows were added, dropped, moved."""
+    known = dict(db.execute("SELECT id, state FROM msgs").fetchall())
+    found: dict[str, str] = {}
+    for state in STATES:
+        if view.state_dir(state).is_dir():
+            found.update(dict.fromkeys(view.ids(state), state))
+    gone = [i for i in known if i not in found]
+    changed = sorted(i for i, s in found.items() if known.get(i) != s)
+    db.execute("BEGIN")
+    db.executemany("DELETE FROM msgs WHERE id=?", [(i,) for i in gone])
+    db.execute("COMMIT")
+    for start in range(0, len(changed), BATCH):
+        db.execute("BEGIN")
+        for msg_id in changed[start:start + BATCH]:
+            add(db, view, msg_id, found[msg_id])
+        db.execute("COMMIT")
+    return {"dropped": len(gone), "added": sum(1 for i in changed if i not in known),
+            "moved": sum(1 for i in changed if i in known)}

@@ -1,0 +1,51 @@
+"""The OpenAPI paths of searching a queue and acting on all that match
+(``/q/<q>/search.json``, ``/q/<q>/bulk``), merged into ``rqsys.web.openapi``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rqsys.searchquery import MAX_LIMIT, SORTS, WHENS
+from rqsys.store import STATES
+
+WHEN_TEXT = "2h, 3d, 90m ago, a Unix time or an ISO date/date-time (UTC unless it says)"
+FILTERS: dict[str, dict[str, Any]] = {
+    "text": {"type": "string", "maxLength": 500,
+             "description": "words in params, tags or status text (each also a prefix)"},
+    "state": {"enum": list(STATES)},
+    "tag": {"type": "string", "maxLength": 200},
+    "since": {"type": "string", "description": WHEN_TEXT},
+    "until": {"type": "string", "description": WHEN_TEXT},
+    "when": {"enum": list(WHENS), "description": "the time since/until apply to"},
+    "sort": {"enum": list(SORTS)},
+    "desc": {"enum": ["1", "0"], "description": "newest/largest first (default 1)"},
+}
+ROW = {"type": "object", "properties": {
+    "id": {"type": "string"}, "state": {"enum": list(STATES)},
+    **{k: {"type": ["number", "null"]} for k in ("created", "started", "ended", "run_s",
+                                                  "wait_s")},
+    "status": {"type": "string"}, "params": {"type": "string"},
+    "tags": {"type": "array", "items": {"type": "string"}}}}
+FOUND = {"type": "object", "required": ["rows", "total", "more", "partial"], "properties": {
+    "rows": {"type": "array", "items": ROW}, "total": {"type": "integer"},
+    "more": {"type": "boolean", "description": "more than total (counted up to 10,000)"},
+    "partial": {"type": "boolean", "description": "the index is being rebuilt"}}}
+
+
+def paths(queue: dict[str, Any], get: Callable[..., Any], post: Callable[..., Any],
+          form: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    query = [{"name": k, "in": "query", "schema": v} for k, v in FILTERS.items()]
+    query += [{"name": "offset", "in": "query", "schema": {"type": "string",
+                                                           "pattern": "^[0-9]{1,9}$"}},
+              {"name": "limit", "in": "query", "schema": {
+                  "type": "string", "pattern": "^[0-9]{1,4}$",
+                  "description": f"1 to {MAX_LIMIT} (25)"}}]
+    return {
+        "/q/{name}/search.json": get([queue, *query], FOUND, "A page of the queue's messages "
+                                     "matching a search (from the daemon's search index)"),
+        "/q/{name}/bulk": post([queue], form({"action": {"enum": ["retry", "delete"]},
+                                              **FILTERS}),
+                               "Retry or delete every message matching a search, by the "
+                               "daemon in batches", {"type": "array"}),
+    }

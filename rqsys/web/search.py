@@ -1,0 +1,71 @@
+"""``GET /q/<q>/search.json`` (a page of a queue's messages matching a search)
+and ``POST /q/<q>/bulk`` (retry or delete every match, by the queue daemon in
+batches): both answered from the daemon's search index (``rqsys.searchquery``)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import falcon
+
+from rqsys import searchquery
+from rqsys.client import QueueClient
+from rqsys.daemon.searchops import ACTIONS
+from rqsys.errors import BadRequest
+from rqsys.store import check_queue_name
+from rqsys.web import body
+from rqsys.web.answers import redirect, safe_back
+from rqsys.web.context import Resource, Web
+
+BULK_TIMEOUT = 600.0  # a bulk action over 100,000 messages takes seconds, not minutes
+
+
+def page_args(req: falcon.Request, limit: int = 25) -> dict[str, Any]:
+    """A search from the query string: filters, order, offset and limit, checked."""
+    args = searchquery.from_params(req.get_param)
+    for field, most, default in (("offset", 10**9, 0), ("limit", searchquery.MAX_LIMIT, limit)):
+        text = req.get_param(field)
+        if text in (None, ""):
+            args[field] = default
+        elif not text.isdigit() or not (field == "offset" or int(text) >= 1) or int(text) > most:
+            raise BadRequest(f"{field} must be an integer up to {most}, not {text[:40]!r}")
+        else:
+            args[field] = int(text)
+    return args
+
+
+def run_search(web: Web, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return web.call(check_queue_name(name), "search", **args)
+
+
+class SearchJSON(Resource):
+    """``?text=&state=&tag=&since=&until=&when=&sort=&desc=&offset=&limit=`` →
+    ``{"rows": [...], "total": N, "more": bool, "partial": bool}``."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        got = run_search(self.web, name, page_args(req))
+        resp.media = {k: got[k] for k in ("rows", "total", "more", "partial")}
+
+
+class BulkAction(Resource):
+    """``action=retry|delete`` and a search's fields (as ``search.json``):
+    ``["ok", {"matched", "count", "passed_over"}]``, or a 303 to ``back``."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        check_queue_name(name)
+        params = body.read_params(req)
+        action = params.get("action", "")
+        if action not in ACTIONS:
+            raise BadRequest(f"action must be one of {', '.join(ACTIONS)}, "
+                             f"not {str(action)[:40]!r}")
+        args = searchquery.from_params(params.get)
+        with QueueClient(self.web.layout, name, timeout=BULK_TIMEOUT) as client:
+            got = client.call("bulk", action=action, **args)
+        result = {k: got[k] for k in ("action", "matched", "count", "passed_over")}
+        if params.get("back"):
+            back = safe_back(str(params["back"]))
+            said = f"{action}: {result['count']} of {result['matched']} matching"
+            redirect(resp, back + ("&" if "?" in back else "?") + urlencode({"done": said}))
+        else:
+            resp.media = ["ok", result]

@@ -1,0 +1,117 @@
+"""The search index: kept by a real daemon from its events, rebuilt from the
+store when missing, searched by text, tag, state and time, and acted on in
+bulk (``search`` and ``bulk`` socket ops, HTTP, ``rq ls --since``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import falcon.testing
+import pytest
+from daemon_util import send, settle
+
+from rqsys import config, searchquery
+from rqsys.errors import BadRequest
+from rqsys.web.app import create_app
+
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+SCRIPT = """
+[ -e "$RQ_MSG_DIR/../../../fixed" ] && { echo "done fixed" >&3; exit 0; }
+case "$RQ_PARAM1" in
+  db) echo "err database down on db0$RQ_PARAM2" >&3 ;;
+  *) echo "done fine $RQ_PARAM1" >&3 ;;
+esac
+"""
+
+
+def _search(proc, **args):
+    deadline = time.monotonic() + 10
+    while True:  # the index thread applies events a moment after they happen
+        got = proc.call("search", **args)
+        if not got["partial"] or time.monotonic() > deadline:
+            return got
+
+
+def _wait_for(proc, count, **args):
+    deadline = time.monotonic() + 10
+    while (got := proc.call("search", **args))["total"] != count:
+        assert time.monotonic() < deadline, got
+        time.sleep(0.05)  # polls the index thread's progress, bounded by the deadline
+    return got
+
+
+@pytest.fixture
+def filled(layout, make_queue, daemon):
+    make_queue("q", SCRIPT)
+    proc = daemon("q")
+    errs = [send(proc, param1="db", param2=str(n), tags=["nightly"]) for n in range(3)]
+    dones = [send(proc, param1=f"job{n}", tags=["adhoc"]) for n in range(2)]
+    for msg_id in errs + dones:
+        settle(proc, msg_id)
+    _wait_for(proc, 3, state="err")
+    _wait_for(proc, 2, state="done")
+    return proc, errs, dones
+
+
+def test_search_finds_by_text_tag_state_and_time(filled):
+    proc, errs, dones = filled
+    got = _search(proc, text="database db01")
+    assert [r["id"] for r in got["rows"]] == [errs[1]]
+    assert got["rows"][0]["state"] == "err" and got["rows"][0]["ended"]
+    assert {r["id"] for r in proc.call("search", text="datab")["rows"]} == set(errs)
+    assert [r["id"] for r in proc.call("search", tag="adhoc")["rows"]] == dones[::-1]
+    assert proc.call("search", state="done", text="database")["total"] == 0
+    assert proc.call("search", since=time.time() + 60)["total"] == 0
+    assert proc.call("search", since=time.time() - 600, when="ended")["total"] == 5
+    got = proc.call("search", sort="created", desc=False, limit=2)
+    assert [r["id"] for r in got["rows"]] == errs[:2] and got["total"] == 5
+    with pytest.raises(BadRequest, match="sort"):
+        proc.client().call("search", sort="colour")
+
+
+def test_bulk_retry_moves_only_the_matches_and_index_is_rebuilt(layout, filled, daemon):
+    proc, errs, dones = filled
+    (layout.queue_dir("q") / "fixed").write_text("")
+    got = proc.call("bulk", action="retry", text="db00 db02")
+    assert got["count"] == 0  # words are ANDed: no message has both
+    got = proc.call("bulk", action="retry", text="db02")
+    assert (got["matched"], got["count"]) == (1, 1)
+    assert settle(proc, errs[2])["status"] == "fixed"
+    assert proc.call("status", msg_id=errs[0])["state"] == "err"
+    assert proc.call("bulk", action="delete", state="err")["count"] == 2
+    _wait_for(proc, 0, state="err")
+    with pytest.raises(BadRequest, match="retry applies to err"):
+        proc.client().call("bulk", action="retry", state="done")
+    # the index is a copy: gone, it is made again from the store at the next start
+    proc.stop()
+    (layout.queue_dir("q") / "search.sqlite").unlink()
+    proc = daemon("q")
+    assert _search(proc, state="done")["total"] == 3
+
+
+def test_http_search_and_bulk_and_rq_ls_since(layout, filled):
+    proc, errs, _dones = filled
+    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    got = client.simulate_get("/q/q/search.json", params={"text": "database", "since": "1h"})
+    assert got.status_code == 200 and got.json["total"] == 3
+    bad = client.simulate_get("/q/q/search.json", params={"since": "yesterdayish"})
+    assert bad.status_code == 400 and "since: not a time" in bad.json[1]
+    bad = client.simulate_get("/q/q/search.json", params={"sort": "x"})
+    assert bad.status_code == 400 and "sort must be one of" in bad.json[1]
+    bad = client.simulate_post("/q/q/bulk", params={"action": "explode"})
+    assert bad.status_code == 400 and "action" in bad.json[1]
+    out = subprocess.run([*RQ, "--root", str(layout.root), "ls", "--queue", "q", "--state",
+                          "err", "--since", "1h"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout.split() == ["ok", "3", *errs[::-1]]
+    out = subprocess.run([*RQ, "--root", str(layout.root), "ls", "--queue", "q",
+                          "--since", "soon"], capture_output=True, text=True, timeout=30)
+    assert out.returncode != 0 and "--since: not a time" in out.stderr
+
+
+def test_parse_when():
+    assert searchquery.parse_when("2h", "since", now=10_000) == 10_000 - 7200
+    assert searchquery.parse_when("2026-11-24T00:00Z", "since") == 1795478400
+    with pytest.raises(BadRequest, match="until: not a time"):
+        searchquery.parse_when("tomorrow", "until")
