@@ -8,12 +8,18 @@ script).  For each, every host's queue is paused, COUNT messages are sent on
 a (one client, each create timed until its ``ok``, i.e. JetStream's publish
 ack), then all hosts resume together and the drain is timed until every
 message is done.  A plain queue on a takes COUNT creates in the same run:
-its latency is the baseline.  ``python bench/bench_pool.py [COUNT]``.
+its latency is the baseline; so is its latency with a 1 MB attachment
+(COUNT/20 creates, the pool's going to its object store).  Each drain's CPU
+time per message (every process of the lab, from /proc: steady under load)
+gives the CPU-bound ceiling on this machine.  ``python bench/bench_pool.py
+[COUNT]``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -104,26 +110,82 @@ def drain(hosts: dict[str, Rqsys], queue: str, count: int) -> float:
     return time.perf_counter() - start
 
 
+def lab_cpu(lab: NetLab) -> float:
+    """CPU seconds used so far by every process the lab started (nats-servers,
+    rqsys serve) and their descendants, live or reaped: steady under load,
+    unlike wall-clock rates."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _ticks) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    todo, ticks = [p.pid for p in lab.procs], 0
+    while todo:
+        pid = todo.pop()
+        ticks += stats.get(pid, (0, 0))[1]
+        todo.extend(children.get(pid, []))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def with_file(host: Rqsys, queue: str, count: int, path: Path) -> list[float]:
+    """Latency of each of ``count`` creates carrying ``path`` as an attachment, in ms."""
+    md5, took = hashlib.md5(path.read_bytes()).hexdigest(), []
+    with QueueClient(host.layout, queue, timeout=60) as client:
+        for _n in range(count):
+            start = time.perf_counter()
+            with open(path, "rb") as f:
+                client.call("create", fds=[f.fileno()], msg={"dest": queue},
+                            attachments=[{"name": "f", "md5": md5}])
+            took.append((time.perf_counter() - start) * 1000)
+    return took
+
+
 def pct(values: list[float], q: float) -> float:
     return sorted(values)[min(len(values) - 1, int(q * len(values)))]
 
 
-def report(hosts: dict[str, Rqsys], count: int) -> None:
+def latencies(hosts: dict[str, Rqsys], count: int, tmp: Path) -> None:
     local = enqueue(hosts["a"], "local", count)
     pooled = enqueue(hosts["a"], "p3", count)  # 3 hosts working: the latency users see
     wait_until(lambda: done(hosts, "p3") >= count, 600, "p3 drained")
-    print(f"enqueue latency, {count} creates, one client (ms):")
-    for name, got in (("local queue", local), ("pool queue (R3 ack)", pooled)):
-        print(f"  {name:22} p50 {statistics.median(got):6.2f}  p99 {pct(got, 0.99):6.2f}")
+    big = tmp / "attachment"
+    big.write_bytes(os.urandom(1 << 20))
+    files = max(10, count // 20)
+    local_f = with_file(hosts["a"], "local", files, big)
+    pooled_f = with_file(hosts["a"], "p3", files, big)
+    wait_until(lambda: done(hosts, "p3") >= count + files, 600, "p3 drained")
+    print(f"enqueue latency, one client (ms): {count} creates, {files} with 1 MB attached")
+    for name, got in (("local queue", local), ("pool queue (R3 ack)", pooled),
+                      ("local, 1 MB attached", local_f), ("pool, 1 MB attached", pooled_f)):
+        print(f"  {name:22} p50 {statistics.median(got):7.2f}  p99 {pct(got, 0.99):7.2f}")
+
+
+def report(hosts: dict[str, Rqsys], lab: NetLab, count: int, tmp: Path) -> None:
+    latencies(hosts, count, tmp)
+    cpu = lab_cpu(lab)
     local_rate = count / drain(hosts, "local", count)
-    print(f"local queue on a: {local_rate:6.0f} msgs/s (2 workers, the baseline)")
+    local_cpu, cpu = (lab_cpu(lab) - cpu) / count * 1000, lab_cpu(lab)
+    print(f"local queue on a: {local_rate:6.0f} msgs/s (2 workers, the baseline), "
+          f"CPU {local_cpu:5.1f} ms/msg")
     rates = {}
     for queue in POOLS:
         seconds = drain(hosts, queue, count)
         rates[queue] = count / seconds
+        used, cpu = (lab_cpu(lab) - cpu) / count * 1000, lab_cpu(lab)
         print(f"{len(POOLS[queue])} host(s): {count} messages drained in {seconds:5.2f} s "
               f"= {rates[queue]:6.0f} msgs/s (x{rates[queue] / rates['p1']:.2f} of 1 host, "
-              f"{rates[queue] / local_rate:.0%} of the local queue)")
+              f"{rates[queue] / local_rate:.0%} of the local queue), "
+              f"CPU {used:5.1f} ms/msg (enqueue and run, all hosts and servers)")
+    cores = os.cpu_count() or 1
+    print(f"CPU-bound ceiling on {cores} cores: {cores / (used / 1000):.0f} msgs/s for the "
+          f"3-host pool, {cores / (local_cpu / 1000):.0f} for the local queue")
 
 
 def main() -> int:
@@ -136,7 +198,7 @@ def main() -> int:
         try:
             start_nats(lab, Path(tmp))
             hosts = start_rqsys(lab, Path(tmp))
-            report(hosts, count)
+            report(hosts, lab, count, Path(tmp))
         finally:
             for host in hosts.values():
                 host.stop()

@@ -204,6 +204,7 @@ def test_rq_pools_shows_the_pool(solo: LocalNats, layout: Layout,
     assert first == "ok 1 pool queue(s)"
     assert line.startswith("p6 (queue pq, host 1 127.0.0.1): depth 0, not yet delivered 0, "
                            "in flight 0 (here 0), redelivered 0")
+    assert line.endswith("; in flight per host: 127.0.0.1 0")
 
 
 def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,

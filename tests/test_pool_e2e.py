@@ -298,6 +298,10 @@ def test_a_host_killed_mid_run_loses_nothing(pool: Pool) -> None:
     # And their second run shows the redelivery in RQ_COUNT
     again = [(i, n) for h in ("a", "c") for i, n in pool.runs(h)[before[h]:] if i in killed]
     assert {i for i, _n in again} == killed and all(n >= 1 for _i, n in again)
+    # And the pool's figures show b silent, nothing in flight there any more
+    hosts = wait_for(lambda: (h := pool.hosts["a"].call("pq", "pool")["hosts"])[b.addr][
+        "alive"] is False and h, 30, "b silent in the pool's figures")
+    assert hosts[b.addr]["in_flight"] == 0 and hosts[pool.hosts["c"].addr]["alive"]
 
 
 def test_a_partitioned_host_rejoins(pool: Pool) -> None:
