@@ -193,6 +193,9 @@ class Schedule:
             return []
         taken = []
         for msg_id in sorted(self._by_coalesce.pop(key, ())):
+            if msg_id in self.after:  # still waiting for other messages: it runs on its own
+                self._by_coalesce[key].add(msg_id)
+                continue
             found = self.remove(msg_id)
             if found is not None:
                 taken.append((msg_id, found))

@@ -82,6 +82,16 @@ def test_waiting_for_dependencies_until_unheld():
     assert s.pop_ready(1)[0] == "w"
 
 
+def test_a_waiting_message_does_not_ride_along_with_a_coalesced_run():
+    s = Schedule([], [1])
+    s.add("run", msg(param1="x"))
+    s.add("waits", msg(param1="x"))
+    s.after.add("waits")
+    running = s.pop_ready(1)
+    assert running[0] == "run" and s.take_coalesced(running[1]) == []
+    assert "waits" in s
+
+
 def test_coalesce_takes_identical_messages_whatever_their_due_time():
     # RQ's handle_dups: every queued message with the same coalesce params
     s = Schedule([], [1, 2])
