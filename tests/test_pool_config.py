@@ -301,3 +301,16 @@ def test_attachments_travel_through_the_object_store(
                        and g, 20, f"{msg_id} refused")
         assert re.match(f"not run: attachment a: {why}", got["status"]), got["status"]
     assert pq.call("counts")["counts"]["done"] == 1
+
+
+def test_the_documented_nats_config_is_valid(tmp_path: Path) -> None:
+    # The cluster config docs/SCALING.md gives for Debian's nats-server, as nats-server reads it
+    need(nats_available(), "nats-server (Debian package nats-server)")
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "SCALING.md").read_text()
+    conf = doc.split("```\n", 2)[1].split("```", 1)[0]
+    assert 'server_name: "a"' in conf and "routes:" in conf
+    path = tmp_path / "nats-server.conf"
+    path.write_text(conf.replace("/var/lib/nats", str(tmp_path / "js")))
+    got = subprocess.run(["nats-server", "-t", "-c", str(path)], capture_output=True,
+                         text=True, timeout=30)
+    assert got.returncode == 0, got.stderr + got.stdout
