@@ -170,7 +170,7 @@ class Transitions:
         msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
         self._move(msg_id, "que", "run")
         self.running[msg_id] = msg
-        self.schedule.started(msg, now)
+        self.schedule.started(msg, time.time())  # the rate window counts from now, not the turn
         return msg_id, queued, msg
 
     def take_blank_status(self, msg_id: str) -> bool:
