@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rqsys.client import is_local_url, split_message_url
 from rqsys.daemon.afterwatch import Follower, check_remote
 from rqsys.errors import BadRequest, NotFound, RQError
-from rqsys.store import MSG_ID_RE, QueueStore
+from rqsys.store import MSG_ID_RE, QueueStore, QueueView
 
 if TYPE_CHECKING:
     from rqsys.background import Background
@@ -50,6 +50,7 @@ class After:
         self.waits: dict[str, set[str]] = {}  # waiting id -> URLs not done yet
         self.waiters: dict[str, set[str]] = {}  # URL -> waiting ids
         self.ended: list[tuple[str, str, str]] = []  # (URL, state, status) to apply
+        self.later: list[tuple[str, str, str]] = []  # for messages being rewritten: next turn
         self.follower: Follower | None = None
         self.following: set[str] = set()  # URLs the follower was asked about, not yet told
         ledger.queued = self.add
@@ -103,7 +104,7 @@ class After:
         """A local message's state now (a few stats), ``gone`` when there is none."""
         if queue == self.ctx.name and msg_id in self.ledger.running:
             return "run"
-        store = self.store if queue == self.ctx.name else QueueStore(
+        store = self.store if queue == self.ctx.name else QueueView(
             self.ctx.layout.queue_dir(queue))
         try:
             return store.find(msg_id)
@@ -121,7 +122,10 @@ class After:
         self.ledger.schedule.after.add(msg_id)
         for url in urls:
             self.waiters.setdefault(url, set()).add(msg_id)
-            self._look(url)
+            try:
+                self._look(url)
+            except RQError as exc:  # not a message URL (a file edited by hand)
+                self.ended.append((url, "gone", str(exc)))
         self._show(msg_id)
 
     def load(self) -> None:
@@ -168,6 +172,7 @@ class After:
     # ------------------------------------------------------------ a loop phase
     def settle(self) -> None:
         """Apply the dependencies' ends heard of (a failure may fail others in turn)."""
+        self.ended, self.later = self.later + self.ended, []
         while self.ended:
             url, state, status = self.ended.pop(0)
             for msg_id in sorted(self.waiters.get(url, ())):
@@ -179,6 +184,9 @@ class After:
             self.following.clear()
 
     def _apply(self, msg_id: str, url: str, state: str, status: str) -> None:
+        if msg_id not in self.ledger.schedule:  # out while run_now rewrites it: once back
+            self.later.append((url, state, status))
+            return
         if state in SATISFIED:
             self._met(msg_id, url)
             return
