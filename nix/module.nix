@@ -1,7 +1,7 @@
 # services.rq: rqsys on NixOS.
 #
-# The upstream units (rq@.socket, rq@.service, rq-web.*, rq-scan.service)
-# come from the package through systemd.packages; this module only adds
+# The upstream units (rq@.socket, rq@.service, rq-web.*, rq-scan.service,
+# rq-relay-worker.*) come from the package through systemd.packages; this module only adds
 # drop-ins (state directory, user, web address) and enables instances.
 # Each services.rq.queues.<name> becomes a scandir entry (a store directory
 # holding `run` and `config.json`) linked into <stateDir>/scandir by
@@ -566,6 +566,12 @@ in
         overrideStrategy = "asDropin";
         socketConfig.SocketGroup = cfg.group;
       };
+      # The relay worker: rq@ services Want its socket, so it needs no enabling.
+      systemd.services.rq-relay-worker = mkMerge [
+        serviceDropIn
+        unprivileged
+      ];
+      systemd.sockets.rq-relay-worker.socketConfig.SocketGroup = cfg.group;
     }
 
     # One enabled socket per declared queue.

@@ -1,5 +1,5 @@
-"""The ``rqsys`` command line: the daemons (serve, queue, web, scan, timer) and
-admin verbs (passwd, install-units, install-system).
+"""The ``rqsys`` command line: the daemons (serve, queue, web, scan, timer,
+relay-worker) and admin verbs (passwd, install-units, install-system).
 
 Each subcommand imports its module only when run, so the daemons start fast;
 ``--root`` and the exit codes are shared with ``rq`` (``rqsys.cli``).
@@ -38,6 +38,8 @@ def rqsys_parser() -> argparse.ArgumentParser:
     timer = cmds.add_parser("timer", help="send a calendar or cron timer's latest slot "
                             "(rq-timer@NAME.service)", parents=root)
     timer.add_argument("name")
+    cmds.add_parser("relay-worker", help="relay the relay queue's messages on its socket "
+                    "(rq-relay-worker.service)", parents=root)
     units = cmds.add_parser("install-units", help="install the systemd units, sysusers, tmpfiles",
                             parents=root)
     units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
@@ -119,6 +121,12 @@ def run_timer(layout: Layout, args: argparse.Namespace) -> int:
     return RET_OK
 
 
+def run_relay_worker(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.scripts import relayworker
+
+    return relayworker.main()
+
+
 def run_install_units(layout: Layout, args: argparse.Namespace) -> int:
     from rqsys import units
 
@@ -138,6 +146,7 @@ RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "scan": run_scan,
     "install-units": run_install_units,
     "timer": run_timer,
+    "relay-worker": run_relay_worker,
     "passwd": run_passwd,
     "install-system": run_install_system,
 }

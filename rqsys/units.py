@@ -19,7 +19,8 @@ from rqsys.errors import ConfigError
 
 PACKAGED_EXEC = "/usr/bin/rqsys"
 UNIT_FILES = ("rq@.socket", "rq@.service", "rq-web.socket", "rq-web.service",
-              "rq-scan.service", "rq.target", "rq-timer@.service")
+              "rq-scan.service", "rq.target", "rq-timer@.service", "rq-relay-worker.socket",
+              "rq-relay-worker.service")
 # (file in units/, where it goes under the prefix)
 EXTRA_FILES = (("sysusers.d/rqsys.conf", "etc/sysusers.d/rqsys.conf"),
                ("tmpfiles.d/rqsys.conf", "etc/tmpfiles.d/rqsys.conf"))

@@ -26,7 +26,8 @@ BOOT_TIMEOUT = 60.0
 POWEROFF_TIMEOUT = 30.0
 CONTAINER_PYTHON = "/opt/rq-python"
 PROJECT = Path(__file__).resolve().parent.parent  # the checkout, with its .venv
-SERVICES = ("rq@.service", "rq-web.service", "rq-scan.service", "rq-timer@.service")
+SERVICES = ("rq@.service", "rq-web.service", "rq-scan.service", "rq-timer@.service",
+            "rq-relay-worker.service")
 PR_SET_PDEATHSIG = 1
 
 

@@ -111,17 +111,18 @@ def test_each_queue_gets_an_enabled_socket_drop_in(full: dict[str, Any]) -> None
     for name in instances:
         assert sockets[name] == {"overrideStrategy": "asDropin", "wantedBy": ["sockets.target"]}
     assert sockets["rq@"]["socketConfig"] == {"SocketGroup": "rq"}
+    assert sockets["rq-relay-worker"] == {"socketConfig": {"SocketGroup": "rq"}}
 
 
 def test_services_are_drop_ins_with_state_dir_and_user(full: dict[str, Any]) -> None:
     services = full["systemd"]["services"]
-    assert set(services) == {"rq@", "rq-scan", "rq-web", "rq-config"}
-    for name in ("rq@", "rq-scan", "rq-web"):
+    assert set(services) == {"rq@", "rq-scan", "rq-web", "rq-config", "rq-relay-worker"}
+    for name in ("rq@", "rq-scan", "rq-web", "rq-relay-worker"):
         assert services[name]["environment"] == {"RQ_ROOT": STATE}
         assert services[name]["serviceConfig"]["ReadWritePaths"] == ["", STATE]
         assert "rq-config.service" in services[name]["after"]
         assert "ExecStart" not in services[name]["serviceConfig"]  # upstream's stays
-    for name in ("rq@", "rq-web"):
+    for name in ("rq@", "rq-web", "rq-relay-worker"):
         assert services[name]["serviceConfig"]["User"] == "rq"
     assert services["rq@"]["overrideStrategy"] == "asDropin"
     assert full["systemd"]["packages"][0]["name"] == "rqsys"

@@ -2,7 +2,9 @@
 
 ``rqsys install-units`` then rq-scan.service: rq-scan creates relay, webhook
 and cleaner and enables their sockets; a cleaner message sent with ``rq``
-runs through socket activation under the units' sandbox and ends done.
+runs through socket activation under the units' sandbox and ends done; a
+message relayed to this host's own web goes through rq-relay-worker.service,
+started by its socket.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from nspawn import Container, booted_with_units, can_boot
 from rqsys.store import QueueStore
 
 VENV_BIN = Path(sys.executable).parent
+SINK = "#!/bin/sh\necho \"done got $RQ_PARAM1\" >&3\n"
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +52,39 @@ def test_cleaner_runs_under_systemd(box: Container) -> None:
     assert "removed 0 message(s)" in store.read_status("done", msg_id)
 
 
-def _ended(store: QueueStore, msg_id: str) -> bool:
+def test_relay_goes_through_the_relay_worker(box: Container) -> None:
+    # Given the web on loopback (the far end: this host's own) and a queue sink
+    box.run("systemctl", "enable", "--now", "rq-web.socket")
+    entry = box.path("/opt/rqtest/sink")
+    entry.mkdir(parents=True)
+    (entry / "run").write_text(SINK)
+    (entry / "run").chmod(0o755)
+    box.run("ln", "-s", "/opt/rqtest/sink", "/var/lib/rq/scandir/sink")
+    wait_for(lambda: box.show("rq@sink.socket", "ActiveState") == "active", 30, "sink live")
+    assert box.show("rq-relay-worker.service", "ActiveState") == "inactive"
+    # When a message for sink's URL is sent: it goes to the relay queue
+    out = box.run(str(VENV_BIN / "rq"), "sendmesg", "--dest", "http://127.0.0.1:3333/q/sink",
+                  "--param1", "over-relay").stdout.strip()
+    assert "/q/relay/" in out, out
+    msg_id = out.rsplit("/", 1)[1]
+    relay = QueueStore(box.path("/var/lib/rq/queue/relay"))
+    wait_for(lambda: _ended(relay, msg_id, "relayed", "err"), 60, "the relay to end")
+    # Then rqrelay handed it to the worker, which socket activation started
+    state = relay.find(msg_id)
+    log = (relay.msg_dir(state, msg_id) / "job" / "stdio.log").read_text()
+    assert state == "relayed", f"{relay.read_status(state, msg_id)}\n{log}"
+    assert "in the relay worker" in log, log
+    assert box.show("rq-relay-worker.service", "ActiveState") == "active"
+    assert box.show("rq-relay-worker.service", "NRestarts") == "0"
+    # And the far message ran in sink
+    far_id = relay.read_status("relayed", msg_id).rsplit("/", 1)[1]
+    sink = QueueStore(box.path("/var/lib/rq/queue/sink"))
+    wait_for(lambda: _ended(sink, far_id), 30, "the relayed message to run")
+    assert sink.read_status("done", far_id).startswith("got over-relay")
+
+
+def _ended(store: QueueStore, msg_id: str, *states: str) -> bool:
     try:
-        return store.find(msg_id) in ("done", "err")
+        return store.find(msg_id) in (states or ("done", "err"))
     except Exception:  # noqa: BLE001 - not there yet
         return False

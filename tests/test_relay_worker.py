@@ -179,3 +179,92 @@ def worker_pid(supervisor: int) -> int:
         if ppid == supervisor and b"rqsys.scripts.relayworker" in cmd:
             return int(pid)
     raise AssertionError(f"supervisor {supervisor} runs no relay worker")
+
+
+def test_relay_worker_command_needs_its_socket() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("LISTEN_FDS", "LISTEN_PID")}
+    done = subprocess.run([str(Path(sys.executable).parent / "rqsys"), "relay-worker"],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "relay worker: no listening socket handed over (LISTEN_FDS)" in done.stderr
+
+
+# ---------------------------------------------------------------- its HTTP client
+@pytest.fixture
+def canned() -> Iterator[tuple[str, list[bytes], list[bytes]]]:
+    """A TCP server answering each request with the next canned answer (closing
+    the connection where the next is ``b""``); (URL, answers, requests)."""
+    answers: list[bytes] = []
+    requests: list[bytes] = []
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                while answers:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    requests.append(data)
+                    conn.sendall(answers.pop(0))
+                    if answers and not answers[0]:
+                        answers.pop(0)
+                        break
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", answers, requests
+    server.close()
+
+
+FAR = "http://b/q/w/20260101.0000.00.000.1"
+OK = f'["ok", "{FAR}"]'.encode()
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OK), OK),
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s"
+    % (len(OK), OK),
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n" + OK[:5] + b"\r\n"
+    + b"%x;ext=1\r\n" % (len(OK) - 5) + OK[5:] + b"\r\n0\r\nX-Trailer: 1\r\n\r\n",
+    b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n" + OK,
+])
+def test_http_client_reads_each_framing(canned: Any, answer: bytes) -> None:
+    from rqsys.scripts.rqhttp import Peer
+
+    url, answers, requests = canned
+    answers += [answer, b""]
+    assert Peer(url, 5).post_form(f"{url}/q/w/new_message", {"mesg": "{}"}) == FAR
+    head, _, body = requests[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /q/w/new_message HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert b"Content-Length: %d" % len(body) in head and body == b"mesg=%7B%7D&x_format=json"
+
+
+def test_http_client_retries_a_kept_alive_connection_the_far_end_closed(canned: Any) -> None:
+    from rqsys.scripts.rqhttp import Peer
+
+    url, answers, requests = canned
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    answers += [reply, b"", reply]  # the second request meets a closed connection
+    peer = Peer(url, 5)
+    assert peer.get_json(f"{url}/a.json") == {} and peer.get_json(f"{url}/b.json") == {}
+    paths = [r.split(b" ")[1] for r in requests]
+    assert paths[0] == b"/a.json" and paths[-1] == b"/b.json" and not answers
+
+
+@pytest.mark.parametrize("answer, why", [
+    (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP/1.x answer"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "bad Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}", "closed the connection"),
+])
+def test_http_client_refuses_what_it_cannot_read(canned: Any, answer: bytes, why: str) -> None:
+    from rqsys.scripts.rqhttp import Peer, PeerError
+
+    url, answers, _ = canned
+    answers += [answer, b""]
+    with pytest.raises(PeerError, match=why):
+        Peer(url, 5).get_json(f"{url}/x.json")

@@ -19,10 +19,11 @@ from conftest import need
 RQSYS = str(Path(sys.executable).parent / "rqsys")
 UNITS = Path(__file__).resolve().parent.parent / "units"
 UNIT_FILES = ("rq@.socket", "rq@.service", "rq-web.socket", "rq-web.service",
-              "rq-scan.service", "rq.target", "rq-timer@.service")
+              "rq-scan.service", "rq.target", "rq-timer@.service", "rq-relay-worker.socket",
+              "rq-relay-worker.service")
 # unit (as verified) -> highest exposure allowed by the issue
 EXPOSURE_LIMITS = {"rq@example.service": 5.0, "rq-web.service": 4.0, "rq-scan.service": 5.0,
-                   "rq-timer@example.service": 3.0}
+                   "rq-timer@example.service": 3.0, "rq-relay-worker.service": 1.1}
 
 
 def install_units(*args: str) -> subprocess.CompletedProcess[str]:
@@ -54,7 +55,8 @@ def test_install_units_writes_every_file_with_this_rqsys(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     units = tmp_path / "etc" / "systemd" / "system"
     assert sorted(p.name for p in units.iterdir()) == sorted(UNIT_FILES)
-    for name in ("rq@.service", "rq-web.service", "rq-scan.service", "rq-timer@.service"):
+    for name in ("rq@.service", "rq-web.service", "rq-scan.service", "rq-timer@.service",
+                 "rq-relay-worker.service"):
         text = (units / name).read_text()
         assert re.search(rf"^ExecStart={re.escape(RQSYS)} ", text, re.M), name
         assert "/usr/bin/rqsys" not in text
@@ -74,7 +76,8 @@ def test_socket_directory_survives_a_stop() -> None:
 def test_verify_prints_nothing(unit_dir: Path) -> None:
     # Given the rendered units; when systemd-analyze verifies them (templates by instance)
     names = ["rq@example.socket", "rq@example.service", "rq-web.socket", "rq-web.service",
-             "rq-scan.service", "rq.target", "rq-timer@example.service"]
+             "rq-scan.service", "rq.target", "rq-timer@example.service",
+             "rq-relay-worker.socket", "rq-relay-worker.service"]
     # (--man=no: the man pages are built by setup.py, not present in a bare checkout)
     result = analyze("verify", "--man=no", *[f"./{n}" for n in names], cwd=unit_dir)
     # Then it has nothing to say

@@ -7,7 +7,8 @@ end behave alike: ``POST <queue url>/new_message`` (``_method: prep``) ->
 the new message URL is kept durably in ``job/relay_id`` -> each attachment
 is uploaded and the MD5 the far end echoes is compared with ours ->
 ``POST <msg url>`` (``_method=commit``) -> ``GET <msg url>.json`` shows the
-far message committed and holding every attachment with our MD5 ->
+far message committed and holding every attachment with our MD5 (skipped
+for a message without attachments whose commit was answered ``ok``) ->
 ``relayed <url>`` on fd 3.  A far end that ran the message without all of
 its attachments is an err that says so, never ``relayed``.  Run again after
 any crash, it resumes from ``relay_id``: a message the far end already
@@ -33,10 +34,11 @@ once that process is gone (``cancel``).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from rqsys.errors import BadRequest, RQError
@@ -62,20 +64,30 @@ class Cancelled(RQError):
     """The process this relay ran for is gone: stop before the next step."""
 
 
+class Cancel(Protocol):
+    """Set once the process a relay runs for is gone (a ``threading.Event`` will do)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 class Relay:
     """Relays one message (the job's) to its destination queue URL."""
 
     def __init__(self, job: Job, conns: Connections | None = None,
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: Cancel | None = None) -> None:
         self.job = job
-        self.cancel = cancel or threading.Event()
+        self.cancel: Cancel = cancel or threading.Event()
         self.target = target_queue_url(str(job.msg.get("dest", "")), job.host)
         self.peer = Peer(self.target, float(job.env.get("RELAY_TIMEOUT") or 60), conns)
         self.far_attachments: dict[str, Any] = {}
         self.known_prep = False  # the far end has shown the message in prep
 
     def run(self) -> int:
-        self.job.log(f"{RUN_MARK} {self.target} (RQ_COUNT {self.job.env.get('RQ_COUNT', '?')})")
+        where = ", in the relay worker" if self.job.pid != os.getpid() else ""
+        self.job.log(f"{RUN_MARK} {self.target} "
+                     f"(RQ_COUNT {self.job.env.get('RQ_COUNT', '?')}{where})")
         self.check_loop()
         if self.job.env.get("RQ_FORCE_REMOTE") == "1":
             self.job.log("FORCE REMOTE")  # RQ's relay log words, which its operators grep for
@@ -86,9 +98,10 @@ class Relay:
             self.upload_attachments(url)
             self.hold("uploaded")
             self.step()
-            self.commit(url)
+            committed = self.commit(url)
             self.hold("committed")
-        self.verify(url)
+        if not committed or self.job.attachments():
+            self.verify(url)
         self.job.say("relayed", url)
         return 0
 
@@ -164,14 +177,18 @@ class Relay:
             raise RelayIncomplete(f"far end queued {url} at once ({state}, not prep): it runs "
                                   "without its attachments; not relayed")
 
-    def commit(self, url: str) -> None:
+    def commit(self, url: str) -> bool:
+        """Commit the far message; whether the far end answered ``ok`` (then a
+        message without attachments needs no check: it is committed, and whole)."""
         try:
             self.peer.post_form(url, {"_method": "commit"})
+            return True
         except PeerUnknown as exc:
             raise PeerError(f"{url} vanished before its commit; preparing again") from exc
         except PeerRefused:
             if self.far_state(url)[0] not in COMMITTED_STATES:
                 raise  # RQ says "cannot find message" for one it has already committed
+            return False
 
     def verify(self, url: str) -> None:
         """Relayed only when the far end shows the message committed and whole."""
@@ -246,8 +263,7 @@ def local_md5(path: Path) -> str:
     return QueueStore.attachment_md5(path).strip() or file_md5(path)
 
 
-def relay(job: Job, conns: Connections | None = None,
-          cancel: threading.Event | None = None) -> int:
+def relay(job: Job, conns: Connections | None = None, cancel: Cancel | None = None) -> int:
     """Relay the job's message; the script's exit code (RQ's exit rules)."""
     try:
         return Relay(job, conns, cancel).run()

@@ -21,6 +21,7 @@ user are served.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import struct
 import sys
@@ -72,21 +73,15 @@ class Worker:
         finally:
             for fd in fds:
                 os.close(fd)
-            try:
-                conn.shutdown(socket.SHUT_RDWR)  # ends the watching thread's recv
-            except OSError:
-                pass
             conn.close()
 
     def run(self, conn: socket.socket, env: dict[str, str], fds: list[int],
             pid: int) -> int | None:
         """Relay one message; its exit code, or None when its process is gone."""
-        cancel = threading.Event()
-        threading.Thread(target=watch, args=(conn, cancel), daemon=True).start()
         with self.only_one(env.get("RQ_MSG_DIR", "")):
             job = Job(env, out=fds[0], write=fds[2], pid=pid)
             try:
-                return relay(job, self.conns, cancel)
+                return relay(job, self.conns, ShimGone(conn))
             except Cancelled:
                 return None
 
@@ -106,13 +101,28 @@ class Worker:
                     del self._busy[key]
 
 
-def watch(conn: socket.socket, cancel: threading.Event) -> None:
-    """Set ``cancel`` when the rqrelay process closes its end (it ended or was killed)."""
-    try:
-        conn.recv(1)
-    except OSError:
-        pass
-    cancel.set()
+class ShimGone:
+    """Whether the rqrelay process is gone: its end of the connection closed (it
+    ended or was killed).  Asked before each step of the relay, so no thread
+    per message watches the connection."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+
+    def is_set(self) -> bool:
+        try:  # rqrelay sends nothing after its request: readable means closed
+            return self.conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the process is gone (or ``timeout`` seconds); whether it is."""
+        poller = select.poll()
+        poller.register(self.conn, select.POLLIN)
+        poller.poll(None if timeout is None else timeout * 1000)
+        return self.is_set()
 
 
 def peer_pid(conn: socket.socket) -> int:
@@ -160,11 +170,9 @@ def recv_exactly(conn: socket.socket, size: int) -> bytes:
 
 
 def parse_environ(block: bytes) -> dict[str, str]:
-    env = {}
-    for item in block.split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep:
-            env[os.fsdecode(name)] = os.fsdecode(value)
+    # one decode of the whole block, as os.fsdecode would each item (surrogateescape)
+    items = block.decode("utf-8", "surrogateescape").split("\0")
+    env = dict(item.split("=", 1) for item in items if "=" in item)
     if not env.get("RQ_MSG_DIR"):
         raise BadRequest("no RQ_MSG_DIR in the environment")
     return env

@@ -2,14 +2,14 @@
 
 Requests are form posts answered with RQ's ``["ok", x]`` / ``["fail", why]``
 JSON, JSON gets, and multipart attachment uploads that stream the file with
-``sendfile(2)`` (a 1 GB attachment is never read into memory).  Every post
+``sendfile(2)`` (a 1 GB attachment is never read into memory), on kept-alive
+connections (``relayconn``).  Every post
 carries ``x_format=json``: RQ answers HTML (a redirect) without it.
 """
 
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import threading
@@ -20,10 +20,11 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from rqsys.errors import RQError
+from rqsys.scripts.relayconn import BadAnswer, Closed, HTTPConn
 
 DEFAULT_TIMEOUT = 60.0
 # A kept-alive connection the far end closed meanwhile fails like this before any answer.
-STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+STALE = (Closed, BrokenPipeError, ConnectionResetError)
 
 
 class PeerError(RQError):
@@ -57,15 +58,15 @@ class Connections:
     """Idle kept-alive connections to far ends, shared by a relay worker's threads."""
 
     def __init__(self) -> None:
-        self._idle: dict[Key, list[http.client.HTTPConnection]] = {}
+        self._idle: dict[Key, list[HTTPConn]] = {}
         self._lock = threading.Lock()
 
-    def take(self, key: Key) -> http.client.HTTPConnection | None:
+    def take(self, key: Key) -> HTTPConn | None:
         with self._lock:
             idle = self._idle.get(key)
             return idle.pop() if idle else None
 
-    def give(self, key: Key, conn: http.client.HTTPConnection) -> None:
+    def give(self, key: Key, conn: HTTPConn) -> None:
         with self._lock:
             self._idle.setdefault(key, []).append(conn)
 
@@ -73,8 +74,8 @@ class Connections:
 class Peer:
     """One far end, reached at the scheme/host/port of a URL (with optional user:pass@).
 
-    With ``conns``, requests reuse kept-alive connections (a relay worker);
-    without, each request has a connection of its own (a script per message)."""
+    Requests reuse kept-alive connections: those of ``conns`` (shared by a
+    relay worker's threads), else the peer's own (a script per message)."""
 
     def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT,
                  conns: Connections | None = None) -> None:
@@ -83,15 +84,15 @@ class Peer:
             raise PeerRefused(f"not an http(s) URL: {url!r}")
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
         self.timeout = timeout
-        self.conns = conns
+        self.conns = Connections() if conns is None else conns
+        self.key: Key = (self.scheme, self.host, self.port, self.timeout)
         self.auth = ""
         if parts.username is not None:
             pair = f"{parts.username}:{parts.password or ''}".encode()
             self.auth = "Basic " + base64.b64encode(pair).decode()
 
-    def _connect(self) -> http.client.HTTPConnection:
-        cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-        return cls(self.host, self.port, timeout=self.timeout)
+    def _connect(self) -> HTTPConn:
+        return HTTPConn(self.scheme, self.host, self.port, self.timeout)
 
     def _headers(self, extra: dict[str, str]) -> dict[str, str]:
         headers = {"Accept": "application/json", **extra}
@@ -104,25 +105,22 @@ class Peer:
         """One request; on a kept-alive connection the far end had closed, once more
         on a new one (a request it never answered: at worst a second ``prep``,
         never committed, or a second commit, which the relay checks)."""
-        key: Key = (self.scheme, self.host, self.port, self.timeout)
         while True:
-            pooled = self.conns.take(key) if self.conns is not None else None
+            pooled = self.conns.take(self.key)
             conn = pooled or self._connect()
             try:
-                conn.request(method, _target(url), body=body,
-                             headers=self._headers(headers or {}))
-                resp = conn.getresponse()
-                reply = Reply(resp.status, resp.read())
-            except (OSError, http.client.HTTPException) as exc:
+                status, data, will_close = conn.request(
+                    method, _target(url), self._headers(headers or {}), body)
+            except (OSError, BadAnswer) as exc:
                 conn.close()
                 if pooled is not None and isinstance(exc, STALE):
                     continue
                 raise PeerError(f"{method} {url}: {exc or type(exc).__name__}") from exc
-            if self.conns is not None and not resp.will_close:
-                self.conns.give(key, conn)
-            else:
+            if will_close:
                 conn.close()
-            return reply
+            else:
+                self.conns.give(self.key, conn)
+            return Reply(status, data)
 
     def post_form(self, url: str, fields: dict[str, str]) -> Any:
         """POST a form; the ``x`` of an ``["ok", x]`` answer."""
@@ -141,39 +139,29 @@ class Peer:
 
     def upload(self, url: str, path: Path, field: str = "filedata") -> Any:
         """POST ``path`` as multipart ``field`` (after ``x_format=json``: RQ answers
-        HTML without it), streamed; the ``x`` of ``["ok", x]``."""
+        HTML without it), streamed on a connection of its own; the ``x`` of ``["ok", x]``."""
         boundary = uuid.uuid4().hex
         head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"x_format\"\r\n\r\n"
                 f"json\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"; "
                 f"filename=\"{path.name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
                 ).encode()
         tail = f"\r\n--{boundary}--\r\n".encode()
-        with open(path, "rb") as src:
-            size = os.fstat(src.fileno()).st_size
-            headers = self._headers({
-                "Content-Type": f"multipart/form-data; boundary={boundary}",
-                "Content-Length": str(len(head) + size + len(tail))})
-            conn = self._connect()
-            try:
-                reply = self._send_upload(conn, url, headers, head, src, tail)
-            except (OSError, http.client.HTTPException) as exc:
-                raise PeerError(f"upload {path.name} to {url}: {exc}") from exc
-            finally:
-                conn.close()
-        return rq_answer(reply, url)
-
-    @staticmethod
-    def _send_upload(conn: http.client.HTTPConnection, url: str, headers: dict[str, str],
-                     head: bytes, src: Any, tail: bytes) -> Reply:
-        conn.putrequest("POST", _target(url), skip_accept_encoding=True)
-        for name, value in headers.items():
-            conn.putheader(name, value)
-        conn.endheaders(head)
-        assert conn.sock is not None
-        conn.sock.sendfile(src)  # falls back to send() for TLS sockets
-        conn.send(tail)
-        resp = conn.getresponse()
-        return Reply(resp.status, resp.read())
+        conn = self._connect()
+        try:
+            with open(path, "rb") as src:
+                size = os.fstat(src.fileno()).st_size
+                headers = self._headers(
+                    {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+                conn.connect().sendall(conn.head("POST", _target(url), headers,
+                                                 len(head) + size + len(tail)) + head)
+                conn.send_file(src)
+            conn.connect().sendall(tail)
+            status, data, _ = conn.answer("POST")
+        except (OSError, BadAnswer) as exc:
+            raise PeerError(f"upload {path.name} to {url}: {exc}") from exc
+        finally:
+            conn.close()
+        return rq_answer(Reply(status, data), url)
 
 
 def rq_answer(reply: Reply, url: str) -> Any:
