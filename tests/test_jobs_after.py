@@ -88,6 +88,11 @@ def test_unknown_and_bad_dependencies_are_refused_naming_the_field(make_queue, d
         send(proc, after=[url], after_policy="sometimes")
     with pytest.raises(BadRequest, match="after_policy"):
         send(proc, after_policy="wait")
+    # in a bulk create: this host's dependencies are taken, another host's refused alone
+    got = proc.call("create_many", msgs=[{"after": [url]}, {
+        "after": ["http://192.0.2.1:3333/q/x/20000101.0000.00.000"]}])["results"]
+    assert "msg_id" in got[0] and "after: another host" in got[1]["error"]
+    assert settle(proc, got[0]["msg_id"])["state"] == "done"
 
 
 def test_after_over_http_and_rq(make_queue, daemon, web_server, layout):
