@@ -1,0 +1,248 @@
+"""A real systemd booted as the init of User-Mode Linux, where the kernel enforces cgroup v2 limits.
+
+This host's containers see cgroup v1 controllers, read-only (tests/nspawn.py):
+no memory.max, cpu.max or pids.max is ever enforced there.  UML (Debian's
+``user-mode-linux`` 6.1: MEMCG, CGROUP_PIDS, CGROUP_SCHED) is a kernel of its
+own, so its systemd mounts the unified cgroup v2 hierarchy with every
+controller.  The guest's root is the host's ``/`` over hostfs, read-only (as in
+tests/powercut/); this module is also the guest's first init: it mounts
+tmpfs on /run, /tmp and /var, a tmpfs copy of /etc with the rq units
+installed, and execs /lib/systemd/systemd, which boots ``rq-uml.target``:
+rq-scan and ``rq-uml-drive.service``, which runs :func:`drive` (as root) and
+powers off.  The work directory (a host temp dir, mounted into the guest over
+hostfs at the same path) holds the venv the rq units run (made from
+/usr/bin/python3: user rq cannot enter /root, where this venv's Python may be;
+it reaches the checkout's venv through a .pth), the queues' scripts, and
+``results.json``, the facts the host's tests assert.
+
+Usage from the host: ``with booted(workdir) as results: ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PROJECT = HERE.parent
+UML = "/usr/bin/linux.uml"
+GUEST_MEM = "768M"
+BOOT_TIMEOUT = 400.0  # boot, the scenario, power-off: UML is slow on a busy host
+GUEST_DIR = "/run/rq-uml"  # the work directory inside (not under /tmp: PrivateTmp= hides it)
+
+ALLOC = ("import os, sys; d = bytearray(int(sys.argv[1]) << 20); "
+         "d[::4096] = b'x' * len(d[::4096]); open(3, 'w').write('done allocated\\n')")
+FORKS = ("import os, time\nok = refused = 0\nfor _ in range(20):\n"
+         "    try:\n        pid = os.fork()\n    except OSError:\n        refused += 1\n"
+         "        continue\n    if pid == 0:\n        time.sleep(3)\n        os._exit(0)\n"
+         "    ok += 1\nopen(3, \"w\").write(f\"done forks {ok} refused {refused}\\n\")\n")
+SCRIPT = f"""#!/bin/sh
+case "$RQ_PARAM1" in
+alloc) exec python3 -c "{ALLOC}" "$RQ_PARAM2" ;;
+forks) exec python3 -c '{FORKS}' ;;
+esac
+"""
+QUEUES = {
+    "lim": {"num_workers": 2, "message_limits": {"memory_max": "100M", "tasks_max": 8}},
+    "peak": {"message_limits": {"memory_max": "600M"}},
+    "whole": {"limits": {"memory_max": "256M"}},
+}
+
+
+# ---------------------------------------------------------------- the host
+def missing() -> str:
+    """Why a UML guest with systemd cannot be booted here ('' when it can)."""
+    if os.geteuid() != 0:
+        return "booting User-Mode Linux with systemd needs root"
+    for path in (UML, "/lib/systemd/systemd", "/usr/bin/python3"):
+        if not os.access(path, os.X_OK):
+            return f"{path} missing (Debian: user-mode-linux, systemd, python3)"
+    return ""
+
+
+def make_venv(work: Path) -> Path:
+    """A venv of /usr/bin/python3 that imports this checkout's venv's packages."""
+    venv = work / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" \
+        / "site-packages"
+    [inner] = list((venv / "lib").glob("python3*/site-packages"))
+    (inner / "rq-checkout.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
+    for name, func in (("rq", "rqsys.cli:rq_main"), ("rqsys", "rqsys.cli_rqsys:rqsys_main")):
+        module, call = func.split(":")
+        (venv / "bin" / name).write_text(f"#!{GUEST_DIR}/venv/bin/python\nimport sys\n"
+                                         f"from {module} import {call}\nsys.exit({call}())\n")
+        (venv / "bin" / name).chmod(0o755)
+    return venv
+
+
+def kernel_argv(work: Path) -> list[str]:
+    """UML with systemd's cgroup v2 (unified) hierarchy.  (Without the FPU
+    workaround of tests/powercut/launcher.py: this host does not need it, and
+    with it the guest's Python crashes at start.)"""
+    return [UML, f"mem={GUEST_MEM}", "rootfstype=hostfs", "ro", f"init={sys.executable}",
+            "con=null", "con0=null,fd:1", "systemd.unified_cgroup_hierarchy=1",
+            "systemd.unit=rq-uml.target", f"RQUML={work}", "--", str(Path(__file__))]
+
+
+def boot(work: Path) -> dict[str, Any]:
+    """Boot the guest, let it run :func:`drive` and power off; its results."""
+    work.chmod(0o755)  # user rq reads the venv and the scripts there
+    make_venv(work)
+    console = work / "console.txt"
+    with open(console, "wb") as out:
+        proc = subprocess.Popen(kernel_argv(work), stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc.wait(BOOT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)  # UML's own process group: the guest and its helpers
+        proc.wait()
+    results = work / "results.json"
+    if not results.exists():
+        tail = console.read_text(errors="replace").splitlines()[-40:]
+        raise AssertionError("the UML guest left no results; console:\n" + "\n".join(tail))
+    return dict(json.loads(results.read_text()))
+
+
+# ---------------------------------------------------------------- the guest's init
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True)
+
+
+def init(work: str) -> None:
+    """PID 1 before systemd: writable /run, /tmp, /var, /etc; the units; exec systemd."""
+    sh("mount", "-t", "proc", "proc", "/proc")
+    sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
+    for path in ("/tmp", "/var"):
+        sh("mount", "-t", "tmpfs", "-o", "mode=1777" if path == "/tmp" else "mode=755",
+           "tmpfs", path)
+    os.makedirs(GUEST_DIR)
+    sh("mount", "-t", "hostfs", "-o", work, "none", GUEST_DIR)
+    work = GUEST_DIR
+    shutil.copytree("/etc", "/run/etc", symlinks=True)
+    sh("mount", "--bind", "/run/etc", "/etc")
+    for sub in ("lib", "log", "tmp", "cache", "spool"):
+        os.makedirs(f"/var/{sub}", exist_ok=True)
+    os.chmod("/var/tmp", 0o1777)
+    Path("/etc/machine-id").write_text("")  # systemd makes one (transient)
+    Path("/etc/fstab").write_text("")  # the host's mounts are not the guest's
+    sh(f"{work}/venv/bin/rqsys", "install-units")
+    units = Path("/etc/systemd/system")
+    (units / "rq-uml.target").write_text(
+        "[Unit]\nDescription=rqsys limits under UML\nRequires=basic.target\n"
+        "Wants=rq-scan.service rq-uml-drive.service\nAfter=basic.target\n")
+    (units / "rq-uml-drive.service").write_text(
+        "[Unit]\nAfter=rq-scan.service basic.target\n[Service]\nType=oneshot\n"
+        f"Environment=RQUML={work}\n"
+        f"ExecStart={work}/venv/bin/python {Path(__file__)} drive\n"
+        "ExecStopPost=/bin/systemctl --no-block poweroff\n")
+    # systemd takes this for a container (the host's /.dockerenv), and then
+    # reads its kernel command line words from its own argv
+    os.execv("/lib/systemd/systemd", ["/lib/systemd/systemd", "--unit=rq-uml.target",
+                                      "systemd.unified_cgroup_hierarchy=1"])
+
+
+# ---------------------------------------------------------------- the scenario
+def drive(work: Path) -> None:
+    """Run the scenario inside the booted guest; write results.json, whatever happens."""
+    facts: dict[str, Any] = {}
+    try:
+        facts["controllers"] = Path("/sys/fs/cgroup/cgroup.controllers").read_text().split()
+        for name, cfg in QUEUES.items():
+            make_queue(work, name, cfg)
+        scenario(facts)
+    except Exception as exc:  # the host reports it, with what was found so far
+        facts["error"] = f"{type(exc).__name__}: {exc}"
+        facts["journal"] = subprocess.run(["journalctl", "-b", "--no-pager", "-n", "150"],
+                                          capture_output=True, text=True).stdout
+    finally:
+        (work / "results.json").write_text(json.dumps(facts, indent=1))
+
+
+def scenario(facts: dict[str, Any]) -> None:
+    oom, small, forks = send("lim", "alloc", "300"), send("lim", "alloc", "20"), \
+        send("lim", "forks")
+    peak = send("peak", "alloc", "200")
+    for name, queue, msg_id in (("oom", "lim", oom), ("small", "lim", small),
+                                ("forks", "lim", forks), ("peak", "peak", peak)):
+        facts[name] = ended(queue, msg_id)
+    pid = show("rq@lim.service", "MainPID")
+    facts["lim_after"] = ended("lim", send("lim", "alloc", "20"))
+    facts["lim_pids"] = [pid, show("rq@lim.service", "MainPID")]
+    facts["lim_log"] = journal("rq@lim.service")
+    whole(facts)
+
+
+def whole(facts: dict[str, Any]) -> None:
+    """The queue-level memory_max: in systemd, and enforced (its removal:
+    tests/test_scan_systemd.py)."""
+    facts["whole_memory_max"] = show("rq@whole.service", "MemoryMax")
+    facts["whole"] = ended("whole", send("whole", "alloc", "400"))
+    pid = show("rq@whole.service", "MainPID")
+    cgroup = Path("/sys/fs/cgroup" + show("rq@whole.service", "ControlGroup"))
+    facts["whole_events"] = (cgroup / "memory.events").read_text()
+    facts["whole_after"] = ended("whole", send("whole", "alloc", "20"))
+    facts["whole_pids"] = [pid, show("rq@whole.service", "MainPID")]
+
+
+def make_queue(work: Path, name: str, cfg: dict[str, Any]) -> None:
+    entry = work / "entries" / name
+    entry.mkdir(parents=True)
+    (entry / "run").write_text(SCRIPT)
+    (entry / "run").chmod(0o755)
+    (entry / "config.json").write_text(json.dumps(cfg))
+    os.symlink(entry, f"/var/lib/rq/scandir/{name}")
+    wait(lambda: show(f"rq@{name}.socket", "ActiveState") == "active", f"rq@{name}.socket")
+
+
+def send(queue: str, *params: str) -> str:
+    args = [a for n, p in enumerate(params, 1) for a in (f"--param{n}", p)]
+    out = subprocess.run([str(Path(sys.executable).parent / "rq"), "sendmesg", "--dest", queue,
+                          *args], capture_output=True, text=True, check=True).stdout.strip()
+    return out.rsplit("/", 1)[1]
+
+
+def ended(queue: str, msg_id: str) -> dict[str, Any]:
+    """The state, status and timeline of a message once it has ended."""
+    from rqsys import timeline
+    from rqsys.store import QueueStore
+
+    store = QueueStore(Path(f"/var/lib/rq/queue/{queue}"))
+    state = wait(lambda: store.find(msg_id) in ("done", "err") and store.find(msg_id),
+                 f"{queue}/{msg_id} ended")
+    return {"state": state, "status": store.read_status(state, msg_id),
+            "timeline": timeline.read(store.msg_dir(state, msg_id))}
+
+
+def show(unit: str, prop: str) -> str:
+    return subprocess.run(["systemctl", "show", "-p", prop, "--value", unit],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def journal(unit: str) -> str:
+    return subprocess.run(["journalctl", "-u", unit, "--no-pager"], capture_output=True,
+                          text=True).stdout
+
+
+def wait(predicate: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)  # a poll of the guest's files, in the scenario's own process
+    return value
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["drive"]:
+        drive(Path(os.environ["RQUML"]))
+    else:
+        init(os.environ["RQUML"])
