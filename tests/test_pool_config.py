@@ -214,7 +214,6 @@ def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,
     make_queue("pq", OK, pool={"name": "p7", "replicas": 1})
     pq = daemon("pq")
     for args, refused in (
-            ({"state": "prep"}, "queue pq is a pool queue \\(p7\\): it takes no a prep"),
             ({"single": True}, "queue pq is a pool queue \\(p7\\): it takes no single"),
             ({"msg": {"dest": "pq", "unique_key": "k"}}, "unique_key: not taken by a pool")):
         with pytest.raises(Exception, match=refused):
@@ -288,6 +287,17 @@ def test_attachments_travel_through_the_object_store(
     got = wait_for(lambda: (g := pq.call("get", msg_id=msg_id))["state"] == "done" and g,
                    20, "done")
     assert got["status"] == md5 and got["attachments"]["a"]["md5"] == md5
+    # A prep message (RQ's HTTP way to attach) is made here with a pool id, and
+    # goes to the pool with its attachment at commit; a second commit says so
+    prep = pq.call("create", msg={"dest": "pq"}, state="prep")["msg_id"]
+    assert host_of(prep) == 1
+    with open(data, "rb") as f, pq.client() as client:
+        client.call("attach", fds=[f.fileno()], msg_id=prep, name="a", md5=md5)
+    assert pq.call("commit", msg_id=prep)["url"].endswith(prep)
+    got = wait_for(lambda: (g := pq.call("get", msg_id=prep))["state"] == "done" and g,
+                   20, "prep committed, done")
+    assert got["status"] == md5
+    assert pq.call("commit", msg_id=prep)["already"] == "done"
     # A missing or replaced object ends its message with the reason; it never runs
     pq.call("adminoper", oper="pause")
     wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
@@ -300,7 +310,7 @@ def test_attachments_travel_through_the_object_store(
         got = wait_for(lambda i=msg_id: (g := pq.call("get", msg_id=i))["state"] == "err"
                        and g, 20, f"{msg_id} refused")
         assert re.match(f"not run: attachment a: {why}", got["status"]), got["status"]
-    assert pq.call("counts")["counts"]["done"] == 1
+    assert pq.call("counts")["counts"]["done"] == 2
 
 
 def test_the_documented_nats_config_is_valid(tmp_path: Path) -> None:

@@ -191,6 +191,24 @@ def send_file(host: Rqsys, path: Path, md5: str, **fields: Any) -> str:
                                attachments=[{"name": "f", "md5": md5}])["msg_id"])
 
 
+def http_prep_attach_commit(pool: Pool, path: Path) -> str:
+    """A message with ``path`` attached made through a's web as RQ's clients do."""
+    a = pool.hosts["a"]
+
+    def curl(*args: str) -> Any:
+        got = pool.lab.run("a", ["curl", "-sS", "--fail-with-body", "--max-time", "60", *args])
+        assert got.returncode == 0, got.stdout + got.stderr
+        return json.loads(got.stdout) if got.stdout.strip() else None
+
+    url = curl("-d", "x_format=json", "-d", 'mesg={"_method": "prep"}',
+               f"{a.url}q/pq/new_message")[1]
+    msg_id = url.rsplit("/", 1)[1]
+    curl("-F", "x_format=json", "-F", f"filedata=@{path};filename=f",
+         f"{a.url}q/pq/{msg_id}/attach/new")
+    curl("-d", "_method=commit", "-d", "x_format=json", f"{a.url}q/pq/{msg_id}")
+    return str(msg_id)
+
+
 def pause_all(pool: Pool, oper: str) -> None:
     for host in pool.hosts.values():
         host.call("pq", "adminoper", oper=oper)
@@ -208,6 +226,10 @@ def test_attachments_arrive_byte_identical_or_not_at_all(pool: Pool, tmp_path: P
     assert ran_on - {"a"}, ran_on
     for msg_id in ids:
         assert pool.hosts["c"].call("pq", "get", msg_id=msg_id)["status"].endswith(md5)
+    # And RQ's HTTP way (prep, attach/new, commit) on a's web runs it the same
+    via_http = http_prep_attach_commit(pool, data)
+    wait_for(lambda: pool.done_everywhere([via_http]), 60, "the HTTP one done")
+    assert pool.hosts["b"].call("pq", "get", msg_id=via_http)["status"].endswith(md5)
     # And a message whose object is missing or replaced ends err with the reason, unrun
     pause_all(pool, "pause")
     wait_for(lambda: pool.hosts["a"].call("pq", "pool")["waiting_pulls"] == 0, 20, "no pulls")

@@ -60,7 +60,8 @@ class Intake:
         if self.pool is not None:
             refuse_unique_in_pool(r.args.get("msg"))
             refuse_after_in_pool(r.args.get("msg"))
-            return self.pool.create(r)
+            if r.args.get("state", "que") == "que":  # a prep message is local until commit
+                return self.pool.create(r)
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)

@@ -15,10 +15,12 @@ from rqsys.store.layout import IdMaker
 MAX_HOSTS = 99
 
 
-class PoolIds:
-    """RQ-form ids whose last two digits are this host's number in the pool."""
+class PoolIds(IdMaker):
+    """RQ-form ids whose last two digits are this host's number in the pool
+    (an IdMaker: a pool queue's store makes its prep messages' ids with it)."""
 
     def __init__(self, host_number: int, maker: IdMaker | None = None) -> None:
+        # The ids come from ``maker``'s clock and sequence: IdMaker's own state is unused.
         if not 1 <= host_number <= MAX_HOSTS:
             raise ValueError(f"host number {host_number} not in 1..{MAX_HOSTS}")
         self.host_number = host_number

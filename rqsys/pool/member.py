@@ -19,7 +19,7 @@ from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
 from rqsys.pool.bridge import Bridge
-from rqsys.pool.files import Outgoing
+from rqsys.pool.files import Outgoing, local_files
 from rqsys.pool.ids import PoolIds
 from rqsys.pool.link import Link
 from rqsys.pool.settings import from_configs
@@ -35,6 +35,7 @@ class PoolMember:
 
     def __init__(self, daemon: Any) -> None:
         self.ctx, self.log = daemon.ctx, daemon.log
+        self.store, self.ledger = daemon.store, daemon.ledger
         self.settings = from_configs(self.ctx.config, self.ctx.sysconfig)
         self.bridge = Bridge()
         self.link = Link(self.settings)
@@ -57,7 +58,8 @@ class PoolMember:
         except Exception as exc:  # JetStream refused: replicas, permissions
             self.bridge.close()
             raise Unavailable(f"pool {self.settings.pool}: {exc or type(exc).__name__}") from exc
-        self.ids = PoolIds(number)
+        # One maker for the pool's ids and the local prep messages' (published at commit)
+        self.ids = self.store.id_maker = PoolIds(number, self.store.id_maker)
         selector.register(self.bridge, selectors.EVENT_READ,
                           lambda _key, _mask: self.bridge.run_finished())
         self.worker.hand_back_local()
@@ -120,8 +122,7 @@ class PoolMember:
 
     def _check_plain(self, r: Request) -> None:
         """What a pool queue does not take (yet), refused with the reason."""
-        what = ("a prep message" if r.args.get("state", "que") != "que" else
-                "single (single_que)" if r.args.get("single") else "")
+        what = "single (single_que)" if r.args.get("single") else ""
         if what:
             raise BadRequest(f"queue {self.ctx.name} is a pool queue "
                              f"({self.settings.pool}): it takes no {what}")
@@ -132,6 +133,35 @@ class PoolMember:
         for op in LOOKUP_OPS:
             table[op] = self._or_from_pool(op, table[op])
         table["pool"], schemas["pool"] = self.figures, request()
+        table["commit"] = self.commit
+
+    def commit(self, r: Request) -> Reply | None:
+        """A prep message (made here, with its attachments) goes to the pool
+        under its own id; the local copy is removed once JetStream has it."""
+        msg_id = r.args["msg_id"]
+        self.ctx.check_accepting()
+        url = self.ctx.url(msg_id)
+        try:
+            state = self.store.find(msg_id)
+        except NotFound:  # committed before (the pool has it), or unknown
+            self.bridge.submit(self.link.lookup(msg_id), self._answer_lookup(r, "commit", msg_id))
+            return None
+        if state != "prep":
+            return {"ok": True, "msg_id": msg_id, "url": url, "already": state}
+        msg = dict(self.store.read_msg("prep", msg_id), msg_id=msg_id)
+        record = {"state": "que", "host": "", "status": "", "url": url, "msg": msg}
+
+        def then(_result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
+                                   f"{error or type(error).__name__}"))
+                return
+            self.ledger.delete(msg_id, lambda _error: None)  # the pool has it now
+            r.answer({"ok": True, "msg_id": msg_id, "url": url})
+
+        files = local_files(self.store, "prep", msg_id)
+        self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files), then)
+        return None
 
     def figures(self, r: Request) -> None:
         """``pool``: JetStream's figures of the pool, and this host's part."""
@@ -171,6 +201,9 @@ class PoolMember:
 
 
 def _lookup_reply(op: str, record: dict[str, Any]) -> Reply:
+    if op == "commit":
+        return {"ok": True, "msg_id": record["msg"].get("msg_id", ""),
+                "url": record.get("url", ""), "already": record["state"]}
     reply: Reply = {"ok": True, "state": record["state"]}
     if op != "state":
         reply["status"] = record.get("status", "")
