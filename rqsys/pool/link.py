@@ -82,7 +82,9 @@ class Link:
                 error_cb=self._error, disconnected_cb=self._note("disconnected"),
                 reconnected_cb=self._note("reconnected"))
         except Exception as exc:  # unreachable, refused, bad credentials, TLS
-            why = self.errors[-1] if self.errors else f"{exc or type(exc).__name__}"
+            # Every distinct reason: the server's own ("Authorization Violation") is
+            # often followed by the connection's reset, which alone would hide it.
+            why = "; ".join(dict.fromkeys(self.errors)) or f"{exc or type(exc).__name__}"
             self.errors.clear()
             raise Unavailable(f"pool {self.s.pool}: cannot reach NATS at "
                               f"{', '.join(_public(u) for u in self.s.servers)}: {why}") from exc
