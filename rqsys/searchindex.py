@@ -44,6 +44,11 @@ CREATE TABLE IF NOT EXISTS msgs(id TEXT UNIQUE NOT NULL, state TEXT NOT NULL,
   created REAL, started REAL, ended REAL, run_s REAL, status TEXT DEFAULT '',
   params TEXT DEFAULT '', tags TEXT DEFAULT '', text TEXT DEFAULT '');
 CREATE INDEX IF NOT EXISTS msgs_state ON msgs(state);
+CREATE INDEX IF NOT EXISTS msgs_created ON msgs(state, created);
+CREATE INDEX IF NOT EXISTS msgs_started ON msgs(state, started);
+CREATE INDEX IF NOT EXISTS msgs_ended ON msgs(state, ended);
+CREATE INDEX IF NOT EXISTS msgs_run ON msgs(state, run_s);
+CREATE INDEX IF NOT EXISTS msgs_wait ON msgs(state, (started - created));
 CREATE TABLE IF NOT EXISTS msg_tags(tag TEXT NOT NULL, rid INTEGER NOT NULL,
   PRIMARY KEY(tag, rid)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS msg_tags_rid ON msg_tags(rid);

@@ -2,7 +2,7 @@
 and the SQL that answers it a page at a time.
 
 A search names any of: ``state``, ``text`` (words found in params, tags or
-status text; each word also matches as a prefix), ``tag`` (exactly),
+status text, all of them; ``datab*`` matches as a prefix), ``tag`` (exactly),
 ``since``/``until`` (Unix seconds, on the ``when`` time: created, started or
 ended), ``sort`` (created, started, ended, run_s, wait_s) and ``desc``.  The
 default order, newest created first, follows the index's row order, so a
@@ -29,7 +29,6 @@ SORTS = {"created": "m.rowid", "started": "m.started", "ended": "m.ended",
          "run_s": "m.run_s", "wait_s": "(m.started - m.created)"}
 WHENS = ("created", "started", "ended")
 COLUMNS = ("id", "state", "created", "started", "ended", "run_s", "status", "params", "tags")
-WORD = re.compile(r"\w+")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 TEXT_FIELDS = ("state", "text", "tag", "when", "sort")
 SCHEMA: dict[str, Any] = {
@@ -57,49 +56,54 @@ def reader(path: Path) -> sqlite3.Connection:
 
 
 def match_expr(text: str) -> str:
-    """The FTS5 query of a search text: every word, each also as a prefix."""
-    return " ".join(f'"{w}"*' for w in WORD.findall(text.lower()))
+    """The FTS5 query of a search text: every word (ANDed); a word ending in
+    ``*`` also as a prefix (a prefix merges every word it starts: slower)."""
+    words = re.findall(r"(\w+)(\*?)", text.lower())
+    return " ".join(f'"{w}"{star}' for w, star in words)
 
 
-def _where(args: dict[str, Any]) -> tuple[str, list[Any], bool]:
-    """The WHERE clause, its values, and whether it searches text."""
-    clauses, values = ["1"], []
+def _plan(args: dict[str, Any]) -> tuple[str, str, str, list[Any]]:
+    """FROM, the default order, WHERE and its values.  What is most selective
+    drives, in row order, so a first page stops early: the text (FTS5 walks its
+    own rowids), else the tag (its table's key is tag, row), else the rows."""
+    clauses: list[str] = ["1"]
+    values: list[Any] = []
+    expr = match_expr(args.get("text") or "")
+    if expr:
+        source, order = "fts CROSS JOIN msgs m ON m.rowid = fts.rowid", "fts.rowid"
+        clauses.append("fts MATCH ?")
+        values.append(expr)
+    elif args.get("tag"):
+        source, order = "msg_tags t CROSS JOIN msgs m ON m.rowid = t.rid", "t.rid"
+    else:
+        source, order = "msgs m", "m.rowid"
+    if args.get("tag"):
+        clauses.append("t.tag = ?" if not expr else
+                       "EXISTS (SELECT 1 FROM msg_tags t WHERE t.tag = ? AND t.rid = m.rowid)")
+        values.append(args["tag"])
     if args.get("state"):
         clauses.append("m.state = ?")
         values.append(args["state"])
-    if args.get("tag"):
-        clauses.append("m.rowid IN (SELECT rid FROM msg_tags WHERE tag = ?)")
-        values.append(args["tag"])
     when = f"m.{args.get('when') or 'created'}"
     for field, op in (("since", ">="), ("until", "<")):
         if args.get(field) is not None:
             clauses.append(f"{when} {op} ?")
             values.append(float(args[field]))
-    expr = match_expr(args.get("text") or "")
-    if expr:
-        clauses.insert(0, "fts MATCH ?")
-        values.insert(0, expr)
-    return " AND ".join(clauses), values, bool(expr)
-
-
-def _from(texty: bool) -> str:
-    # CROSS JOIN: FTS drives (the planner would test MATCH on every row of a state)
-    return "fts CROSS JOIN msgs m ON m.rowid = fts.rowid" if texty else "msgs m"
+    return source, order, " AND ".join(clauses), values
 
 
 def search(db: sqlite3.Connection, args: dict[str, Any]) -> dict[str, Any]:
     """A page of matches (rows as dicts) and how many match (to COUNT_CAP)."""
-    where, values, texty = _where(args)
-    order = SORTS[args.get("sort") or "created"]
+    source, order, where, values = _plan(args)
+    if (args.get("sort") or "created") != "created":
+        order = SORTS[args["sort"]]
     way = "DESC" if args.get("desc", True) else "ASC"
-    if texty and order == "m.rowid":
-        order = "fts.rowid"  # FTS5 walks its own rowids in order: the first page stops early
     limit, offset = int(args.get("limit") or 25), int(args.get("offset") or 0)
     cols = ", ".join(f"m.{c}" for c in COLUMNS)
-    rows = db.execute(f"SELECT {cols} FROM {_from(texty)} WHERE {where} "
+    rows = db.execute(f"SELECT {cols} FROM {source} WHERE {where} "
                       f"ORDER BY {order} {way} LIMIT ? OFFSET ?",
                       [*values, limit, offset]).fetchall()
-    total = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {_from(texty)} WHERE {where} "
+    total = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE {where} "
                        "LIMIT ?)", [*values, COUNT_CAP + 1]).fetchone()[0]
     return {"rows": [_row(r) for r in rows], "total": min(total, COUNT_CAP),
             "more": total > COUNT_CAP}
@@ -107,10 +111,9 @@ def search(db: sqlite3.Connection, args: dict[str, Any]) -> dict[str, Any]:
 
 def all_ids(db: sqlite3.Connection, args: dict[str, Any]) -> list[str]:
     """Every matching id, oldest first (for a bulk action)."""
-    where, values, texty = _where(args)
-    order = "fts.rowid" if texty else "m.rowid"
+    source, order, where, values = _plan(args)
     return [r[0] for r in db.execute(
-        f"SELECT m.id FROM {_from(texty)} WHERE {where} ORDER BY {order}", values)]
+        f"SELECT m.id FROM {source} WHERE {where} ORDER BY {order}", values)]
 
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from rqsys.errors import NotFound
 from rqsys.events import EventLog
 from rqsys.failures import FailureGroups
 from rqsys.stats import QueueStats, id_time
+from rqsys.statseries import series
 from rqsys.statsfile import StatsFile
 from rqsys.store import QueueStore
 from rqsys.timeline import Timeline
@@ -116,7 +117,8 @@ class Observer:
                 "counts": self.ledger.counts(), "admin": self.ctx.refresh_admin(),
                 "num_workers": self.ctx.config["num_workers"],
                 "oldest_queued_s": self._oldest_queued(),
-                "fsync_s": self.file.fsync_s, **self.stats.report()}
+                "fsync_s": self.file.fsync_s, **self.stats.report(),
+                "series": series(self.stats)}
 
     def _oldest_queued(self) -> float | None:
         """Age of the oldest queued message (ids are creation times): O(que)."""

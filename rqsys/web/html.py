@@ -45,7 +45,8 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[str]],
     head = "".join(_cell("th", h, i in numeric) for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(_cell("td", c, i in numeric) for i, c in enumerate(row))
                    + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+            "</table></div>")  # scrolls sideways on a phone instead of squeezing
 
 
 def _cell(tag: str, html: str, num: bool) -> str:

@@ -17,7 +17,7 @@ from rqsys.web import body, logs, pages, upload
 from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web, queue_and_id, split_suffix
 
-POST_METHODS = ("delete", "destroy", "commit")
+POST_METHODS = ("delete", "destroy", "commit", "retry")  # retry: err → que, in place
 
 
 def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:

@@ -301,8 +301,8 @@ def _message_paths() -> dict[str, Any]:
     return {
         "/q/{name}/{mid}.json": _get(qm, MESSAGE_JSON, "A message with state and status"),
         "/q/{name}/{mid}": _post(qm, _with({"_method": {"enum": ["delete", "destroy",
-                                                                  "commit"]}}),
-                                 "Delete, destroy or commit a message"),
+                                                                  "commit", "retry"]}}),
+                                 "Delete, destroy, commit or retry (err → que) a message"),
         "/q/{name}/{mid}/state.json": _get(qm, {"type": "array", "items": {"type": "string"},
                                                  "minItems": 1, "maxItems": 1},
                                            "A message's state"),

@@ -12,7 +12,8 @@ from rqsys.store import STATES
 WHEN_TEXT = "2h, 3d, 90m ago, a Unix time or an ISO date/date-time (UTC unless it says)"
 FILTERS: dict[str, dict[str, Any]] = {
     "text": {"type": "string", "maxLength": 500,
-             "description": "words in params, tags or status text (each also a prefix)"},
+             "description": "words in params, tags or status text (all of them; "
+                            "word* as a prefix)"},
     "state": {"enum": list(STATES)},
     "tag": {"type": "string", "maxLength": 200},
     "since": {"type": "string", "description": WHEN_TEXT},

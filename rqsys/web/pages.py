@@ -8,14 +8,13 @@ from typing import Any
 import falcon
 
 from rqsys import config, timeline
-from rqsys.errors import ConfigError, NotFound, RQError, StoreError
+from rqsys.errors import ConfigError, NotFound, RQError
 from rqsys.store import STATES
-from rqsys.web import logs, pools, timeshtml
+from rqsys.web import dashboard as observing
+from rqsys.web import logs, msgpage, pools, queuepage, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import badge, e, link, page, post_button, query, table
 
-PAGE_SIZE = 25
-FILTER_SCAN = 1000  # a text filter looks at this many newest messages of a state
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
                "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags",
                "unique_key", "unique_for", "after", "after_policy")
@@ -30,14 +29,21 @@ def _render(web: Web, resp: falcon.Response, title: str, crumbs: list[tuple[str,
 
 # ---------------------------------------------------------------- dashboard
 def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
-    rows = [_dashboard_row(web, name) for name in web.layout.queue_names()]
-    headers = ["Queue", "Admin", *STATES, "Status", "Actions"]
-    body = "<h1>Queues</h1>" + (table(headers, rows, numeric=range(2, 2 + len(STATES))) if rows else
+    names = web.layout.queue_names()
+    rows = [_dashboard_row(web, name) for name in names]
+    headers = ["Queue", "Admin", *STATES, *observing.HEADERS, "Status", "Actions"]
+    body = "<h1>Queues</h1>" + (table(headers, rows, numeric=range(2, 3 + len(STATES))) if rows else
                                 '<p class="muted">No queues yet.</p>')
     unreachable = sum(row[1] == badge("?") for row in rows)
     timers = f'<p>{link(web.path("timers"), "Timers")}</p>'
-    _render(web, resp, "Queues", [], body + timers + pools.section(web)
+    live = live_block("dashboard", body + observing.groups_section(web, names))
+    _render(web, resp, "Queues", [], live + timers + pools.section(web)
             + _operational(unreachable))
+
+
+def live_block(name: str, html: str, every: int = 5) -> str:
+    """A part of a page that rq.js fetches again every ``every`` seconds (no reload)."""
+    return f'<div id="live-{e(name)}" class="live" data-refresh="{every}">{html}</div>'
 
 
 def _operational(unreachable: int) -> str:
@@ -54,10 +60,11 @@ def _dashboard_row(web: Web, name: str) -> list[str]:
         got = web.call(name, "counts")
     except RQError as exc:
         return [link(qpath, name), badge("?"), *["" for _ in STATES],
-                f'<span class="error">{e(exc)}</span>', ""]
+                *observing.stat_cells(None), f'<span class="error">{e(exc)}</span>', ""]
     counts = [link(query(qpath, state=s), got["counts"].get(s, 0)) for s in STATES]
     new = link(web.path("q", name, "new_message"), "new message", "button")
-    return [link(qpath, name), badge(got["admin"]), *counts, e(got["status"]),
+    return [link(qpath, name), badge(got["admin"]), *counts,
+            *observing.stat_cells(observing.stats_of(web, name)), e(got["status"]),
             f'<div class="actions">{new}{_admin_buttons(web, name, web.path(""))}</div>']
 
 
@@ -70,89 +77,13 @@ def _admin_buttons(web: Web, name: str, back: str) -> str:
 # ---------------------------------------------------------------- queue page
 def queue_page(web: Web, req: falcon.Request, resp: falcon.Response, name: str) -> None:
     got = web.call(name, "counts")
-    state = req.get_param("state") or "que"
-    if state not in STATES:
-        state = "que"
-    offset = req.get_param_as_int("offset", min_value=0, default=0)
-    text = req.get_param("filter") or ""
-    tag = req.get_param("tag") or ""
-    ids, total = _page_ids(web, name, state, offset, text, tag)
     new = link(web.path("q", name, "new_message"), "New message", "button primary")
     body = (f"<h1>Queue {e(name)} {badge(got['admin'])}</h1>"
             f'<p class="muted">{e(got["status"])}</p>'
             f'<div class="actions">{new}'
             f"{_admin_buttons(web, name, web.queue_path(name))}</div>"
-            + _tabs(web, name, state, got["counts"]) + _filter_form(web, name, state, text, tag)
-            + _message_table(web, name, state, ids)
-            + _pager(web, name, state, offset, total, text, tag))
+            + queuepage.body(web, req, name, got["counts"]))
     _render(web, resp, f"Queue {name}", [(web.queue_path(name), name)], body)
-
-
-def _page_ids(web: Web, name: str, state: str, offset: int, text: str,
-              tag: str) -> tuple[list[str], int]:
-    by_tag = {"tag": tag} if tag else {}
-    if not text:
-        got = web.call(name, "list", state=state, offset=offset, limit=PAGE_SIZE, **by_tag)
-        return got["ids"], got["total"]
-    ids = web.call(name, "list", state=state, offset=0, limit=FILTER_SCAN, **by_tag)["ids"]
-    matching = [i for i in ids if text in i or text in json.dumps(_read(web, name, state, i))]
-    return matching[offset:offset + PAGE_SIZE], len(matching)
-
-
-def _read(web: Web, name: str, state: str, msg_id: str) -> dict[str, Any]:
-    try:
-        return web.store(name).read_msg(state, msg_id)
-    except (NotFound, StoreError):
-        return {}  # moved on since it was listed
-
-
-def _tabs(web: Web, name: str, current: str, counts: dict[str, int]) -> str:
-    tabs = [link(query(web.queue_path(name), state=s), f"{s} ({counts.get(s, 0)})",
-                 "on" if s == current else "") for s in STATES]
-    return f'<div class="tabs">{"".join(tabs)}</div>'
-
-
-def _filter_form(web: Web, name: str, state: str, text: str, tag: str) -> str:
-    return (f'<form class="filter" method="get" action="{e(web.queue_path(name))}">'
-            f'<input type="hidden" name="state" value="{e(state)}">'
-            f'<input type="text" name="filter" value="{e(text)}" placeholder="filter text">'
-            f' <input type="text" name="tag" value="{e(tag)}" placeholder="tag">'
-            " <button>Filter</button></form>")
-
-
-def _message_table(web: Web, name: str, state: str, ids: list[str]) -> str:
-    if not ids:
-        return f'<p class="muted">No messages in {e(state)}.</p>'
-    rows = []
-    store = web.store(name)
-    for msg_id in ids:
-        msg = _read(web, name, state, msg_id)
-        rows.append([link(web.msg_path(name, msg_id), msg_id), e(msg.get("param1", "")),
-                     e(msg.get("param2", "")), e(msg.get("count", "")),
-                     _tag_links(web, name, state, msg.get("tags") or []),
-                     e(store.read_status(state, msg_id)),
-                     *timeshtml.row_times(store.msg_dir(state, msg_id), msg)])
-    return table(["Message", "param1", "param2", "count", "tags", "Status",
-                  *timeshtml.TIME_COLUMNS], rows)
-
-
-def _tag_links(web: Web, name: str, state: str, tags: list[str]) -> str:
-    return " ".join(link(query(web.queue_path(name), state=state, tag=str(t)), t, "tag")
-                    for t in tags)
-
-
-def _pager(web: Web, name: str, state: str, offset: int, total: int, text: str,
-           tag: str) -> str:
-    base = web.queue_path(name)
-    parts = [f'<span class="muted">{offset + 1 if total else 0}–'
-             f"{min(offset + PAGE_SIZE, total)} of {total}</span>"]
-    if offset > 0:
-        parts.append(link(query(base, state=state, filter=text, tag=tag,
-                                offset=max(0, offset - PAGE_SIZE)), "« newer"))
-    if offset + PAGE_SIZE < total:
-        parts.append(link(query(base, state=state, filter=text, tag=tag,
-                                offset=offset + PAGE_SIZE), "older »"))
-    return f'<div class="pager">{"".join(parts)}</div>'
 
 
 # ---------------------------------------------------------------- message page
@@ -164,10 +95,11 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
                            *timeline.TIME_FIELDS)]
     body = (f'<h1>Message <span class="mono">{e(msg_id)}</span> '
             f'<span id="msg-state" class="badge {e(state)}">{e(state)}</span></h1>'
-            f'<p>Status: <span class="mono" id="msg-status">{e(msg.get("status", ""))}</span></p>'
-            + _after_line(msg)
-            + _message_actions(web, queue, msg_id, state)
-            + "<h2>Fields</h2>" + table(["Field", "Value"], fields) + timeshtml.section(msg)
+            + live_block("message", f'<p>Status: <span class="mono" id="msg-status">'
+                         f'{e(msg.get("status", ""))}</span></p>' + _after_line(msg)
+                         + msgpage.actions(web, queue, msg_id, state)
+                         + timeshtml.section(msg) + msgpage.runs(msg.get("_timeline") or []))
+            + "<h2>Fields</h2>" + table(["Field", "Value"], fields)
             + _attachments(web, queue, msg_id, msg["_attachments"])
             + _logs(web, queue, msg_id, state))
     crumbs = [(web.queue_path(queue), queue), (web.msg_path(queue, msg_id), msg_id)]
@@ -179,24 +111,6 @@ def _after_line(msg: dict[str, Any]) -> str:
     after = msg.get("after") or []
     links = ", ".join(f'<a class="mono" href="{e(url)}">{e(url)}</a>' for url in after)
     return f'<p id="msg-after">After: {links}</p>' if after else ""
-
-
-def _message_actions(web: Web, queue: str, msg_id: str, state: str) -> str:
-    here, mpath = web.msg_path(queue, msg_id), web.msg_path(queue, msg_id)
-    buttons = []
-    if state == "prep":
-        buttons.append(post_button(mpath, "commit", {"_method": "commit", "back": here}))
-    if state == "que":
-        buttons.append(post_button(mpath + "/run_now", "run now", {"back": here}))
-    buttons.append(post_button(mpath + "/clone", "clone", {"x_format": "html"}))
-    if state != "run":
-        buttons.append(post_button(mpath, "delete", {"_method": "delete",
-                                                     "back": web.queue_path(queue)},
-                                   danger=True, confirm="Delete this message?"))
-    buttons.append(post_button(mpath, "destroy", {"_method": "destroy",
-                                                  "back": web.queue_path(queue)},
-                               danger=True, confirm="Destroy this message (kills its script)?"))
-    return f'<div class="actions">{"".join(buttons)}</div>'
 
 
 def _attachments(web: Web, queue: str, msg_id: str, found: dict[str, Any]) -> str:
@@ -212,10 +126,22 @@ def _logs(web: Web, queue: str, msg_id: str, state: str) -> str:
     files = logs.job_files(web, queue, state, msg_id)
     listing = " ".join(link(web.path("q", queue, msg_id, "log", f), f) for f in files)
     tail_url = web.path("q", queue, msg_id, "tail.json")
-    return (f"<h2>Output</h2><p>{listing or '<span class=muted>no log files yet</span>'}</p>"
-            f'<p class="tailstate" id="tail-state">loading…</p>'
+    job = web.store(queue).msg_dir(state, msg_id) / "job"
+    empty = all(_size(job / f) == 0 for f in files)
+    said = msgpage.no_output(state, files, empty)
+    if said and state in msgpage.ENDED:
+        return "<h2>Output</h2>" + said  # not an empty box
+    return ("<h2>Output</h2>" + (f"<p>{listing}</p>" if listing else said)
+            + f'<p class="tailstate" id="tail-state">loading…</p>'
             f'<pre class="tail" id="tail" data-url="{e(tail_url)}" '
             f'data-initial="{e(state)}"></pre>')
+
+
+def _size(path: Any) -> int:
+    try:
+        return int(path.stat().st_size)
+    except OSError:
+        return 0
 
 
 # ---------------------------------------------------------------- new message form

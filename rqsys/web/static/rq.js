@@ -86,3 +86,29 @@ function startTail(pre) {
 }
 
 document.querySelectorAll("pre.tail[data-url]").forEach(startTail);
+
+// Live parts of a page (<div class="live" data-refresh="5" id="live-...">): fetched again
+// every few seconds and swapped in place, so the dashboard and queue page stay current
+// without a reload.  Skipped while the user is typing or the tab is hidden.
+function startLive(block) {
+  const every = Math.max(2, Number(block.dataset.refresh) || 5) * 1000;
+  async function refresh() {
+    const typing = document.activeElement && block.contains(document.activeElement) &&
+      /INPUT|SELECT|TEXTAREA/.test(document.activeElement.tagName);
+    if (!document.hidden && !typing) {
+      try {
+        const resp = await fetch(window.location.href, { headers: { Accept: "text/html" } });
+        if (resp.ok) {
+          const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
+          const fresh = doc.getElementById(block.id);
+          if (fresh && fresh.innerHTML !== block.innerHTML) block.innerHTML = fresh.innerHTML;
+          block.dataset.refreshed = String(Date.now());
+        }
+      } catch (err) { /* the next round tries again */ }
+    }
+    setTimeout(refresh, every);
+  }
+  setTimeout(refresh, every);
+}
+
+document.querySelectorAll(".live[data-refresh][id]").forEach(startLive);
