@@ -5,13 +5,18 @@ and ``limited`` (``message_limits``: runtime_max and memory_max), drained
 alternately (gate, queue N, release), each figure the median of ROUNDS.
 Here, without systemd, a limited run costs a ``setrlimit`` in the child and
 a timer; with ``--systemd`` the same bench runs as root inside a booted
-container (tests/nspawn.py), where each limited run also costs a transient
-scope made and stopped over D-Bus.  ``free`` must not move: a queue without
-limits pays nothing.
+container (tests/nspawn.py), the ``limited`` daemon in a scope of its own
+with ``Delegate=yes`` (as rq-scan's drop-in gives rq@<q>.service), so each
+limited run costs what rq@<q> pays: the gate, a sub-cgroup made, the run
+moved in, ``cgroup.kill``, the wait for it to empty, its accounting read
+and its removal, on the ``scopes`` lane.  ``--scopes`` runs it without
+delegation: a transient scope over D-Bus a run (root may make them).
+``free`` must not move: a queue without limits pays nothing.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import sys
@@ -28,17 +33,23 @@ N = 300
 ROUNDS = 4
 LIMITS = {"runtime_max": 600, "memory_max": "1G"}
 HERE = Path(__file__).resolve().parent
+# under systemd, the limited daemon gets a delegated cgroup, as rq@<q>.service does
+DELEGATED = ("systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--")
 
 
 def drain_both(layout: Layout) -> dict[str, float]:
     """Median msgs/s of each queue, drained in turn."""
     make_queue(layout, "free", "echo done >&3", num_workers=2)
     make_queue(layout, "limited", "echo done >&3", num_workers=2, message_limits=LIMITS)
-    daemons = {name: Daemon(layout, name) for name in ("free", "limited")}
+    delegate = scopes.available() and os.environ.get("BENCH_WAY") != "scopes"
+    daemons = {"free": Daemon(layout, "free"),
+               "limited": Daemon(layout, "limited", DELEGATED if delegate else ())}
     rates: dict[str, list[float]] = {name: [] for name in daemons}
     try:
         for name, daemon in daemons.items():
             rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches, the bus
+        where = Path(f"/proc/{daemons['limited'].proc.pid}/cgroup").read_text().split("\n")
+        report("the limited daemon's cgroup (v2)", [w for w in where if w.startswith("0::")][0])
         for r in range(ROUNDS):  # each first in turn: a drift of the machine hits both
             for name in sorted(daemons, reverse=bool(r % 2)):
                 rates[name].append(rqsys_drain(daemons[name], layout, name, N)["rate"])
@@ -57,8 +68,10 @@ def run_here() -> int:
         rates = drain_both(layout)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    how = "gate + transient scope over D-Bus" if scopes.available() else \
-        "RLIMIT_AS set by the spawn, no systemd"
+    how = "RLIMIT_AS set by the spawn, no systemd"
+    if scopes.available():
+        how = "gate + transient scope over D-Bus" if os.environ.get("BENCH_WAY") == "scopes" \
+            else "gate + sub-cgroup of a delegated cgroup"
     free, limited = rates["free"], rates["limited"]
     report("drain, 2 workers, no limits", f"{free:8.0f} msgs/s")
     report(f"drain, 2 workers, message_limits ({how})",
@@ -67,7 +80,7 @@ def run_here() -> int:
     return 0
 
 
-def run_in_container() -> int:
+def run_in_container(way: str) -> int:
     sys.path.insert(0, str(HERE.parent / "tests"))
     from nspawn import Container, can_boot
 
@@ -78,7 +91,7 @@ def run_in_container() -> int:
     box = Container()
     try:
         box.boot()
-        done = box.run("env", "BENCH_DIR=/var/tmp", sys.executable,
+        done = box.run("env", "BENCH_DIR=/var/tmp", f"BENCH_WAY={way}", sys.executable,
                        str(Path(__file__)), check=False, timeout=600)
         print(done.stdout + done.stderr[-2000:], end="")
         return done.returncode
@@ -87,4 +100,6 @@ def run_in_container() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_in_container() if sys.argv[1:] == ["--systemd"] else run_here())
+    WAYS = {"--systemd": "cgroups", "--scopes": "scopes"}
+    sys.exit(run_in_container(WAYS[sys.argv[1]]) if sys.argv[1:] and sys.argv[1] in WAYS
+             else run_here())

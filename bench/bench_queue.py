@@ -56,7 +56,8 @@ def judge(ratio: float, target: float) -> str:
 class Daemon:
     """A real queue daemon with a NOTIFY_SOCKET we read READY=1 from."""
 
-    def __init__(self, layout: Layout, name: str) -> None:
+    def __init__(self, layout: Layout, name: str, prefix: tuple[str, ...] = ()) -> None:
+        """``prefix``: words before the daemon's argv (``systemd-run --scope``, say)."""
         self.layout, self.name = layout, name
         path = layout.root / f".notify-{name}"
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -67,7 +68,7 @@ class Daemon:
         env.pop("JOURNAL_STREAM", None)
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "queue", name],
+            [*prefix, sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "queue", name],
             env=env, start_new_session=True, stderr=subprocess.DEVNULL)
         while b"READY=1" not in self.notify.recv(4096).split(b"\n"):
             pass
