@@ -244,16 +244,23 @@ def test_messages_queued_before_the_pool_go_to_the_pool(
 MD5_OF_A = 'echo "done $(md5sum < ../attach/a | cut -c1-32)" >&3\n'
 
 
-def tamper(url: str, bucket: str, name: str, data: bytes | None) -> None:
-    """Replace an object of a pool's object store with ``data``, or delete it (None)."""
+def tamper(url: str, bucket: str, name: str, data: bytes | None, how: str = "put") -> None:
+    """Replace an object of a pool's object store with ``data``, delete it (None),
+    or (``how="corrupt"``) add ``data`` to its chunks: its SHA-256 no longer holds."""
     import asyncio
 
     import nats
 
     async def change() -> None:
         nc = await nats.connect(url)
-        obs = await nc.jetstream().object_store(bucket)
-        await (obs.delete(name) if data is None else obs.put(name, data))
+        js = nc.jetstream()
+        obs = await js.object_store(bucket)
+        if data is None:
+            await obs.delete(name)
+        elif how == "corrupt":
+            await js.publish(f"$O.{bucket}.C.{(await obs.get_info(name)).nuid}", data)
+        else:
+            await obs.put(name, data)
         await nc.close()
 
     asyncio.run(change())
@@ -301,12 +308,14 @@ def test_attachments_travel_through_the_object_store(
     # A missing or replaced object ends its message with the reason; it never runs
     pq.call("adminoper", oper="pause")
     wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
-    gone, changed = send(), send()
+    gone, changed, corrupt = send(), send(), send()
     tamper(solo.url, "rq-pool-p9", f"{gone}/a", None)
     tamper(solo.url, "rq-pool-p9", f"{changed}/a", b"another file")
+    tamper(solo.url, "rq-pool-p9", f"{corrupt}/a", b"garbage", how="corrupt")
     pq.call("adminoper", oper="resume")
     for msg_id, why in ((gone, "not in the pool's object store"),
-                        (changed, f"not the file sent \\(md5 sent {md5}, got ")):
+                        (changed, f"not the file sent \\(md5 sent {md5}, got "),
+                        (corrupt, "corrupted in the pool's object store \\(SHA-256")):
         got = wait_for(lambda i=msg_id: (g := pq.call("get", msg_id=i))["state"] == "err"
                        and g, 20, f"{msg_id} refused")
         assert re.match(f"not run: attachment a: {why}", got["status"]), got["status"]
