@@ -139,7 +139,8 @@ def test_waits_for_a_message_on_another_host(tmp_path):
             hosts.append(Rqsys(lab, name, tmp_path / name))
         a, b = hosts
         gate = tmp_path / "gate"
-        _add_queue(b, "x", GATED.replace("$GATE", str(gate)))
+        _add_queue(b, "x", '[ "$RQ_PARAM1" = bad ] && { echo "err far boom" >&3; exit 0; }\n'
+                   + GATED.replace("$GATE", str(gate)))
         _add_queue(a, "y", "echo done >&3")
         for host, queue in ((a, "y"), (b, "x")):
             host.start(wait_queues=(queue,))
@@ -157,6 +158,13 @@ def test_waits_for_a_message_on_another_host(tmp_path):
         wait_for(lambda: a.call("y", "status", msg_id=waiting)["state"] == "done", 60,
                  "a's message done after b's")
         assert b.call("x", "status", msg_id=far["msg_id"])["state"] == "done"
+        # And one after b's failed message fails with b's reason
+        bad = b.call("x", "create", msg={"param1": "bad"})["url"]
+        failed = a.call("y", "create", msg={"after": [bad]})["msg_id"]
+        got = wait_for(lambda: (st := a.call("y", "status", msg_id=failed))["state"] == "err"
+                       and st, 30, "a's message failed after b's")
+        assert got["status"].startswith(f"dependency {bad} ended in err: ")
+        assert got["status"].endswith("far boom")  # as b's message page says it
     finally:
         for host in hosts:
             host.stop()

@@ -179,11 +179,21 @@ class Follower:
             state = ""  # unreachable or odd for now: asked again later
         if state in FINAL:
             self._interval.pop(url, None)
-            self._report(url, state, "")
+            self._report(url, state, _status_of(url) if state == "err" else "")
             return
         interval = min(POLL_MAX, self._interval.get(url, POLL_FIRST / 2) * 2)
         self._interval[url] = interval
         self._later(url, interval)
+
+
+def _status_of(url: str) -> str:
+    """A remote message's status line (why it failed), or "" when not told."""
+    from rqsys.scripts.rqhttp import Peer
+
+    try:
+        return str(Peer(url, HTTP_TIMEOUT).get_json(f"{url}.json").get("status", ""))[:500]
+    except (RQError, AttributeError):
+        return ""
 
 
 def _poke(fd: int) -> None:
