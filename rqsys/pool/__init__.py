@@ -13,6 +13,7 @@ queue never loads it.
 * ``link``     the NATS side: connect, stream, consumer, KV bucket, publish, fetch, acks
 * ``member``   the daemon side: joining, create, lookups, figures, stopping
 * ``worker``   pulling for free workers, materialising, in-progress acks, ack/nak
+* ``files``    attachments in the pool's object store: put, fetched and checked, removed
 * ``report``   ``rq pools`` (asks the queue daemons; imports nothing of NATS)
 """
 
