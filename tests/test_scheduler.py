@@ -111,3 +111,22 @@ def test_single_que_match():
     s.add("a", msg(param1="p"))
     assert s.find_same_params(msg(param1="p")) == "a"
     assert s.find_same_params(msg(param1="q")) is None
+
+
+def test_a_reload_counts_the_running_in_the_new_gate_and_keeps_rate_windows():
+    s = Schedule([], [], Gate.from_config({"rate_limit": {"limit": 1, "per": 10}}))
+    for name in ("a", "b", "c"):
+        s.add(name, msg(param1="x"))
+    running = s.pop_ready(100)
+    s.started(running[1], 100)
+    assert s.pop_ready(101) is None  # b parked until 110
+    # When the config becomes concurrency 1 by param1, same rate limit
+    s.reconfigure(Gate.from_config({"concurrency": {"by": [1], "limit": 1},
+                                    "rate_limit": {"limit": 1, "per": 10}}), [],
+                  [running[1]])
+    # Then b waits (a runs, and the window of its start is kept)
+    assert s.pop_ready(105) is None
+    s.ended(running[1])
+    # and once a ended, the window of its start holds b until 110
+    assert s.pop_ready(105) is None and s.next_due() == 110
+    assert s.pop_ready(110)[0] == "b"
