@@ -129,11 +129,22 @@ def bench_pages(layout: Layout, daemon: Daemon) -> None:
     client.close()
 
 
-def cpu_s(pid: int) -> float:
-    """The process's user + system CPU seconds (steady under load, unlike wall time)."""
-    with open(f"/proc/{pid}/stat") as f:
+def cpu_s(pid: int, task: str = "") -> float:
+    """User + system CPU seconds of a process (or one of its threads): steady
+    under load, unlike wall time."""
+    with open(f"/proc/{pid}{'/task/' + task if task else ''}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def threads_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds by thread name (the loop is the process's own name)."""
+    out: dict[str, float] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/comm") as f:
+            name = "loop" if task == str(pid) else f.read().strip()
+        out[name] = out.get(name, 0.0) + cpu_s(pid, task)
+    return out
 
 
 def bench_bulk(layout: Layout, daemon: Daemon) -> None:
@@ -149,15 +160,20 @@ def bench_bulk(layout: Layout, daemon: Daemon) -> None:
                 time.sleep(0.01)  # a client asking 100 times a second
     thread = threading.Thread(target=other_client)
     thread.start()
-    start, cpu = time.perf_counter(), cpu_s(daemon.proc.pid)
+    start, cpu, before = time.perf_counter(), cpu_s(daemon.proc.pid), threads_cpu(daemon.proc.pid)
     with QueueClient(layout, "s", timeout=600) as client:
         got = client.call("bulk", action="retry", text="database")
     took, cpu = time.perf_counter() - start, cpu_s(daemon.proc.pid) - cpu
+    time.sleep(2)  # the index thread catches up with the last events
+    after = threads_cpu(daemon.proc.pid)
+    split = ", ".join(f"{name} {after[name] - before.get(name, 0.0):.1f} s"
+                      for name in sorted(after) if after[name] - before.get(name, 0.0) >= 0.05)
     stop.set()
     thread.join()
     report(f"bulk retry of {got['matched']:,} matches",
            f"{took:.1f} s, daemon CPU {cpu:.1f} s (count {got['count']:,})",
            judge(BULK_TARGET_S, took))
+    report("  daemon CPU by thread", split)
     latencies.sort()
     report("  meanwhile another client's counts", f"{len(latencies)} answers, p50 "
            f"{statistics.median(latencies):.1f} ms, p99 "

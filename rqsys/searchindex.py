@@ -170,9 +170,19 @@ def apply(db: sqlite3.Connection, view: QueueView, event: Event) -> bool:
     elif kind in ENDS and state in ENDS:
         _set_status(db, view, msg_id, state, text, at)
     elif state and kind in STATE_OF:
-        blank = "" if kind == "retried" else None
-        _set_status(db, view, msg_id, state, blank, None)
+        _move(db, view, msg_id, state, kind == "retried")
     return False
+
+
+def _move(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str,
+          blank: bool) -> None:
+    """A message moved on without ending: its state (and, retried, its blank
+    status; its text keeps the last failure's words, findable until it ends
+    again, and the full-text index is not rewritten for 100,000 retries)."""
+    sql = ("UPDATE msgs SET state=?, ended=NULL" + (", status=''" if blank else "")
+           + " WHERE id=?")
+    if db.execute(sql, (state, msg_id)).rowcount == 0:
+        add(db, view, msg_id, state)  # its creation was not indexed
 
 
 def _set_status(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str,
