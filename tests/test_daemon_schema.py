@@ -1,0 +1,68 @@
+"""The fast path of the request check (schema.FlatCheck) agrees with the full
+JSON Schema validator on every op: it says "valid" exactly when the validator
+does, and a refusal still names the field."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import jsonschema
+import pytest
+
+from rqsys.daemon import observe, schema
+from rqsys.errors import BadRequest
+
+ALL = {**schema.OPS, **observe.SCHEMAS}
+# values of every JSON type, and ones that fit the fields' patterns and enums
+VALUES: list[Any] = [None, True, 0, 7, -1, 2.5, "", "x", "que", "prep", "done", "pause",
+                     "20261124.0051.34.279.0", "a.txt", "../a", "0" * 32, "ab" * 200,
+                     "0123456789ab", "retry", [], [{"name": "a.txt", "md5": "0" * 32}],
+                     [{"name": "a"}], {}, {"param1": "x"}]
+
+
+def requests(op: str, props: dict[str, Any]) -> list[dict[str, Any]]:
+    """The op alone, each field with each value, pairs of fields, and an unknown field."""
+    names = list(props)
+    out = [{"op": op}, {"op": op, "unknown": 1}, {"op": 5}]
+    for name, value in itertools.product(names, VALUES):
+        out.append({"op": op, name: value})
+    for (a, b), value in itertools.product(itertools.combinations(names, 2), VALUES[:12]):
+        out.append({"op": op, a: value, b: VALUES[(VALUES.index(value) + 3) % len(VALUES)]})
+    return out
+
+
+@pytest.mark.parametrize("op", sorted(ALL))
+def test_the_fast_path_says_valid_exactly_when_the_schema_does(op: str) -> None:
+    # Given an op's schema, flat as request() makes them
+    full = jsonschema.validators.validator_for(ALL[op])(ALL[op])
+    flat = schema.FlatCheck(ALL[op])
+    assert schema.FlatCheck.fits(ALL[op])
+    # When requests of every shape are checked both ways, Then they agree
+    for args in requests(op, ALL[op]["properties"]):
+        assert flat.passes(args) == full.is_valid(args), args
+
+
+def test_a_refusal_still_names_the_field() -> None:
+    checker = schema.Checker(schema.OPS)
+    checker.check("create", {"op": "create", "msg": {"param1": "x"}, "by": "http ::1"})
+    with pytest.raises(BadRequest, match="invalid creator \\(by\\)"):
+        checker.check("create", {"op": "create", "msg": {}, "by": "x" * 300})
+    with pytest.raises(BadRequest, match="unknown state for a new message 'run'"):
+        checker.check("create", {"op": "create", "state": "run"})
+    with pytest.raises(BadRequest, match="create: \\(top level\\)"):
+        checker.check("create", {"op": "create", "nonsense": 1})
+
+
+def test_a_schema_that_is_not_flat_takes_the_full_validator_only() -> None:
+    # Given an extra op whose schema refers elsewhere ($ref), as a test build may add
+    odd = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+           "$defs": {"n": {"type": "integer"}},
+           "properties": {"op": {"type": "string"}, "n": {"$ref": "#/$defs/n"}},
+           "required": ["op"], "additionalProperties": False}
+    checker = schema.Checker({**schema.OPS, "odd": odd})
+    # Then no fast path is made for it, and its check still works
+    assert not schema.FlatCheck.fits(odd)
+    checker.check("odd", {"op": "odd", "n": 3})
+    with pytest.raises(BadRequest, match="n"):
+        checker.check("odd", {"op": "odd", "n": "three"})
