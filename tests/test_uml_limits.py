@@ -45,8 +45,8 @@ def test_the_guests_systemd_has_cgroup_v2_with_controllers(facts):
 
 def test_a_run_past_memory_max_ends_killed_by_the_oom_killer_and_the_queue_goes_on(facts):
     oom = facts["oom"]
-    assert (oom["state"], oom["status"]) == ("err", "killed: out of memory (limit 100M)")
-    assert usage(oom)["oom_kills"] == 1 and usage(oom)["memory_peak_kb"] == 100 * 1024
+    assert (oom["state"], oom["status"]) == ("err", "killed: out of memory (limit 40M)")
+    assert usage(oom)["oom_kills"] == 1 and usage(oom)["memory_peak_kb"] == 40 * 1024
     # the other runs of the queue, one of them after the kill, by the same daemon
     assert (facts["small"]["state"], facts["lim_after"]["state"]) == ("done", "done")
     assert facts["lim_pids"][0] == facts["lim_pids"][1] != "0"
@@ -65,7 +65,7 @@ def test_peak_memory_of_a_200_mb_allocation_is_within_10_percent(facts):
 
 
 def test_queue_memory_max_is_in_systemd_and_enforced(facts):
-    assert facts["whole_memory_max"] == str(256 * MB)
+    assert facts["whole_memory_max"] == str(128 * MB)
     # a run past it is killed by the OOM killer of the unit's cgroup; the queue goes on
     assert facts["whole"]["state"] == "err" and "SIGKILL" in facts["whole"]["status"]
     assert "oom_kill 1" in facts["whole_events"]
