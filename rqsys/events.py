@@ -3,6 +3,13 @@
 Under systemd every event is a journal entry with a MESSAGE_ID (so
 ``journalctl MESSAGE_ID=...`` finds all of one kind) and RQ_QUEUE / RQ_MSG_ID
 fields; elsewhere it is one line on stderr.
+
+A queue daemon's log is *batched*: its stderr lines and the files its sinks
+keep (timelines, the stats journal) are written once per loop turn, when the
+loop calls :meth:`EventLog.flush` before it waits again, and before any
+answer is sent (so a client told ``ok`` reads the events before it), not
+once per event: at thousands of messages a second the writes were most of
+the daemon's system calls.  Other daemons write each line at once.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 # MESSAGE_IDs (journalctl --new-id128), one per kind of event.
 MESSAGE_IDS = {
@@ -32,6 +39,12 @@ PRIORITY = {"err": 3, "script": 4, "daemon": 6}
 Sink = Callable[[str, str, str, dict[str, Any]], None]
 
 
+class Flushing(Protocol):
+    """A batching sink: what it holds is written when the loop turn ends."""
+
+    def flush(self) -> None: ...
+
+
 def journal_available() -> bool:
     """True when stderr is connected to journald (systemd sets JOURNAL_STREAM)."""
     return bool(os.environ.get("JOURNAL_STREAM")) and os.path.exists(
@@ -41,8 +54,12 @@ def journal_available() -> bool:
 class EventLog:
     """Logs daemon events for one component (a queue name, 'web', 'scan', ...)."""
 
-    def __init__(self, component: str, journal: bool | None = None) -> None:
+    def __init__(self, component: str, journal: bool | None = None,
+                 batched: bool = False) -> None:
         self.component = component
+        self.batched = batched  # stderr lines held until flush() (see the module's docstring)
+        self._lines: list[str] = []
+        self.flushing: list[Flushing] = []  # batching sinks, flushed with the lines
         self.journal = journal_available() if journal is None else journal
         self._send: Any = None
         if self.journal:
@@ -55,9 +72,9 @@ class EventLog:
         self.record(kind, msg_id, text, **fields)
         line = f"{self.component}: {msg_id + ': ' if msg_id else ''}{kind}: {text}"
         if self._send is None:  # the journal stamps its entries; a plain line gets a time
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-            sys.stderr.write(f"{stamp}Z {line}\n")  # one write(2) per event: print() makes two
-            sys.stderr.flush()
+            self._lines.append(f"{_stamp()}Z {line}\n")
+            if not self.batched:
+                self._write_lines()
             return
         extra = {k.upper(): str(v) for k, v in fields.items()}
         if msg_id:
@@ -74,3 +91,26 @@ class EventLog:
 
     def warn(self, text: str, msg_id: str = "") -> None:
         self.event("script" if msg_id else "daemon", text, msg_id)
+
+    def flush(self) -> None:
+        """Write what this turn's events left: the batching sinks' files, then
+        the stderr lines (one write(2) for all of them)."""
+        for sink in self.flushing:
+            sink.flush()
+        if self._lines:
+            self._write_lines()
+
+    def _write_lines(self) -> None:
+        text, self._lines = "".join(self._lines), []
+        sys.stderr.write(text)  # print() would make two write(2)s a line
+        sys.stderr.flush()
+
+
+_STAMP: list[Any] = [0, ""]  # (second, its text): a busy loop logs many events a second
+
+
+def _stamp() -> str:
+    now = int(time.time())
+    if _STAMP[0] != now:
+        _STAMP[:] = [now, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))]
+    return str(_STAMP[1])

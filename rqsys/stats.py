@@ -35,11 +35,30 @@ def bucket(seconds: float) -> int:
 
 def id_time(msg_id: str) -> float:
     """A message's creation time, from its id (``YYYYmmdd.HHMM.SS.mmm.n``, UTC)."""
-    try:
-        stamp = time.strptime(msg_id[:16], "%Y%m%d.%H%M.%S")
-        return calendar.timegm(stamp) + int(msg_id[17:20]) / 1000
+    try:  # by hand: strptime took 30 us, a tenth of the daemon's time per message
+        if msg_id[8] != "." or msg_id[13] != "." or msg_id[16] != ".":
+            return 0.0
+        fields = (msg_id[0:4], msg_id[4:6], msg_id[6:8], msg_id[9:11], msg_id[11:13],
+                  msg_id[14:16])
+        year, month, day, hour, minute, sec = map(int, fields)
+        if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60
+                and sec < 62):
+            return 0.0
+        return calendar.timegm((year, month, day, hour, minute, sec, 0, 0, 0)) + int(
+            msg_id[17:20]) / 1000
     except (ValueError, IndexError):
         return 0.0
+
+
+_DAY: list[Any] = [-1, ""]  # (UTC day number, "YYYY-mm-dd"): one strftime a day
+
+
+def day_name(at: float) -> str:
+    """The UTC date of a Unix time, as the ``days`` keys are."""
+    number = int(at // 86400)
+    if _DAY[0] != number:
+        _DAY[:] = [number, time.strftime("%Y-%m-%d", time.gmtime(at))]
+    return str(_DAY[1])
 
 
 def new_slot(start: int) -> dict[str, Any]:
@@ -83,7 +102,7 @@ class QueueStats:
         self.totals[kind] += 1
         minute[kind] += 1
         hour[kind] += 1
-        day = self.days.setdefault(time.strftime("%Y-%m-%d", time.gmtime(at)),
+        day = self.days.setdefault(day_name(at),
                                    dict.fromkeys(COUNTED, 0))
         day[kind] += 1
         if len(self.days) > DAYS_KEPT:

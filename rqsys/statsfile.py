@@ -1,14 +1,16 @@
 """Keeping a queue's statistics across daemon restarts: a snapshot and a journal.
 
 Each counted event is appended to ``queue/<q>/stats.log`` as one JSON line
-(one ``write(2)``, no fsync) numbered ``n``.  Every ``SAVE_INTERVAL`` the
+numbered ``n``, no fsync; a loop turn's lines go in one ``write(2)`` when
+the turn ends (``flush``).  Every ``SAVE_INTERVAL`` the
 loop renames the journal to ``stats.log.old`` (new lines go to a new one)
 and hands a snapshot of the numbers (with the last line number it holds)
 to the background ``files`` lane, which writes ``stats.json`` durably
 (temp file, fsync, rename) and then removes ``stats.log.old``.  At start
 the snapshot is read and the journals' lines numbered after it are applied
 again.  So a counter never goes backwards when the daemon crashes, is
-killed or restarts: every line written is in the kernel.  A power cut can
+killed or restarts once the turn of its events has ended: every line
+written is in the kernel.  A power cut can
 lose the journal lines of the seconds before it (never the snapshot): then
 counters may step back by those, which Prometheus' ``rate()`` reads as a
 counter reset.
@@ -38,6 +40,7 @@ class StatsFile:
     def __init__(self, qdir: Path, stats: QueueStats, background: Background) -> None:
         self.qdir, self.stats, self.background = qdir, stats, background
         self._fd = -1
+        self._lines: list[str] = []  # this turn's, written by flush()
         self._saving = False
         self._lock = threading.Lock()  # a snapshot being written, and the one at stop
         self._closed = False
@@ -56,6 +59,7 @@ class StatsFile:
                     self.stats.apply(line)
         self._open()
         self._count({"k": "start", "t": round(time.time(), 3)})
+        self.flush()
         if (self.qdir / OLD).exists():  # a crash mid-snapshot: save now, before a rotation
             self._write_snapshot()      # could replace the old journal (rare: no hurry)
 
@@ -72,9 +76,16 @@ class StatsFile:
     def _count(self, event: dict[str, Any]) -> None:
         self.stats.apply(event)
         event["n"] = self.stats.seq
+        self._lines.append(json.dumps(event, separators=(",", ":")) + "\n")
+
+    def flush(self) -> None:
+        """Append this turn's lines to the journal, in one write(2)."""
+        if not self._lines:
+            return
+        data, self._lines = "".join(self._lines).encode(), []
         if self._fd >= 0:
             try:
-                os.write(self._fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+                os.write(self._fd, data)
             except OSError:
                 pass  # a full disk: the numbers in memory stay right until a restart
 
@@ -89,6 +100,7 @@ class StatsFile:
         if self._saving or not (self.qdir / JOURNAL).exists():
             return
         self._saving = True
+        self.flush()  # the old journal holds every line the snapshot covers
         os.rename(self.qdir / JOURNAL, self.qdir / OLD)  # the snapshot covers all of it
         self._open()
         data = json.dumps(self.stats.state(), separators=(",", ":")).encode()
@@ -111,6 +123,7 @@ class StatsFile:
 
     def close(self) -> None:
         """At stop: the snapshot written now, on the loop (nothing else is left to do)."""
+        self._lines.clear()  # the snapshot has them
         data = json.dumps(self.stats.state(), separators=(",", ":")).encode()
         with self._lock:  # waits for a snapshot being written, which then has none to write
             self._closed = True

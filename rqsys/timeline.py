@@ -2,12 +2,16 @@
 
 The daemon's ``EventLog`` feeds :class:`Timeline` (a sink) every event of
 a message, with ``RQ_STATE`` naming the state directory the message is in
-when the event is told.  Lines are appended with one ``write(2)`` on an
-``O_APPEND`` file and never fsynced: the loop does not wait for the disk on
-the hot path.  They survive a crash of the daemon (the kernel has them),
-but a power cut can lose the lines of the last seconds (until writeback):
-the message's state and status stay durable as before, and the timeline is
-its history, not its truth.  Times are Unix seconds (UTC), rounded to ms.
+when the event is told.  A loop turn's lines of one message are appended
+together, with one ``write(2)`` on an ``O_APPEND`` file, when the turn ends
+(``flush``), and never fsynced: the loop does not wait for the disk on the
+hot path.  A running message's file stays open from its start to its end
+(the fd follows the directory through its renames), so a run costs one
+open and one close, not one of each per line.  The lines survive a crash of
+the daemon once their turn has ended (the kernel has them), but a power cut
+can lose the lines of the last seconds (until writeback): the message's
+state and status stay durable as before, and the timeline is its history,
+not its truth.  Times are Unix seconds (UTC), rounded to ms.
 
 :func:`times` reads a timeline back into the ``created_at``, ``started_at``,
 ``ended_at``, ``wait_s`` and ``run_s`` of the message JSON.
@@ -29,19 +33,29 @@ ENDS = ("done", "err", "relayed")
 KINDS = frozenset({"created", "started", "status", "exit", "resend", "recovered",
                    "coalesced", "committed", "run_now", "destroy", "retry", "retried", "timeout",
                    "usage", *ENDS})
+# after these a message's run is over: its held file is closed
+RUN_ENDS = frozenset({*ENDS, "resend", "retry", "deleted"})
 MAX_TEXT = 2000  # a status text is cut here in the timeline (the status file has it whole)
 TIME_FIELDS = ("created_at", "started_at", "ended_at", "wait_s", "run_s")
+APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 
 
 class Timeline:
-    """The sink that appends a message's events to its directory."""
+    """The sink that appends a message's events to its directory, a turn at a time."""
 
-    def __init__(self, msg_dir: Any, host: str | None = None) -> None:
-        self._msg_dir = msg_dir  # (state, msg_id) -> its directory (QueueView.msg_path)
+    def __init__(self, msg_path: Any, host: str | None = None) -> None:
+        self._msg_path = msg_path  # (state, msg_id) -> its directory, a str (QueueView._path)
         self.host = host or socket.gethostname()
         self.failed = 0  # lines not written (the message had gone, a full disk)
+        self._pending: dict[str, tuple[str, list[str]]] = {}  # id -> (its state, lines)
+        self._held: dict[str, int] = {}  # a running message's open timeline
+        self._closing: set[str] = set()  # held ones whose run is over: closed at flush
 
     def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
+        if kind == "deleted" and msg_id:  # gone: nowhere to write; its held file closed
+            self._pending.pop(msg_id, None)
+            self._close(msg_id)
+            return
         state = fields.get("RQ_STATE")
         if not msg_id or kind not in KINDS or not state:
             return
@@ -51,10 +65,59 @@ class Timeline:
             line["text"] = text[:MAX_TEXT]
         if kind == "started":
             line["host"] = self.host
+            self._held.setdefault(msg_id, -1)  # opened at the flush
+        elif kind in RUN_ENDS and msg_id in self._held:
+            self._closing.add(msg_id)
+        lines = self._pending.get(msg_id)
+        if lines is None:
+            self._pending[msg_id] = (state, [_json(line)])
+        else:
+            lines[1].append(_json(line))
+            self._pending[msg_id] = (state, lines[1])  # the newest state: where it is now
+
+    def flush(self) -> None:
+        """Write the turn's lines: one write(2) per message."""
+        pending, self._pending = self._pending, {}
+        for msg_id, (state, lines) in pending.items():
+            self._write(msg_id, state, "".join(lines).encode())
+        for msg_id in self._closing:
+            self._close(msg_id)
+        self._closing.clear()
+
+    def close(self) -> None:
+        """At stop: everything written, every held file closed."""
+        self.flush()
+        for msg_id in list(self._held):
+            self._close(msg_id)
+
+    def _write(self, msg_id: str, state: str, data: bytes) -> None:
+        fd = self._held.get(msg_id)
         try:
-            append(f"{self._msg_dir(state, msg_id)}/{FILE}", line)
+            if fd is None or fd < 0:
+                opened = os.open(f"{self._msg_path(state, msg_id)}/{FILE}", APPEND, 0o644)
+                if fd is None:
+                    _write_close(opened, data)
+                    return
+                fd = self._held[msg_id] = opened
+            os.write(fd, data)
         except OSError:
             self.failed += 1
+
+    def _close(self, msg_id: str) -> None:
+        fd = self._held.pop(msg_id, None)
+        if fd is not None and fd >= 0:
+            os.close(fd)
+
+
+def _json(line: dict[str, Any]) -> str:
+    return json.dumps(line, separators=(",", ":")) + "\n"
+
+
+def _write_close(fd: int, data: bytes) -> None:
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _plain(fields: dict[str, Any]) -> dict[str, Any]:
@@ -69,12 +132,7 @@ def _plain(fields: dict[str, Any]) -> dict[str, Any]:
 
 def append(path: Path | str, line: dict[str, Any]) -> None:
     """One line, one write(2), no fsync (see the module's docstring)."""
-    data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
+    _write_close(os.open(path, APPEND, 0o644), _json(line).encode())
 
 
 def read(msg_dir: Path) -> list[dict[str, Any]]:

@@ -61,6 +61,7 @@ class QueueDaemon:
         self.store = QueueStore(layout.queue_dir(name))
         self.notifier = notifier or Notifier()
         self.log = log or EventLog(name)
+        self.log.batched = True  # written once a turn: see _end_turn
         self.default_idle = default_idle_timeout()
         self.selector = selectors.DefaultSelector()
         self.background = Background()
@@ -119,29 +120,44 @@ class QueueDaemon:
         # the listener, signals, background pipe, admin files' watch: more are clients, scripts
         self.always_registered = len(self.selector.get_map())
         self.notifier.ready(self.status_line())
+        self.log.flush()  # start-up's events (recovered, ...), before the first wait
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> int:
         self.start()
-        while True:
-            for key, mask in self.selector.select(self._timeout()):
-                key.data(key, mask)
-            self.intake.publish_pending()
-            self.runner.enforce_deadlines()
-            self.after.settle()  # dependencies' ends: waiting messages released or failed
-            if self._handle_flags():
-                break
-            if self.pool is not None:
-                self.pool.turn()  # pull for free workers, ack ends, extend runs
-            self.runner.start_due()
-            self.store.flush()
-            self.observer.file.tick(time.monotonic())
-            self._report()
-            if self._idle_expired():
-                self.log.event("daemon", "idle: exiting until the next request")
-                break
+        try:
+            while self._turn():
+                pass
+        finally:
+            self.log.flush()  # a turn an exception ended: its lines written first
         self._shut_down()
         return 0
+
+    def _turn(self) -> bool:
+        """One turn of the loop; False when the daemon should stop."""
+        for key, mask in self.selector.select(self._timeout()):
+            key.data(key, mask)
+        self.intake.publish_pending()
+        self.runner.enforce_deadlines()
+        self.after.settle()  # dependencies' ends: waiting messages released or failed
+        if self._handle_flags():
+            return False
+        if self.pool is not None:
+            self.pool.turn()  # pull for free workers, ack ends, extend runs
+        self.runner.start_due()
+        self._end_turn()
+        if self._idle_expired():
+            self.log.event("daemon", "idle: exiting until the next request")
+            return False
+        return True
+
+    def _end_turn(self) -> None:
+        """The turn's batched writes, before the loop waits again: the
+        directory syncs when due, the events' lines (timelines, stats, log)."""
+        self.store.flush()
+        self.observer.file.tick(time.monotonic())
+        self.log.flush()
+        self._report()
 
     def _shut_down(self) -> None:
         if self.ctx.files is not None:
@@ -149,7 +165,7 @@ class QueueDaemon:
         self.store.spares.stop()
         self.after.close()
         self.background.close()
-        self.observer.file.close()
+        self.observer.close()
         self.runner.output.close_all()
         self.store.flush(force=True)
         if self.pool is not None:
@@ -157,6 +173,7 @@ class QueueDaemon:
         if len(self.schedule) >= tunables.SNAPSHOT_MIN:
             self.store.save_que_snapshot(self.schedule.msgs)
         self.notifier.stopping()
+        self.log.flush()
 
     def _timeout(self) -> float:
         if self.intake.pending or self.after.ended:  # taken in after this turn's phase

@@ -56,8 +56,10 @@ class Observer:
         self.started = time.time()
         self.failures = FailureGroups(store)
         self.search = SearchOps(ctx, store, ledger, background)
-        log.sinks += [Timeline(store.msg_path), self.file.sink, self._tell_watchers,
-                      self.failures, self.search.index]
+        self.timeline = Timeline(store.msg_path)
+        log.sinks += [self.timeline, self.file.sink, self._tell_watchers, self.failures,
+                      self.search.index]
+        log.flushing += [self.timeline, self.file]  # written once a loop turn
 
     def ops(self) -> dict[str, Handler]:
         return {"stats": self.stats_op, "watch": self.watch_op, "groups": self.groups_op,
@@ -108,6 +110,11 @@ class Observer:
         """At start, before any event: the numbers kept by the daemons before."""
         self.file.load()
         self.search.index.start()
+
+    def close(self) -> None:
+        """At stop: the timelines' last lines, the stats' snapshot."""
+        self.timeline.close()
+        self.file.close()
 
     def stats_op(self, r: Request) -> Reply:
         """The queue's numbers: now (depths, in flight, admin, oldest queued),

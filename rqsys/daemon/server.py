@@ -171,6 +171,7 @@ class Server:
             return wire.error_reply(StoreError(f"store error: {exc.strerror or exc}"))
         trace = "".join(traceback.format_exception(exc))
         self.log.event("err", f"internal error in {op}: {exc!r}\n{trace}")
+        self.log.flush()  # a bug is logged at once, not at the turn's end
         return wire.error_reply(InternalError(
             f"internal error: {type(exc).__name__} in {op[:40]} (see the queue's log)"))
 
@@ -190,6 +191,7 @@ class Server:
         return conn.sock.fileno() >= 0
 
     def _reply(self, conn: Connection, reply: Reply) -> None:
+        self.log.flush()  # events told before an answer are written before it (events.py)
         conn.out += wire.encode(reply)
         self._flush(conn)
 
