@@ -1,13 +1,16 @@
 /* rq_start: start a queue script with its fds, session and signals set up
- * between vfork and exec, so no Python code ever runs in the child.
+ * between clone and exec, so no Python code ever runs in the child.
  *
- * The child shares the parent's memory until execve (vfork), so it only
- * makes system calls and stores one int; every signal is blocked across the
- * vfork and reset to SIG_DFL in the child before it is unblocked, so no
- * Python signal handler can run in the child. */
+ * The child shares the parent's memory until execve (clone with CLONE_VM
+ * and CLONE_VFORK, as vfork, on a stack of its own in the parent's frame),
+ * so it only makes system calls and stores one int; every signal is blocked
+ * across the clone and reset to SIG_DFL in the child before it is
+ * unblocked, so no Python signal handler can run in the child.  CLONE_PIDFD
+ * hands back the child's pidfd with its pid (no pidfd_open per run). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/types.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,6 +22,19 @@
 #include <sys/wait.h>
 
 #define RQ_FD_FLOOR 10
+#define RQ_CHILD_STACK (64 * 1024)   /* the child's until execve: a few frames of syscalls */
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+struct child {
+    const char *path, *cwd;
+    char *const *argv, *const *envp;
+    int out, wfd, rfd;
+    pid_t parent;
+    long long as_limit;
+    volatile int *child_errno;
+};
 
 /* Move fd above the five fds the child will use, so dup2 cannot clobber it. */
 static int lift(int fd)
@@ -100,24 +116,29 @@ static int child_setup(const char *cwd, int out, int wfd, int rfd, pid_t parent,
     return 0;
 }
 
-static pid_t start_child(const char *path, char *const argv[], char *const envp[],
-                         const char *cwd, int out, int wfd, int rfd, pid_t parent,
-                         long long as_limit, volatile int *child_errno)
+static int child_main(void *arg)
 {
+    struct child *c = arg;
+    reset_signals();
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (child_setup(c->cwd, c->out, c->wfd, c->rfd, c->parent, c->as_limit) == 0)
+        execve(c->path, c->argv, c->envp);
+    *c->child_errno = errno ? errno : EINVAL;
+    _exit(127);
+}
+
+/* The parent is suspended until the child execs or exits (CLONE_VFORK), so
+ * the child's stack can be an array in this frame. */
+static pid_t start_child(struct child *c, int *pidfd)
+{
+    char stack[RQ_CHILD_STACK] __attribute__((aligned(16)));
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = vfork();
-    if (pid == 0) {
-        reset_signals();
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        if (child_setup(cwd, out, wfd, rfd, parent, as_limit) == 0)
-            execve(path, argv, envp);
-        *child_errno = errno ? errno : EINVAL;
-        _exit(127);
-    }
+    pid_t pid = clone(child_main, stack + sizeof stack,
+                      CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, c, pidfd);
     int saved = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     errno = saved;
@@ -128,6 +149,18 @@ static void close_pair(int p[2])
 {
     close(p[0]);
     close(p[1]);
+}
+
+/* Close two fds; one close_range when they are neighbours (the two pipes'
+ * inner ends usually are: pipe2 hands out the lowest free numbers). */
+static void close_two(int a, int b)
+{
+#ifdef SYS_close_range
+    if (b == a + 1 && syscall(SYS_close_range, a, b, 0) == 0)
+        return;
+#endif
+    close(a);
+    close(b);
 }
 
 /* Start a script: its pipes, the child, and a pidfd, in one call.
@@ -148,26 +181,19 @@ static int start_limited(const char *path, char *const argv[], char *const envp[
         return -saved;
     }
     volatile int child_errno = 0;
-    pid_t pid = start_child(path, argv, envp, cwd, out, st[1], rp[0], parent, as_limit,
-                            &child_errno);
+    int pidfd = -1;
+    struct child c = {path, cwd, argv, envp, out, st[1], rp[0], parent, as_limit,
+                      &child_errno};
+    pid_t pid = start_child(&c, &pidfd);
     int saved = errno;
-    close(st[1]);
-    close(rp[0]);
+    close_two(st[1], rp[0]);
     if (pid < 0 || child_errno) {
         close(st[0]);
         close(rp[1]);
         if (pid < 0) return -saved;
         waitpid(pid, NULL, 0);              /* the child has exited with 127 */
+        close(pidfd);
         return -child_errno;
-    }
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd < 0) {                         /* no pidfd: no way to watch it */
-        saved = errno;
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(st[0]);
-        close(rp[1]);
-        return -saved;
     }
     fds[0] = st[0];
     fds[1] = rp[1];
