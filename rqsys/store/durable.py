@@ -199,16 +199,20 @@ def dir_size(path: str) -> int:
         return -1
 
 
-def sync_if_grown(path: str, size_before: int) -> None:
-    """fsync directory ``path`` if it grew since ``size_before``.
+def sync_if_grown(path: str, size_before: int) -> int:
+    """fsync directory ``path`` if it grew since ``size_before``; its size now.
 
     With ``chattr +D`` (dirsync.py) ext4 without a journal writes a
     directory's blocks synchronously, but not its inode: when an entry took a
     new block, the inode that maps that block must reach the disk before the
-    entry's source directory does.
+    entry's source directory does.  (``size_before`` may be an older size,
+    as the store keeps them: a directory never shrinks, so a stale one only
+    costs a needless fsync.)
     """
-    if size_before >= 0 and dir_size(path) != size_before:
+    size = dir_size(path)
+    if size_before >= 0 and size != size_before:
         fsync_path(path)
+    return size
 
 
 def rename_durably(old: Path, new: Path) -> None:

@@ -61,6 +61,7 @@ class QueueStore(QueueView):
         self.dirty = durable.DirtyDirs()  # parents of batched transitions
         self.spares = SpareMaker(f"{self._base}/{TMP_DIR}")
         self.ordered = False  # ext4 without a journal: set by recover() (see dirsync.py)
+        self._sizes: dict[str, int] = {}  # ordered: directories' sizes after our last renames
 
     # -- creation (synchronous) -------------------------------------------
     def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
@@ -103,11 +104,11 @@ class QueueStore(QueueView):
         on ext4 without a journal ``state``'s new entries are on disk before
         the answer: see :meth:`move`)."""
         dest = f"{self._base}/{state}"
-        size = durable.dir_size(dest) if self.ordered else -1
+        size = self._size_before(dest)
         for staged in batch:
             durable.rename(staged.tmp, f"{dest}/{staged.msg_id}")
         if batch:
-            durable.sync_if_grown(dest, size)
+            self._synced_if_grown(dest, size)
             self.dirty.add(f"{self._base}/{TMP_DIR}", dest)
 
     def create(self, msg: dict[str, Any], state: str = "que") -> str:
@@ -127,7 +128,7 @@ class QueueStore(QueueView):
         old, new = self._path(src, msg_id), self._path(dest, msg_id)
         # ext4 without a journal: dest's block is written inside the rename
         # (chattr +D), its inode here if the entry took a new block
-        size = dir_size(os.path.dirname(new)) if self.ordered else -1
+        size = self._size_before(os.path.dirname(new))
         try:
             self._rename(old, new, dest in SHARDED_STATES)
         except FileNotFoundError as exc:
@@ -139,8 +140,20 @@ class QueueStore(QueueView):
         if durable:
             fsync_dirs(parents)  # the parameter hides the module here
         else:
-            sync_if_grown(os.path.dirname(new), size)
+            self._synced_if_grown(os.path.dirname(new), size)
             self.dirty.add(*parents)
+
+    def _size_before(self, path: str) -> int:
+        """Ordered: a directory's size before a rename into it (the one
+        seen after the last, else a stat); -1 when not ordered."""
+        if not self.ordered:
+            return -1
+        size = self._sizes.get(path)
+        return dir_size(path) if size is None else size
+
+    def _synced_if_grown(self, path: str, size: int) -> None:
+        if self.ordered:
+            self._sizes[path] = sync_if_grown(path, size)
 
     @staticmethod
     def _rename(old: str, new: str, sharded: bool) -> None:
