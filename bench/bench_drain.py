@@ -252,15 +252,16 @@ def _report_slots(slots: int, base: float, spooler: float | None, got: dict[str,
     report(f"rqsys drain, num_workers {slots}", f"{rate:8.0f} msgs/s ({ratio:.0%} of ceiling"
            f"{vs}; {target})", "PASS" if ok else "MISS")
     cpu = got["cpu_us"]
-    report(f"  daemon CPU per message, {slots} workers",
+    report(f"rqsys daemon CPU per message, {slots} workers",
            f"{cpu:8.0f} us (target <= 150 us)", "PASS" if cpu <= 150 else "MISS")
-    report("  loop thread busy / wall per message",
-           f"{got['loop_busy_us']:8.0f} us of {got['wall_us']:.0f} us")
+    report(f"rqsys loop busy per message, {slots} workers",
+           f"{got['loop_busy_us']:8.0f} us (of {got['wall_us']:.0f} us wall a message)")
     if calls is None:
-        report("  daemon syscalls per message", "     n/a (apt-get install strace)")
+        report(f"rqsys daemon syscalls per message, {slots} workers",
+               "     n/a (apt-get install strace)")
     else:
-        report("  daemon syscalls per message", f"{calls:8.1f} (target <= 16)",
-               "PASS" if calls <= 16 else "MISS")
+        report(f"rqsys daemon syscalls per message, {slots} workers",
+               f"{calls:8.1f} calls (target <= 16)", "PASS" if calls <= 16 else "MISS")
 
 
 def main() -> int:
