@@ -64,6 +64,14 @@ def test_peak_memory_of_a_200_mb_allocation_is_within_10_percent(facts):
     assert usage(facts["peak"])["cpu_s"] > 0
 
 
+def test_cpu_quota_holds_a_busy_run_to_its_share(facts):
+    # a message's own cpu_quota of 20 % on a queue with message_limits: 2 s of spinning
+    spin = facts["spin"]
+    [end] = [e for e in spin["timeline"] if e["ev"] == "exit"]
+    assert spin["state"] == "done" and end["run_s"] >= 2
+    assert usage(spin)["cpu_s"] <= 0.3 * end["run_s"], (usage(spin), end)
+
+
 def test_queue_memory_max_is_in_systemd_and_enforced(facts):
     assert facts["whole_memory_max"] == str(128 * MB)
     # a run past it is killed by the OOM killer of the unit's cgroup; the queue goes on

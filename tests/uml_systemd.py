@@ -43,10 +43,13 @@ FORKS = ("import os, time\nok = refused = 0\nfor _ in range(20):\n"
          "    try:\n        pid = os.fork()\n    except OSError:\n        refused += 1\n"
          "        continue\n    if pid == 0:\n        time.sleep(3)\n        os._exit(0)\n"
          "    ok += 1\nopen(3, \"w\").write(f\"done forks {ok} refused {refused}\\n\")\n")
+SPIN = ("import time\nend = time.monotonic() + 2\nwhile time.monotonic() < end:\n    pass\n"
+        "open(3, \"w\").write(\"done spun\\n\")\n")
 SCRIPT = f"""#!/bin/sh
 case "$RQ_PARAM1" in
 alloc) exec python3 -c "{ALLOC}" "$RQ_PARAM2" ;;
 forks) exec python3 -c '{FORKS}' ;;
+spin) exec python3 -c '{SPIN}' ;;
 esac
 """
 QUEUES = {
@@ -172,9 +175,10 @@ def drive(work: Path) -> None:
 
 def scenario(facts: dict[str, Any]) -> None:
     oom, small, forks = send("lim", ["alloc", "80"], ["alloc", "20"], ["forks"])
-    [peak] = send("peak", ["alloc", "200"])
+    peak, spin = send("peak", ["alloc", "200"], ["spin", {"cpu_quota": "20%"}])
     for name, queue, msg_id in (("oom", "lim", oom), ("small", "lim", small),
-                                ("forks", "lim", forks), ("peak", "peak", peak)):
+                                ("forks", "lim", forks), ("peak", "peak", peak),
+                                ("spin", "peak", spin)):
         facts[name] = ended(queue, msg_id)
     pid = show("rq@lim.service", "MainPID")
     after = send("lim", ["alloc", "20"])  # beside the whole queue's, to save time
@@ -205,15 +209,22 @@ def make_queue(work: Path, name: str, cfg: dict[str, Any]) -> None:
     os.symlink(entry, f"/var/lib/rq/scandir/{name}")
 
 
-def send(queue: str, *messages: list[str]) -> list[str]:
-    """Send messages (each its params) in one ``rq sendmesg --bulk`` (a Python
-    start costs a second in UML); their ids."""
-    lines = "".join(json.dumps({f"param{n}": p for n, p in enumerate(params, 1)}) + "\n"
-                    for params in messages)
+def send(queue: str, *messages: list[Any]) -> list[str]:
+    """Send messages (each its params, then maybe its own limits) in one ``rq
+    sendmesg --bulk`` (a Python start costs a second in UML); their ids."""
+    lines = "".join(json.dumps(_message(params)) + "\n" for params in messages)
     out = subprocess.run([str(Path(sys.executable).parent / "rq"), "sendmesg", "--dest", queue,
                           "--bulk", "-"], input=lines, capture_output=True, text=True,
                          check=True).stdout.split()
     return [word.rsplit("/", 1)[1] for word in out if word.startswith("http")]
+
+
+def _message(params: list[Any]) -> dict[str, Any]:
+    words = [p for p in params if isinstance(p, str)]
+    msg: dict[str, Any] = {f"param{n}": p for n, p in enumerate(words, 1)}
+    for limits in (p for p in params if isinstance(p, dict)):
+        msg["limits"] = limits  # the message's own limits
+    return msg
 
 
 def ended(queue: str, msg_id: str) -> dict[str, Any]:
