@@ -115,3 +115,20 @@ def test_parse_when():
     assert searchquery.parse_when("2026-11-24T00:00Z", "since") == 1795478400
     with pytest.raises(BadRequest, match="until: not a time"):
         searchquery.parse_when("tomorrow", "until")
+
+
+def test_bulk_move_to_another_queue(make_queue, daemon, filled):
+    proc, errs, dones = filled
+    make_queue("q2", SCRIPT)
+    other = daemon("q2")
+    got = proc.call("bulk", action="move", dest="q2", state="done", tag="adhoc")
+    assert (got["matched"], got["count"], got["passed_over"]) == (2, 2, 0)
+    assert proc.call("counts")["counts"]["done"] == 0
+    moved = _wait_for(other, 2, state="done")["rows"]
+    assert sorted(r["params"] for r in moved) == ["job0 q2", "job1 q2"]
+    for bad, why in (({}, "dest: name another queue"), ({"dest": "q"}, "dest: name another"),
+                     ({"dest": "../x"}, "invalid dest")):
+        with pytest.raises(BadRequest, match=why):
+            proc.client().call("bulk", action="move", state="err", **bad)
+    with pytest.raises(BadRequest, match="with action move only"):
+        proc.client().call("bulk", action="delete", dest="q2")

@@ -20,22 +20,25 @@ from typing import Any
 
 from rqsys import searchquery
 from rqsys.background import Background
+from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.schema import request
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest, RQError, StoreError
 from rqsys.searchindex import SearchIndex
-from rqsys.store import QueueStore
+from rqsys.store import QUEUE_NAME_RE, QueueStore
 
 LANE = "search"
 STEP_S = 0.02  # loop time a step of a bulk retry takes before it lets others in
 CHUNK = 50  # messages retried (or deleted, a step) at a time
 YIELD_LANE = "bulk"  # a no-op job in it brings the next step back on a later loop turn
-ACTIONS = ("retry", "delete")
+ACTIONS = ("retry", "delete", "move")
 SCHEMAS: dict[str, dict[str, Any]] = {
     "search": request(**searchquery.SCHEMA),
     "bulk": request(("action",), action={"title": "bulk action", "enum": list(ACTIONS)},
+                    dest={"title": "dest (queue to move to)", "type": "string",
+                          "pattern": QUEUE_NAME_RE.pattern},
                     **searchquery.SCHEMA),
 }
 Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed over, error)
@@ -111,6 +114,7 @@ class SearchOps:
         self.ctx, self.background = ctx, background
         self.index = SearchIndex(store)
         self.batches = Batches(ledger, background)
+        self.mover = Mover(ctx, store, ledger, background)
 
     def ops(self) -> dict[str, Callable[[Request], Reply | None]]:
         return {"search": self.search_op, "bulk": self.bulk_op}
@@ -135,10 +139,13 @@ class SearchOps:
                     lambda got: r.answer({"ok": True, "partial": partial, **got}), r)
 
     def bulk_op(self, r: Request) -> None:
-        """Retry or delete all that match, in batches; answered with how many
-        were acted on and passed over, once all of it is durable."""
+        """Retry, delete or move (to ``dest``) all that match, in steps;
+        answered with how many were acted on and passed over, once all of it
+        is durable."""
         args = dict(r.args)
-        action = args.pop("action")
+        action, dest = args.pop("action"), args.pop("dest", "")
+        if (action == "move") != bool(dest) or dest == self.ctx.name:
+            raise BadRequest("dest: name another queue to move to (with action move only)")
         if action == "retry" and args.get("state", "err") != "err":
             raise BadRequest(f"action retry applies to err messages, not {args['state']}")
         if action == "retry":
@@ -153,5 +160,8 @@ class SearchOps:
                 else:
                     r.answer({"ok": True, "action": action, "matched": len(ids),
                               "count": done, "passed_over": passed})
-            self.batches.run(ids, action, finish, args.get("state", ""))
+            if action == "move":
+                self.mover.run(ids, dest, args.get("state", ""), finish)
+            else:
+                self.batches.run(ids, action, finish, args.get("state", ""))
         self._query(lambda db: searchquery.all_ids(db, args), found, r)

@@ -45,8 +45,10 @@ def paths(queue: dict[str, Any], get: Callable[..., Any], post: Callable[..., An
     return {
         "/q/{name}/search.json": get([queue, *query], FOUND, "A page of the queue's messages "
                                      "matching a search (from the daemon's search index)"),
-        "/q/{name}/bulk": post([queue], form({"action": {"enum": ["retry", "delete"]},
+        "/q/{name}/bulk": post([queue], form({"action": {"enum": ["retry", "delete", "move"]},
+                                              "dest": {"type": "string",
+                                                       "description": "move: the queue"},
                                               **FILTERS}),
-                               "Retry or delete every message matching a search, by the "
-                               "daemon in batches", {"type": "array"}),
+                               "Retry, delete or move (to dest) every message matching a "
+                               "search, by the daemon in steps", {"type": "array"}),
     }

@@ -179,4 +179,18 @@ def _bulk(web: Web, name: str, state: str, fields: dict[str, str], total: int,
     buttons.append(post_button(action, f"Delete all {count} matching",
                                {"action": "delete", **hidden}, danger=True,
                                confirm=f"Delete all {count} matching messages?"))
+    buttons.append(_move_form(web, name, action, count, hidden))
     return f'<div class="actions bulk" id="bulk">{"".join(buttons)}</div>'
+
+
+def _move_form(web: Web, name: str, action: str, count: str, hidden: dict[str, str]) -> str:
+    """Move all matching to another queue (a select of the others)."""
+    others = [q for q in web.layout.queue_names() if q != name]
+    if not others:
+        return ""
+    fields = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
+                     for k, v in {"action": "move", **hidden}.items())
+    options = "".join(f'<option value="{e(q)}">{e(q)}</option>' for q in others)
+    return (f'<form method="post" action="{e(action)}" class="move">{fields}'
+            f'<button id="move">Move all {e(count)} matching to</button> '
+            f'<select name="dest" aria-label="queue to move to">{options}</select></form>')

@@ -49,7 +49,7 @@ class SearchJSON(Resource):
 
 
 class BulkAction(Resource):
-    """``action=retry|delete`` and a search's fields (as ``search.json``):
+    """``action=retry|delete|move`` (``dest=Q`` to move to) and a search's fields:
     ``["ok", {"matched", "count", "passed_over"}]``, or a 303 to ``back``."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
@@ -60,6 +60,8 @@ class BulkAction(Resource):
             raise BadRequest(f"action must be one of {', '.join(ACTIONS)}, "
                              f"not {str(action)[:40]!r}")
         args = searchquery.from_params(params.get)
+        if params.get("dest"):
+            args["dest"] = str(params["dest"])
         with QueueClient(self.web.layout, name, timeout=BULK_TIMEOUT) as client:
             got = client.call("bulk", action=action, **args)
         result = {k: got[k] for k in ("action", "matched", "count", "passed_over")}
