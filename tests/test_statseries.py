@@ -39,4 +39,5 @@ def test_sparkline_scales_to_the_peak_and_escapes_its_title():
     assert svg.count("<polyline") == 1 and "&lt;per&gt;" in svg and "<per>" not in svg
     points = svg.split('class="line" points="')[1].split('"')[0].split()
     ys = [float(p.split(",")[1]) for p in points]
-    assert ys[3] == min(ys) and ys[0] == ys[2] == max(ys)  # the peak on top, 0 and gaps at the floor
+    # the peak on top, 0 and gaps at the floor
+    assert ys[3] == min(ys) and ys[0] == ys[2] == max(ys)
