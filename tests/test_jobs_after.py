@@ -119,7 +119,8 @@ def test_after_over_http_and_rq(make_queue, daemon, web_server, layout):
               "--after-policy", "sometimes")
     assert out.returncode == 2 and "argument --after-policy: invalid choice" in out.stderr
     out = _rq(layout, "sendmesg", "--dest", "q", "--after", "20000101.0000.00.000")
-    assert out.returncode != 0 and "after: no message" in out.stdout + out.stderr, out
+    assert out.returncode == 1 and out.stdout.startswith("fail after: no message"), out
+    assert "rq: after: no message" in out.stderr
     proc.call("adminoper", oper="resume")
     assert settle(proc, web_id)["state"] == "done"
 
