@@ -1,4 +1,4 @@
-"""The fast path of the request check (schema.FlatCheck) agrees with the full
+"""The fast path of the request check (FlatCheck) agrees with the full
 JSON Schema validator on every op: it says "valid" exactly when the validator
 does, and a refusal still names the field."""
 
@@ -10,8 +10,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+from rqsys import config
 from rqsys.daemon import observe, schema
 from rqsys.errors import BadRequest
+from rqsys.flatcheck import FlatCheck
 
 ALL = {**schema.OPS, **observe.SCHEMAS}
 # values of every JSON type, and ones that fit the fields' patterns and enums
@@ -36,8 +38,8 @@ def requests(op: str, props: dict[str, Any]) -> list[dict[str, Any]]:
 def test_the_fast_path_says_valid_exactly_when_the_schema_does(op: str) -> None:
     # Given an op's schema, flat as request() makes them
     full = jsonschema.validators.validator_for(ALL[op])(ALL[op])
-    flat = schema.FlatCheck(ALL[op])
-    assert schema.FlatCheck.fits(ALL[op])
+    flat = FlatCheck(ALL[op])
+    assert FlatCheck.fits(ALL[op])
     # When requests of every shape are checked both ways, Then they agree
     for args in requests(op, ALL[op]["properties"]):
         assert flat.passes(args) == full.is_valid(args), args
@@ -62,7 +64,29 @@ def test_a_schema_that_is_not_flat_takes_the_full_validator_only() -> None:
            "required": ["op"], "additionalProperties": False}
     checker = schema.Checker({**schema.OPS, "odd": odd})
     # Then no fast path is made for it, and its check still works
-    assert not schema.FlatCheck.fits(odd)
+    assert not FlatCheck.fits(odd)
     checker.check("odd", {"op": "odd", "n": 3})
     with pytest.raises(BadRequest, match="n"):
         checker.check("odd", {"op": "odd", "n": "three"})
+
+
+MESSAGES: list[Any] = [
+    {}, {"param1": "x"}, {"param1": 5}, {"dest": "q", "param2": "y", "max_count": 3},
+    {"max_count": "3"}, {"due": 1.5}, {"due": "soon"}, {"unique_for": 5},
+    {"unique_key": "k", "unique_for": 5}, {"after_policy": "wait"}, {"tags": ["a", "b"]},
+    {"tags": "a"}, {"priority": 2}, {"priority": 2.5}, {"timeout": 0}, {"timeout": -1},
+    {"nonsense": 1}, {"force_remote": True}, {"force_remote": "yes"}, {"relay_via": []},
+    {"post_run_webhook": ["http://h/x"]}, {"limits": {}}, {"limits": 5}, [], "x", None]
+
+
+def test_the_message_schema_takes_the_fast_path_with_the_same_verdicts() -> None:
+    # Given message.json, which a create validates
+    message = config.schema("message")
+    assert FlatCheck.fits(message)
+    flat, full = FlatCheck(message), jsonschema.validators.validator_for(message)(message)
+    # Then every message, valid or not, gets the validator's verdict
+    for msg in MESSAGES:
+        assert flat.passes(msg) == full.is_valid(msg), msg
+    # and config.validate still names the field of a bad one
+    with pytest.raises(Exception, match="max_count"):
+        config.validate("message", {"max_count": "3"}, "message")

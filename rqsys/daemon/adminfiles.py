@@ -40,14 +40,16 @@ class AdminFiles:
         self.config_dir = config_dir
         self.down = config_dir / f"{name}.down"
         self.pause = config_dir / f"{name}.pause"
+        self._down, self._pause = str(self.down), str(self.pause)
         self._wm: Any = None
         self._notifier: Any = None
 
     def state(self) -> str:
-        """DOWN when ``.down`` exists, else PAUSE when ``.pause`` does, else UP."""
-        if self.down.exists():
+        """DOWN when ``.down`` exists, else PAUSE when ``.pause`` does, else UP
+        (read at every create: plain string paths, no Path objects made)."""
+        if os.path.exists(self._down):
             return "DOWN"
-        return "PAUSE" if self.pause.exists() else "UP"
+        return "PAUSE" if os.path.exists(self._pause) else "UP"
 
     def remove_for(self, oper: str) -> None:
         """``up`` removes ``.down``, ``resume`` removes ``.pause`` (RQ's adminoper),

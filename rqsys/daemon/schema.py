@@ -7,12 +7,10 @@ it is made (``rqsys.message.new_message``).  The validators are compiled
 once, at import.  An error names the field: ``invalid message id: '..'``.
 
 A request of a flat schema (what :func:`request` makes) is first asked of
-:class:`FlatCheck`, which checks the field names itself and each field's
-value with a validator of that field's own schema (none for a field the
-schema only names, such as ``create``'s ``msg``): a plain create then costs
-a few microseconds instead of some thirty for the whole object.  Only its
-"valid" is trusted; anything else goes to the full validator, whose error
-is the answer.
+``rqsys.flatcheck`` (a field the schema only names, such as ``create``'s
+``msg``, is not checked there at all): a plain create's check then costs a
+few microseconds instead of some thirty.  Only its "valid" is trusted;
+anything else goes to the full validator, whose error is the answer.
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ import jsonschema
 from rqsys import tunables
 from rqsys.daemon.tags import TAG_PATTERN
 from rqsys.errors import BadRequest
+from rqsys.flatcheck import flat_check
 from rqsys.store import ADMIN_OPERS, ATTACH_NAME_RE, MSG_ID_RE, STATES
 
 MSG_ID = {"title": "message id", "type": "string", "pattern": MSG_ID_RE.pattern}
@@ -77,46 +76,8 @@ def _compile(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-FLAT_KEYS = frozenset({"$schema", "type", "properties", "required", "additionalProperties"})
-ANNOTATIONS = frozenset({"title", "description"})  # keywords that check nothing
-
-
-class FlatCheck:
-    """A fast "valid" for a request of a flat object schema: its field names
-    checked here, each field's value by a validator of its own schema."""
-
-    def __init__(self, schema: dict[str, Any]) -> None:
-        self.required = frozenset(schema["required"])
-        self.fields = {name: None if set(sub) <= ANNOTATIONS
-                       else _compile({"$schema": schema["$schema"], **sub})
-                       for name, sub in schema["properties"].items()}
-
-    @staticmethod
-    def fits(schema: dict[str, Any]) -> bool:
-        """Whether ``schema`` is flat: known properties, nothing else allowed,
-        no reference out of a property's own schema."""
-        return (set(schema) == FLAT_KEYS and schema["type"] == "object"
-                and schema["additionalProperties"] is False and "$ref" not in str(schema))
-
-    def passes(self, args: dict[str, Any]) -> bool:
-        """True only when ``args`` is valid (False: let the full validator say why)."""
-        if not self.required <= args.keys():
-            return False
-        for name, value in args.items():
-            if name not in self.fields:
-                return False
-            field = self.fields[name]
-            if field is not None and not field.is_valid(value):
-                return False
-        return True
-
-
-def _flat(schema: dict[str, Any]) -> FlatCheck | None:
-    return FlatCheck(schema) if FlatCheck.fits(schema) else None
-
-
 _COMPILED = {op: _compile(schema) for op, schema in OPS.items()}
-_FLAT = {op: _flat(schema) for op, schema in OPS.items()}
+_FLAT = {op: flat_check(schema) for op, schema in OPS.items()}
 
 
 class Checker:
@@ -126,7 +87,8 @@ class Checker:
         ours = {op for op, s in schemas.items() if s is OPS.get(op)}
         self._validators = {op: _COMPILED[op] if op in ours else _compile(s)
                             for op, s in schemas.items()}
-        self._flat = {op: _FLAT[op] if op in ours else _flat(s) for op, s in schemas.items()}
+        self._flat = {op: _FLAT[op] if op in ours else flat_check(s)
+                      for op, s in schemas.items()}
 
     def check(self, op: str, args: dict[str, Any]) -> None:
         """BadRequest naming the field, unless ``args`` is a valid ``op`` request."""
