@@ -194,12 +194,15 @@ class QueueDaemon:
     def _report(self) -> None:
         """STATUS= to systemd when it changed, at most every STATUS_INTERVAL."""
         now = time.monotonic()
-        line = self.status_line()
-        self._status_stale = line != self._status_sent
-        if self._status_stale and now >= self._status_at:
-            self.notifier.status(line)
-            self._status_sent, self._status_stale = line, False
-            self._status_at = now + tunables.STATUS_INTERVAL
+        if now < self._status_at:  # made when due, not at every turn of a busy loop
+            self._status_stale = True
+        else:
+            line = self.status_line()
+            self._status_stale = line != self._status_sent
+            if self._status_stale:
+                self.notifier.status(line)
+                self._status_sent, self._status_stale = line, False
+                self._status_at = now + tunables.STATUS_INTERVAL
         self.notifier.kick_watchdog(now)
 
     def status_line(self) -> str:
