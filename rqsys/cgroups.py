@@ -96,6 +96,11 @@ def find() -> Delegation | None:
         return None
 
 
+def oom_kills(path: Path | None) -> int:
+    """How many processes of cgroup ``path`` (its subtree) the OOM killer has killed."""
+    return _keyed(_read(path / "memory.events")).get("oom_kill", 0) if path else 0
+
+
 def _write(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:

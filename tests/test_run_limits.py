@@ -110,3 +110,28 @@ def test_the_daemons_own_cgroup_is_read_from_proc(tmp_path):
     assert delegation.limit_files({"memory_max": "1G", "cpu_quota": "50%", "tasks_max": 8}) \
         == {"memory.max": str(1 << 30), "pids.max": "8"}
     assert not delegation.holds("cpu_quota") and delegation.holds("runtime_max")
+
+
+def test_a_sigkill_after_a_new_oom_kill_of_the_unit_is_the_queues_memory_max(tmp_path):
+    # the real OOM killer at a queue's MemoryMax= is in tests/test_uml_limits.py;
+    # here the unit's memory.events is a file, and each new kill explains one end
+    from types import SimpleNamespace
+
+    from rqsys.daemon.runlimits import RunLimits
+
+    ctx = SimpleNamespace(name="q", config={"limits": {"memory_max": "128M"}})
+    events = tmp_path / "memory.events"
+    events.write_text("oom 2\noom_kill 2\n")  # before this daemon: not its runs'
+    limits = RunLimits(ctx, None, None)  # type: ignore[arg-type]
+    limits._unit, limits._oom_seen = tmp_path, 2
+    killed = Outcome("err", "PROCESS EXITED IMPROPERLY ... SIGKILL (signal 9)", kind="signal")
+    assert limits.queue_oom(killed) == killed
+    events.write_text("oom 3\noom_kill 3\n")
+    assert limits.queue_oom(killed) == Outcome(
+        "err", "killed: out of memory (queue limit 128M)", kind="signal")
+    assert limits.queue_oom(killed) == killed  # that kill is told already
+    # an exit, or a queue without a memory_max, keep their words
+    events.write_text("oom 4\noom_kill 4\n")
+    assert limits.queue_oom(Outcome("err", "exit 1", kind="exit")).text == "exit 1"
+    ctx.config = {}
+    assert limits.queue_oom(killed) == killed

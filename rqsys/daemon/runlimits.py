@@ -68,6 +68,8 @@ class RunLimits:
         self.ready = not (self.systemd or self.cgroups)  # else: once old runs are stopped
         self._said: set[str] = set()
         self._memory_controlled: bool | None = None
+        self._unit = self.cgroups.unit if self.cgroups else _own_cgroup()
+        self._oom_seen = cgroups.oom_kills(self._unit)  # the unit's OOM kills told so far
 
     # ------------------------------------------------------------ start-up
     def recover(self) -> None:
@@ -252,6 +254,27 @@ class RunLimits:
         elif result == "oom-kill":
             run.oom = True
         then(run)
+
+
+    def queue_oom(self, outcome: Outcome) -> Outcome:
+        """A run SIGKILLed by the OOM killer at the queue's own ``memory_max``
+        (MemoryMax= of rq@<q>): said so.  Each new OOM kill of the unit
+        explains one such end."""
+        limit = (self.ctx.config.get("limits") or {}).get("memory_max")
+        if not limit or outcome.state != "err" or outcome.kind != "signal" \
+                or "SIGKILL" not in outcome.text:
+            return outcome
+        if cgroups.oom_kills(self._unit) <= self._oom_seen:
+            return outcome
+        self._oom_seen += 1
+        return Outcome("err", f"killed: out of memory (queue limit {limit})", kind="signal")
+
+
+def _own_cgroup() -> Any:
+    try:
+        return cgroups.own_cgroup()
+    except OSError:
+        return None
 
 
 def explain(run: Run, outcome: Outcome) -> Outcome:

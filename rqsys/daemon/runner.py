@@ -293,8 +293,7 @@ class Runner:
     def _end(self, worker: Worker, wait_status: int, run: Run | None = None) -> None:
         """The message ends (a limited run's once everything it started is gone)."""
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
-        if run is not None:
-            outcome = explain(run, outcome)
+        outcome = explain(run, outcome) if run is not None else self.limits.queue_oom(outcome)
         self._conclude(worker.msg_id, worker.msg, outcome, worker.on_disk, worker)
 
     def _conclude(self, msg_id: str, msg: Msg, outcome: Outcome, on_disk: str | None,
