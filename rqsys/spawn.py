@@ -23,6 +23,7 @@ from rqsys.errors import SpawnError
 
 SCRIPT_WRITE_FD = 3
 SCRIPT_READ_FD = 4
+UNIQUE_PER_RUN = frozenset({"RQ_MSG_ID", "RQ_FULL_MSG_ID", "RQ_MSG_DIR"})  # never cached
 
 
 class ExecFailed(SpawnError):
@@ -124,9 +125,11 @@ class QueueEnviron:
                       for k, v in base.items() if k not in run_keys]
 
     def strings(self, run: dict[str, str]) -> list[object]:
-        """The C strings of the queue's environment with one run's variables."""
-        new = self._ffi.new
-        return self._base + [new("char[]", os.fsencode(f"{k}={v}")) for k, v in run.items()]
+        """The C strings of the queue's environment with one run's variables
+        (those that often repeat, such as an empty param, from a cache)."""
+        new, ffi = self._ffi.new, self._ffi
+        return self._base + [new("char[]", os.fsencode(f"{k}={v}")) if k in UNIQUE_PER_RUN
+                             else _c_string(ffi, f"{k}={v}") for k, v in run.items()]
 
 
 def spawn(argv: list[str], path: str, env: dict[str, str] | list[object], cwd: Path | str,
@@ -140,7 +143,7 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object], cwd: P
     """
     from rqsys._native._rqspawn import ffi, lib
 
-    keep = [ffi.new("char[]", os.fsencode(s)) for s in argv]
+    keep = [_c_string(ffi, s) for s in argv]
     envs = env if isinstance(env, list) else [_c_string(ffi, f"{k}={v}")
                                               for k, v in env.items()]
     fds = ffi.new("int[3]")

@@ -31,6 +31,7 @@ from rqsys.store import durable
 
 SNAPSHOT, JOURNAL, OLD = "stats.json", "stats.log", "stats.log.old"
 SAVE_INTERVAL = 60.0  # seconds between snapshots (the journal is replayed from the last)
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps makes one a call
 LANE = "stats"  # the background lane of the snapshots (not behind attachment hashing)
 
 
@@ -76,7 +77,7 @@ class StatsFile:
     def _count(self, event: dict[str, Any]) -> None:
         self.stats.apply(event)
         event["n"] = self.stats.seq
-        self._lines.append(json.dumps(event, separators=(",", ":")) + "\n")
+        self._lines.append(_ENCODE(event) + "\n")
 
     def flush(self) -> None:
         """Append this turn's lines to the journal, in one write(2)."""

@@ -109,8 +109,11 @@ class Timeline:
             os.close(fd)
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps makes one a call
+
+
 def _json(line: dict[str, Any]) -> str:
-    return json.dumps(line, separators=(",", ":")) + "\n"
+    return _ENCODE(line) + "\n"
 
 
 def _write_close(fd: int, data: bytes) -> None:
@@ -122,12 +125,16 @@ def _write_close(fd: int, data: bytes) -> None:
 
 def _plain(fields: dict[str, Any]) -> dict[str, Any]:
     """Journal field names as timeline keys: ``RQ_EXIT_STATUS`` → ``exit_status``."""
-    out = {}
-    for key, value in fields.items():
-        name = key.lower()
-        name = name[3:] if name.startswith("rq_") else name
-        out[name] = value
-    return out
+    return {_KEYS.get(key) or _key(key): value for key, value in fields.items()}
+
+
+_KEYS: dict[str, str] = {}  # the few field names there are, converted once
+
+
+def _key(field: str) -> str:
+    name = field.lower()
+    name = _KEYS[field] = name[3:] if name.startswith("rq_") else name
+    return name
 
 
 def append(path: Path | str, line: dict[str, Any]) -> None:
