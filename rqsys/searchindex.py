@@ -4,7 +4,8 @@ and text, kept up to date by a thread of the queue daemon from its events.
 The store is authoritative; the index (``<queue dir>/search.sqlite``) is a
 copy made for searching 1,000,000 messages without walking them.  The
 daemon's ``EventLog`` feeds :class:`SearchIndex` (a sink) every event; the
-sink only puts it on a queue, so the loop never waits on SQLite or the disk.
+sink only keeps it, and a loop turn's events are put on a queue together
+(``flush``), so the loop never waits on SQLite or the disk.
 One thread takes the events in batches (one transaction each) and reads what
 an event does not tell (a new message's params and tags) from its directory.
 
@@ -84,7 +85,8 @@ class SearchIndex:
     def __init__(self, view: QueueView) -> None:
         self.view = view
         self.path = view.qdir / FILE
-        self.todo: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self.todo: queue.SimpleQueue[list[Event] | None] = queue.SimpleQueue()
+        self._turn: list[Event] = []  # this loop turn's events, handed over by flush()
         self.ready = threading.Event()  # the first reconcile has ended
         self.failed = 0  # events or rebuilds that raised (the index is a copy)
         self._thread: threading.Thread | None = None
@@ -92,8 +94,15 @@ class SearchIndex:
     def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         """The sink: O(1), no disk."""
         if msg_id or kind == "deleted":
-            self.todo.put((kind, text, msg_id, fields.get("RQ_STATE") or "",
-                           fields.get("RQ_RUN_S"), time.time()))
+            self._turn.append((kind, text, msg_id, fields.get("RQ_STATE") or "",
+                               fields.get("RQ_RUN_S"), time.time()))
+
+    def flush(self) -> None:
+        """Hand the turn's events to the thread in one put (one wake-up a
+        turn, not one per event: they were most of the daemon's futex calls)."""
+        if self._turn:
+            events, self._turn = self._turn, []
+            self.todo.put(events)
 
     def start(self) -> None:
         if self._thread is None:
@@ -101,6 +110,7 @@ class SearchIndex:
             self._thread.start()
 
     def close(self) -> None:
+        self.flush()
         self.todo.put(None)
 
     def _work(self) -> None:
@@ -117,7 +127,7 @@ class SearchIndex:
         first = self.todo.get()
         if first is None:
             return None
-        batch, until = [first], time.monotonic() + GATHER
+        batch, until = list(first), time.monotonic() + GATHER
         while len(batch) < BATCH and (left := until - time.monotonic()) > 0:
             try:
                 item = self.todo.get(timeout=left)
@@ -126,7 +136,7 @@ class SearchIndex:
             if item is None:
                 self.todo.put(None)
                 break
-            batch.append(item)
+            batch.extend(item)
         return batch
 
     def _reconcile(self, db: sqlite3.Connection) -> None:

@@ -59,7 +59,7 @@ class Observer:
         self.timeline = Timeline(store.msg_path)
         log.sinks += [self.timeline, self.file.sink, self._tell_watchers, self.failures,
                       self.search.index]
-        log.flushing += [self.timeline, self.file]  # written once a loop turn
+        log.flushing += [self.timeline, self.file, self.search.index]  # once a loop turn
 
     def ops(self) -> dict[str, Handler]:
         return {"stats": self.stats_op, "watch": self.watch_op, "groups": self.groups_op,
