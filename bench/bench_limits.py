@@ -37,14 +37,22 @@ HERE = Path(__file__).resolve().parent
 DELEGATED = ("systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU time of a daemon and the children it reaped (its scripts, their gates)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def drain_both(layout: Layout) -> dict[str, float]:
-    """Median msgs/s of each queue, drained in turn."""
+    """Median msgs/s of each queue, drained in turn; and CPU ms a message
+    (``cpu-free``, ``cpu-limited``: steady where wall time is not)."""
     make_queue(layout, "free", "echo done >&3", num_workers=2)
     make_queue(layout, "limited", "echo done >&3", num_workers=2, message_limits=LIMITS)
     delegate = scopes.available() and os.environ.get("BENCH_WAY") != "scopes"
     daemons = {"free": Daemon(layout, "free"),
                "limited": Daemon(layout, "limited", DELEGATED if delegate else ())}
     rates: dict[str, list[float]] = {name: [] for name in daemons}
+    cpu = dict.fromkeys(daemons, 0.0)
     try:
         for name, daemon in daemons.items():
             rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches, the bus
@@ -52,11 +60,14 @@ def drain_both(layout: Layout) -> dict[str, float]:
         report("the limited daemon's cgroup (v2)", [w for w in where if w.startswith("0::")][0])
         for r in range(ROUNDS):  # each first in turn: a drift of the machine hits both
             for name in sorted(daemons, reverse=bool(r % 2)):
+                before = cpu_s(daemons[name].proc.pid)
                 rates[name].append(rqsys_drain(daemons[name], layout, name, N)["rate"])
+                cpu[name] += cpu_s(daemons[name].proc.pid) - before
     finally:
         for daemon in daemons.values():
             daemon.stop()
-    return {name: statistics.median(got) for name, got in rates.items()}
+    return {**{name: statistics.median(got) for name, got in rates.items()},
+            **{f"cpu-{name}": 1000 * used / (N * ROUNDS) for name, used in cpu.items()}}
 
 
 def run_here() -> int:
@@ -77,6 +88,8 @@ def run_here() -> int:
     report(f"drain, 2 workers, message_limits ({how})",
            f"{limited:8.0f} msgs/s ({limited / free:.0%}; {1e6 / limited - 1e6 / free:.0f} us "
            "more per message)")
+    report("CPU a message (daemon + its scripts), no limits", f"{rates['cpu-free']:8.2f} ms")
+    report("CPU a message (daemon + its scripts), limits", f"{rates['cpu-limited']:8.2f} ms")
     return 0
 
 
