@@ -92,7 +92,9 @@ def kernel_argv(work: Path) -> list[str]:
     with it the guest's Python crashes at start.)"""
     return [UML, f"mem={GUEST_MEM}", "rootfstype=hostfs", "ro", f"init={sys.executable}",
             "con=null", "con0=null,fd:1", "systemd.unified_cgroup_hierarchy=1",
-            "systemd.unit=rq-uml.target", f"RQUML={work}", "--", str(Path(__file__))]
+            "systemd.unit=rq-uml.target", f"RQUML={work}",
+            f"uml_dir={work}",  # its mconsole directory goes with the work directory
+            "--", str(Path(__file__))]
 
 
 def boot(work: Path) -> dict[str, Any]:
