@@ -14,7 +14,7 @@ from test_web_support import web_server  # noqa: F401
 
 from rqsys.errors import ConfigError
 
-SLACK = 0.3  # a script reads the clock a little after the daemon started it
+SLACK = 0.4  # a script reads the clock a little after the daemon started it (busy machine)
 
 
 def test_rate_limit_five_per_second_over_fifty_messages(tmp_path, make_queue, daemon):
