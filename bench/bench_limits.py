@@ -34,7 +34,8 @@ ROUNDS = 4
 LIMITS = {"runtime_max": 600, "memory_max": "1G"}
 HERE = Path(__file__).resolve().parent
 # under systemd, the limited daemon gets a delegated cgroup, as rq@<q>.service does
-DELEGATED = ("systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--")
+DELEGATED = ("systemd-run", "--scope", "--quiet", "-p", "Delegate=yes", "--",
+             "env", "RQ_CGROUP_DELEGATED=1")
 
 
 def cpu_s(pid: int) -> float:

@@ -37,6 +37,7 @@ DAEMON_LEAF = "daemon"
 RUN_PREFIX = "msg-"
 EMPTY_TIMEOUT = 30.0  # seconds for a killed sub-cgroup to empty
 CPU_PERIOD_US = 100_000
+DELEGATED_ENV = "RQ_CGROUP_DELEGATED"
 
 
 class CgroupError(RQError):
@@ -88,7 +89,12 @@ def _writable(path: Path) -> bool:
 
 
 def find() -> Delegation | None:
-    """The delegated cgroup of this daemon, or None."""
+    """The delegated cgroup of this daemon, or None.  Only where the unit says
+    it delegates (RQ_CGROUP_DELEGATED=1, from rq-scan's drop-in): a daemon
+    started from a shell of a desktop session has a cgroup its user owns
+    (the user's systemd made it), but not one to rearrange."""
+    if os.environ.get(DELEGATED_ENV) != "1":
+        return None
     try:
         path = own_cgroup()
         return Delegation(path) if path is not None and delegated(path) else None

@@ -34,8 +34,10 @@ def quota_percent(text: str) -> int:
 
 
 # A queue with message_limits: its daemon gets its cgroup subtree (rqsys.cgroups),
-# writable (ProtectControlGroups=yes would mount cgroupfs read-only).
-DELEGATE = ("Delegate=memory cpu pids", "ProtectControlGroups=no")
+# writable (ProtectControlGroups=yes would mount cgroupfs read-only), and is told
+# so (a cgroup the user owns is not always one delegated to this daemon).
+DELEGATE = ("Delegate=memory cpu pids", "ProtectControlGroups=no",
+            "Environment=RQ_CGROUP_DELEGATED=1")
 
 
 def drop_in(limits: dict[str, Any] | None, delegate: bool = False) -> str:

@@ -73,7 +73,8 @@ def test_rq_scan_writes_reloads_and_removes_the_drop_in(systemctl, layout, make_
 def test_message_limits_delegate_the_cgroup_subtree_to_the_daemon():
     # a queue with message_limits runs its scripts in sub-cgroups (rqsys.cgroups)
     assert limits_render.drop_in(None, delegate=True).splitlines()[2:] == [
-        "[Service]", "Delegate=memory cpu pids", "ProtectControlGroups=no"]
+        "[Service]", "Delegate=memory cpu pids", "ProtectControlGroups=no",
+        "Environment=RQ_CGROUP_DELEGATED=1"]
     assert limits_render.drop_in({"tasks_max": 9}, delegate=False).splitlines()[2:] == [
         "[Service]", "TasksMax=9"]
     assert limits_render.drop_in(None) == ""
