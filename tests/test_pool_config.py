@@ -215,9 +215,65 @@ def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,
     pq = daemon("pq")
     for args, refused in (
             ({"single": True}, "queue pq is a pool queue \\(p7\\): it takes no single"),
-            ({"msg": {"dest": "pq", "unique_key": "k"}}, "unique_key: not taken by a pool")):
+            ({"msg": {"dest": "pq", "unique_key": "k"}, "state": "prep"},
+             "unique_key: not taken by a pool queue's prep messages")):
         with pytest.raises(Exception, match=refused):
             pq.call("create", **{"msg": {"dest": "pq"}, **args})
+
+
+def unique_entry(url: str, bucket: str, msg: dict[str, Any]) -> dict[str, Any] | None:
+    """The pool's bucket entry of a message's unique key (None: not held)."""
+    import asyncio
+
+    import nats
+    from nats.js.errors import KeyNotFoundError
+
+    from rqsys.pool.unique import kv_key
+
+    async def get() -> dict[str, Any] | None:
+        nc = await nats.connect(url)
+        try:
+            entry = await (await nc.jetstream().key_value(bucket)).get(kv_key(msg))
+            return dict(json.loads(entry.value))
+        except KeyNotFoundError:
+            return None
+        finally:
+            await nc.close()
+
+    return asyncio.run(get())
+
+
+def test_unique_keys_are_held_in_the_pool(solo: LocalNats, layout: Layout,
+                                          make_queue: Callable[..., Path],
+                                          daemon: Callable[..., DaemonProcess]) -> None:
+    use_nats(layout, solo.url)
+    make_queue("pq", OK, pool={"name": "p10", "replicas": 1})
+    pq = daemon("pq")
+    # Given a message holding key k in the pool (waiting: the queue is paused)
+    pq.call("adminoper", oper="pause")
+    msg = {"dest": "pq", "unique_key": "k"}
+    first = pq.call("create", msg=msg)
+    assert unique_entry(solo.url, "rq-pool-p10", msg) == {"id": first["msg_id"], "until": None}
+    # When another create names k while it is queued or running: the holder, nothing new
+    again = pq.call("create", msg={"dest": "pq", "unique_key": "k"})
+    assert again == {**first, "duplicate": True}
+    assert "duplicate" not in pq.call("create", msg={"dest": "pq", "unique_key": "other"})
+    # Once it has ended, k is free: the next create is a new message
+    pq.call("adminoper", oper="resume")
+    wait_for(lambda: pq.call("get", msg_id=first["msg_id"])["state"] == "done", 15, "done")
+    wait_for(lambda: unique_entry(solo.url, "rq-pool-p10", msg) is None, 10, "k let go")
+    assert "duplicate" not in pq.call("create", msg=msg)
+    # And with unique_for, the key stays held that long after the end, then is taken over
+    held = {"dest": "pq", "unique_key": "w", "unique_for": 2}
+    holder = pq.call("create", msg=held)["msg_id"]
+    got = wait_for(lambda: (e := unique_entry(solo.url, "rq-pool-p10", held)) and e["until"]
+                   and e, 15, "w held for 2 s after its end")
+    assert got["id"] == holder
+    assert pq.call("create", msg=held)["msg_id"] == holder
+    later = wait_for(lambda: "duplicate" not in (g := pq.call("create", msg=held)) and g,
+                     10, "w free after 2 s")
+    assert later["msg_id"] != holder
+    assert unique_entry(solo.url, "rq-pool-p10", held) == {"id": later["msg_id"], "until": None}
 
 
 def test_messages_queued_before_the_pool_go_to_the_pool(
@@ -319,7 +375,8 @@ def test_attachments_travel_through_the_object_store(
         got = wait_for(lambda i=msg_id: (g := pq.call("get", msg_id=i))["state"] == "err"
                        and g, 20, f"{msg_id} refused")
         assert re.match(f"not run: attachment a: {why}", got["status"]), got["status"]
-    assert pq.call("counts")["counts"]["done"] == 2
+    counts = pq.call("counts")["counts"]
+    assert counts["done"] == 2 and counts["err"] == 3  # in this host's err/, unrun
 
 
 def test_the_documented_nats_config_is_valid(tmp_path: Path) -> None:

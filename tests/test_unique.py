@@ -172,7 +172,8 @@ def test_http_answers_rq_ok_url_and_a_duplicate_header(layout, make_queue, daemo
     assert status == 400 and body == ["fail", "mesg_unique_for must be a number, not 'soon'"]
 
 
-def test_a_pool_queue_refuses_a_unique_key(layout, make_queue, daemon, tmp_path):
+def test_a_pool_queue_refuses_a_prep_messages_unique_key(layout, make_queue, daemon, tmp_path):
+    # (a pool queue holds its other keys in the pool: tests/test_pool_config.py)
     from conftest import need
     from nats_util import LocalNats, nats_available
 
@@ -183,8 +184,8 @@ def test_a_pool_queue_refuses_a_unique_key(layout, make_queue, daemon, tmp_path)
             "servers": [server.url], "connect_timeout": 1}}))
         make_queue("pq", 'echo "done" >&3\n', pool={"name": "pu", "replicas": 1})
         pq = daemon("pq")
-        with pytest.raises(BadRequest, match="unique_key: not taken by a pool queue"):
-            pq.call("create", msg={"unique_key": "k"})
+        with pytest.raises(BadRequest, match="unique_key: not taken by a pool queue's prep"):
+            pq.call("create", msg={"unique_key": "k"}, state="prep")
         assert pq.call("create", msg={"param1": "plain"})["msg_id"]
     finally:
         server.stop()

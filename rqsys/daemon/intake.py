@@ -58,10 +58,10 @@ class Intake:
         """New message in ``que`` (default) or ``prep``; answered by the group
         commit (after its attachments are checked, if it has any)."""
         if self.pool is not None:
-            refuse_unique_in_pool(r.args.get("msg"))
             refuse_after_in_pool(r.args.get("msg"))
             if r.args.get("state", "que") == "que":  # a prep message is local until commit
                 return self.pool.create(r)
+            refuse_unique_in_pool(r.args.get("msg"))
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)

@@ -16,7 +16,8 @@ changes.
     run  → que                   end           resend, or requeued at stop (rewrite first)
     run  → done | err | relayed  end
     que  → err                   load          unreadable at start (and run → que, recovery)
-    que  → err                   fail_queued   a message it waits for failed (``after``)
+    que  → err                   fail_queued   a message it waits for failed (``after``),
+                                               a pool message's file did not arrive whole
     que  → que                   run_now       due now (rewrite first)
     err  → que                   retry         a client's retry of a failed message
     any  → gone                  delete, prune, end (destroyed while running)
@@ -270,13 +271,14 @@ class Transitions:
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)
 
-    def fail_queued(self, msg_id: str, text: str) -> None:
-        """que → err: a queued message that cannot run (what it waits for failed)."""
+    def fail_queued(self, msg_id: str, text: str, kind: str = "after") -> None:
+        """que → err: a queued message that cannot run (what it waits for failed;
+        ``kind`` "attachment": a pool message's file did not arrive whole)."""
         _guard(self.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
         self.store.write_status("que", msg_id, text)  # (a retry blanks it again)
         self._move(msg_id, "que", "err")
         self._counts["err"] += 1
-        self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND="after")
+        self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind)
 
     # ------------------------------------------------------------ client requests
     def run_now(self, msg_id: str, done: Done) -> None:

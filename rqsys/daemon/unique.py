@@ -148,11 +148,12 @@ class UniqueIndex:
 
 
 def refuse_unique_in_pool(msg: Any) -> None:
-    """A pool queue's messages are on NATS, not in this index: a key is refused
-    there rather than silently not kept."""
+    """A pool queue's keys are claimed in the pool as a message is published
+    (``rqsys.pool.unique``); a prep message, made here, is refused one rather
+    than silently not keeping it."""
     if isinstance(msg, dict) and "unique_key" in msg:
-        raise BadRequest("unique_key: not taken by a pool queue (its messages live on "
-                         "NATS, which this daemon's keys do not cover)")
+        raise BadRequest("unique_key: not taken by a pool queue's prep messages (a "
+                         "pool's keys are claimed in the pool at create)")
 
 
 class Duplicates:

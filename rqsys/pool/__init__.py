@@ -14,6 +14,7 @@ queue never loads it.
 * ``member``   the daemon side: joining, create, lookups, figures, stopping
 * ``worker``   pulling for free workers, materialising, in-progress acks, ack/nak
 * ``files``    attachments in the pool's object store: put, fetched and checked, removed
+* ``unique``   unique keys held in the pool's KV bucket: claimed at create, let go at the end
 * ``report``   ``rq pools`` (asks the queue daemons; imports nothing of NATS)
 """
 

@@ -41,6 +41,7 @@ PING_INTERVAL, MAX_PINGS_OUT = 3, 2
 PUBLISH_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a publish (see publish)
 DUPLICATE_WINDOW = 600.0  # seconds JetStream remembers a Nats-Msg-Id (a retried publish)
 MAX_PENDING = 10_000  # messages handed out and not yet acked, over all hosts
+CLOSE_FLUSH = 2  # seconds to send the last acks and naks at stop
 
 __all__ = ["Link", "NatsMsg"]
 
@@ -124,8 +125,13 @@ class Link:
         raise Unavailable(f"pool {self.s.pool}: all {MAX_HOSTS} host numbers are taken")
 
     async def close(self) -> None:
+        """Send what is buffered (the last acks and naks), then close.  Not
+        ``drain``: a pull subscription's drain waits out its pending fetch."""
         if self.nc is not None:
-            await self.nc.drain()
+            try:
+                await self.nc.flush(CLOSE_FLUSH)
+            finally:
+                await self.nc.close()
 
     async def _error(self, exc: Exception) -> None:
         self.errors.append(f"NATS: {exc or type(exc).__name__}")
@@ -184,15 +190,17 @@ class Link:
                 "in_flight": consumer.num_ack_pending, "redelivered": consumer.num_redelivered,
                 "waiting_pulls": consumer.num_waiting, "hosts": await self._loads()}
 
-    async def record_load(self, in_flight: int) -> None:
-        """This host's messages in flight, for every host's figures (``load.<host>``)."""
-        load = {"host": self.s.host, "in_flight": in_flight, "at": time.time()}
+    async def record_load(self, in_flight: int, stopped: bool = False) -> None:
+        """This host's messages in flight, for every host's figures (``load.<host>``);
+        ``stopped``: its daemon stopped cleanly (not alive, nothing in flight)."""
+        load = {"host": self.s.host, "in_flight": in_flight, "at": time.time(),
+                "stopped": stopped}
         await self.kv.put(f"load.{self.s.host_key}", json.dumps(load).encode())
 
     async def _loads(self) -> dict[str, dict[str, Any]]:
         """Each host of the pool: its messages in flight and whether it is alive
         (it said so within ``ack_wait``; else JetStream is giving its messages out
-        again and its in flight counts no more)."""
+        again and its in flight counts no more), or stopped (cleanly: said so)."""
         loads = {}
         for n in range(1, MAX_HOSTS + 1):
             try:
@@ -203,8 +211,9 @@ class Link:
                 load = json.loads((await self.kv.get(f"load.{HOST_KEY_RE.sub('_', host)}")).value)
             except KeyNotFoundError:
                 load = {"in_flight": 0, "at": 0}
-            alive = time.time() - float(load["at"]) <= self.s.ack_wait
-            loads[host] = {"number": n, "alive": alive,
+            stopped = bool(load.get("stopped"))
+            alive = time.time() - float(load["at"]) <= self.s.ack_wait and not stopped
+            loads[host] = {"number": n, "alive": alive, "stopped": stopped,
                            "in_flight": int(load["in_flight"]) if alive else 0}
         return loads
 

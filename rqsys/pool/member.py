@@ -18,6 +18,7 @@ from rqsys.daemon.schema import request
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
+from rqsys.pool import unique
 from rqsys.pool.bridge import Bridge
 from rqsys.pool.files import Outgoing, local_files
 from rqsys.pool.ids import PoolIds
@@ -98,17 +99,22 @@ class PoolMember:
         url = self.ctx.url(msg_id)
         record = {"state": "que", "host": "", "status": "", "url": url, "msg": msg}
 
-        def then(_result: Any, error: BaseException | None) -> None:
-            if error is None:
+        def then(holder: Any, error: BaseException | None) -> None:
+            if error is None and holder:  # its unique key is held: that message's URL
+                r.answer({"ok": True, "msg_id": holder, "url": self.ctx.url(holder),
+                          "duplicate": True})
+            elif error is None:
                 r.answer({"ok": True, "msg_id": msg_id, "url": url})
-            elif isinstance(error, BadRequest):  # an attachment not the file described
+            elif isinstance(error, (BadRequest, Unavailable)):  # a file not as described
                 r.fail(error)
             else:
                 r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
                                    f"{error or type(error).__name__}"))
 
-        files = self._outgoing(r)
-        self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files), then)
+        files, key = self._outgoing(r), unique.kv_key(msg)
+        self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files) if key is None
+                           else unique.publish_once(self.link, self.worker.files, key, msg_id,
+                                                    msg, record, files), then)
 
     @staticmethod
     def _outgoing(r: Request) -> list[Outgoing]:

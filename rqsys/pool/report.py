@@ -36,10 +36,12 @@ def line(queue: str, pool: str, got: dict[str, Any] | RQError) -> str:
 
 
 def per_host(hosts: dict[str, dict[str, Any]]) -> str:
-    """``; in flight per host: a 2, b 0 (silent)`` (silent: nothing heard within ack_wait)."""
+    """``; in flight per host: a 2, b 0 (silent)`` (silent: nothing heard within
+    ack_wait; stopped: its daemon said so as it stopped)."""
     if not hosts:
         return ""
-    shown = [f"{name} {h['in_flight']}" + ("" if h["alive"] else " (silent)")
+    shown = [f"{name} {h['in_flight']}" + ("" if h["alive"] else
+                                            " (stopped)" if h.get("stopped") else " (silent)")
              for name, h in hosts.items()]
     return "; in flight per host: " + ", ".join(shown)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from rqsys.errors import NotFound
 from rqsys.message import due_time
+from rqsys.pool import unique
 from rqsys.pool.bridge import Bridge
 from rqsys.pool.files import BadAttachment, PoolFiles, local_files, specs_of
 from rqsys.pool.link import Link, NatsMsg
@@ -127,7 +128,28 @@ class PoolWorker:
         if state:  # its local copy is being handed to the pool: take it after that
             self.bridge.submit(self.link.nak(delivery, RETRY))
             return
+        if int(delivery.metadata.num_delivered) > 1:  # ended elsewhere, its ack lost?
+            self.held[msg_id] = delivery
+            self.placing.add(msg_id)  # a worker is kept for it meanwhile
+            self.bridge.submit(self.link.lookup(msg_id), self._looked_up(msg_id, msg))
+            return
         self._materialise(msg_id, msg, delivery, specs_of(delivery.headers))
+
+    def _looked_up(self, msg_id: str, msg: dict[str, Any]) -> Any:
+        """A redelivery runs unless the pool's record says another host ended it
+        (that host's ack was lost: running it again would be a duplicate)."""
+        def then(record: Any, error: BaseException | None) -> None:
+            self.placing.discard(msg_id)
+            delivery = self.held.pop(msg_id)
+            ended = (record or {}).get("state") in ENDED_STATES and error is None
+            if ended:
+                self.log.event("pool", f"delivered again after it ended on "
+                               f"{record.get('host')} ({record['state']}): acked, "
+                               "not run again", msg_id)
+                self.bridge.submit(self.link.ack(delivery))
+                return
+            self._materialise(msg_id, msg, delivery, specs_of(delivery.headers))
+        return then
 
     def _local_state(self, msg_id: str) -> str:
         try:
@@ -146,11 +168,12 @@ class PoolWorker:
         os.mkdir(tmp)
         self.held[msg_id] = delivery
         self.placing.add(msg_id)
+        # Its timeline says which delivery this is: a redelivery is a second run
+        staged = Staged(msg_id, tmp, msg, origin=f"pool {self.link.s.pool} delivery {count + 1}")
         if not specs:
-            self._stage(Staged(msg_id, tmp, msg))
+            self._stage(staged)
             return
         self.attached[msg_id] = specs
-        staged = Staged(msg_id, tmp, msg)
         self.bridge.submit(self.files.fetch(msg_id, specs, staged.attach_dir()),
                            self._files_fetched(staged))
 
@@ -164,32 +187,35 @@ class PoolWorker:
                 self._stage(staged)
                 return
             msg_id = staged.msg_id
+            if isinstance(error, BadAttachment):
+                self._refuse(staged, str(error))
+                return
             self.store.discard(staged)
             self.placing.discard(msg_id)
-            delivery, specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
-            if isinstance(error, BadAttachment):
-                self._refuse(msg_id, staged.msg, delivery, specs, str(error))
-                return
+            delivery, _specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
             self.log.event("err", f"pool: attachments not fetched "
                            f"({error or type(error).__name__}): handed back", msg_id)
             self.bridge.submit(self.link.nak(delivery, RETRY))
         return then
 
-    def _refuse(self, msg_id: str, msg: dict[str, Any], delivery: NatsMsg,
-                specs: list[dict[str, Any]], why: str) -> None:
-        """End a message that cannot run as sent: err in the pool's record, never run."""
+    def _refuse(self, staged: Staged, why: str) -> None:
+        """A message that cannot run as sent ends err here, unrun: placed in que/
+        without its files, then failed (so it is in this host's err/, and its
+        end is recorded and acked as any end)."""
         status = f"not run: {why}"
-        self.log.event("err", f"pool: {status}", msg_id)
-        self.bridge.submit(self.link.term(delivery))
-        self._record(msg_id, msg, "err", status, specs)
-        self.bridge.submit(self.files.drop(msg_id, [s["name"] for s in specs]))
+        self.log.event("err", f"pool: {status}", staged.msg_id)
+        shutil.rmtree(f"{staged.tmp}/attach", ignore_errors=True)  # what came is not kept
+        staged.attached = False
+        self.intake.pending.append((staged, "que", self._placed(staged.msg_id, status)))
 
-    def _placed(self, msg_id: str) -> Any:
+    def _placed(self, msg_id: str, refused: str = "") -> Any:
         def then(error: BaseException | None) -> None:
             self.placing.discard(msg_id)
             if error is not None:
                 self.log.event("err", f"pool: not stored here, handed back: {error}", msg_id)
                 self.bridge.submit(self.link.nak(self.held.pop(msg_id), 1.0))
+            elif refused:  # before this turn starts anything
+                self.ledger.fail_queued(msg_id, refused, kind="attachment")
         return then
 
     # ------------------------------------------------------------ a message ends
@@ -212,8 +238,12 @@ class PoolWorker:
         if specs:
             self.dropping[msg_id] = [s["name"] for s in specs]
         if state:
-            status = self.store.read_status(state, msg_id)
-            self._record(msg_id, self.store.read_msg(state, msg_id), state, status, specs)
+            status, msg = self.store.read_status(state, msg_id), self.store.read_msg(state, msg_id)
+            self._record(msg_id, msg, state, status, specs)
+            key = unique.kv_key(msg)
+            if key is not None:  # its unique key is free, or held unique_for more seconds
+                self.bridge.submit(unique.release(self.link.kv, key, msg_id, float(
+                    msg.get("unique_for") or 0)), self._recorded(msg_id, "unique key not let go"))
 
     def _resend(self, msg_id: str, delivery: NatsMsg) -> None:
         msg = self.store.read_msg("que", msg_id)
@@ -274,10 +304,10 @@ class PoolWorker:
                   "attachments": {s["name"]: s for s in specs or self.attached.get(msg_id, [])}}
         self.bridge.submit(self.link.record(msg_id, record), self._recorded(msg_id))
 
-    def _recorded(self, msg_id: str) -> Any:
+    def _recorded(self, msg_id: str, what: str = "state not recorded") -> Any:
         def then(_result: Any, error: BaseException | None) -> None:
             if error is not None:
-                self.log.event("err", f"pool: state not recorded: {error}", msg_id)
+                self.log.event("err", f"pool: {what}: {error}", msg_id)
         return then
 
     # ------------------------------------------------------------ start and stop
@@ -311,11 +341,13 @@ class PoolWorker:
         return then
 
     async def final(self) -> None:
-        """On the bridge, at stop: ack every end (the store is flushed), nak the rest."""
+        """On the bridge, at stop: ack every end (the store is flushed), nak the
+        rest, and tell the pool this host has stopped (0 in flight)."""
         for _flushes, msg_id, delivery in self.ended:
             await self.link.ack(delivery)
             if msg_id in self.dropping:
                 await self.files.drop(msg_id, self.dropping.pop(msg_id))
         for delivery in self.held.values():
             await self.link.nak(delivery, 0)
+        await self.link.record_load(0, stopped=True)
         await self.link.close()

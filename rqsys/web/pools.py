@@ -93,6 +93,11 @@ def _row(queue: str, pool: str, got: dict[str, Any] | RQError) -> list[str]:
     if isinstance(got, RQError):
         return [e(pool), e(queue), f'<span class="error">{e(got)}</span>',
                 *("" for _ in FIGURES[1:]), ""]
-    hosts = ", ".join(f"{e(h)} {load['in_flight']}" + ("" if load["alive"] else " (silent)")
+    hosts = ", ".join(f"{e(h)} {load['in_flight']}" + _quiet(load)
                       for h, load in (got.get("hosts") or {}).items())
     return [e(pool), e(queue), *(e(got[field]) for field, *_r in FIGURES), hosts]
+
+
+def _quiet(load: dict[str, Any]) -> str:
+    """Why a host counts for nothing: stopped cleanly, or silent (not heard from)."""
+    return "" if load["alive"] else " (stopped)" if load.get("stopped") else " (silent)"
