@@ -195,6 +195,19 @@ def test_riders_of_a_primary_that_failed_wait_again_on_their_own(layout, outcome
     assert ledger.t.count("done") == 0 and not ledger.t.busy(riders[0])
 
 
+def test_riders_of_a_resent_primary_wait_for_it_and_take_it_along_next(layout):
+    # RQ's resend coalesce: a rider already due must not start before the
+    # resent primary is back in the que, or it would run without it
+    ledger, first, riders, _other = coalesced(layout, n=1)
+    ledger.t.end(first, Outcome("que", "later", delay=8, recount=1), written="")
+    assert f"waiting for {first}" in ledger.t.busy(riders[0])
+    assert riders[0] not in ledger.schedule.msgs
+    drain(ledger.background)
+    assert {first, riders[0]} <= set(ledger.schedule.msgs) and not ledger.t.busy(riders[0])
+    taken = ledger.schedule.take_coalesced(ledger.schedule.msgs[riders[0]])
+    assert first in [msg_id for msg_id, _msg in taken]
+
+
 @pytest.mark.parametrize("state", ["prep", "que", "done"])
 def test_delete(ledger, state):
     if state == "done":

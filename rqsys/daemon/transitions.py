@@ -69,6 +69,7 @@ class Transitions:
         self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
         self._after_busy: dict[str, list[Callable[[], None]]] = {}  # client requests waiting
+        self._held: dict[str, list[tuple[str, Msg]]] = {}  # a resent primary's riders
         self._counts = dict.fromkeys(COUNTED, 0)
         self._blank: set[str] = set()  # placed here, never run: its status file is blank
         self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
@@ -211,9 +212,20 @@ class Transitions:
         self.schedule.ended(msg)
         ended = self._settle(msg_id, msg, outcome, written)
         url, riders = self._riders.pop(msg_id, ("", []))
+        if msg_id in self._busy:  # on its way back to the que (resend): riders wait for it
+            self._hold(msg_id, riders)
+            return ended
         for rider_id, rider in riders:
             ended += self._settle_rider(rider_id, rider, outcome.state, url)
         return ended
+
+    def _hold(self, primary: str, riders: list[tuple[str, Msg]]) -> None:
+        """que → que: the riders of a resent primary rejoin the que in the same
+        loop turn as it, so the next run of their params takes it along again
+        (RQ's resend coalesce); until then they are busy."""
+        for rider_id, _rider in riders:
+            self._busy[rider_id] = f"waiting for {primary} to be requeued"
+        self._held[primary] = riders
 
     def _settle_rider(self, msg_id: str, msg: Msg, state: str, url: str) -> list[Ended]:
         """que → done | relayed as its primary did (RQ: status ``duplicate
@@ -389,6 +401,9 @@ class Transitions:
     def _free(self, msg_id: str) -> None:
         """The rewrite is durable: the message may move again; run what waited."""
         del self._busy[msg_id]
+        for rider_id, rider in self._held.pop(msg_id, []):
+            self.schedule.add(rider_id, rider)
+            self._free(rider_id)
         for request in self._after_busy.pop(msg_id, []):
             request()
 
