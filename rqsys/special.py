@@ -25,9 +25,12 @@ RELAY_QUEUE = "relay"
 WEBHOOK_QUEUE = "webhook"
 CLEANER_QUEUE = "cleaner"
 
-# Default settings of each special queue, overlaid on the queue defaults.
+# Default settings of each special queue, overlaid on the queue defaults.  A
+# relay slot is a small rqrelay process and a thread of the relay worker, and a
+# relay mostly waits (the far end, the syncs): more at once also lets both
+# ends' daemons batch their syncs (twice the rate of 4 on a loaded machine).
 SPECIAL_QUEUES: dict[str, dict[str, Any]] = {
-    RELAY_QUEUE: {"num_workers": 4},
+    RELAY_QUEUE: {"num_workers": 16},
     WEBHOOK_QUEUE: {"num_workers": 2},
     CLEANER_QUEUE: {"num_workers": 1},
 }

@@ -89,6 +89,45 @@ def test_worker_relays_through_the_shim(tmp_path: Path, worker: str) -> None:
     assert "err dest" in out and "fallback" not in lines
 
 
+def test_worker_threads_are_reused(tmp_path: Path, worker: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a worker that served one message (its next accepting thread started)
+    job = make_job(tmp_path, {"dest": "http://x.example/nothing"})
+    run_shim(job, ["/bin/false"], worker)
+    started: list[threading.Thread] = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda t: (started.append(t), start(t))[1])
+    # When twenty more come one after the other, each is relayed...
+    for _ in range(20):
+        assert run_shim(job, ["/bin/false"], worker)[0] == 0
+    # ...by the threads already there, not one new thread per message
+    assert len(started) <= 1
+
+
+def test_worker_first_thread_outlives_a_busy_spell(tmp_path: Path) -> None:
+    # Given a worker whose serve_forever is a process's main loop
+    path = str(tmp_path / "w.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen()
+        main = threading.Thread(target=relayworker.Worker(listener).serve_forever, daemon=True)
+        main.start()
+        # When eight connections are open at once, then all end (spare threads pile up)
+        busy = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(8)]
+        for conn in busy:
+            conn.connect(path)
+        for conn in reversed(busy):  # the first thread's (the first accepted) last
+            conn.sendall(b"not a request\n")
+            assert conn.recv(10) == b""  # refused and closed
+            conn.close()
+        # Then the first thread still serves (a process would end without it)
+        run_shim(make_job(tmp_path, {"dest": "http://x.example/nothing"}), ["/bin/false"], path)
+        assert main.is_alive()
+        listener.shutdown(socket.SHUT_RDWR)
+    main.join(10)
+    assert not main.is_alive()
+
+
 def test_without_a_worker_the_shim_runs_its_fallback(tmp_path: Path) -> None:
     job = make_job(tmp_path, {"dest": "http://x.example/q/w"})
     for sock in ("", str(tmp_path / "absent.sock")):
@@ -244,15 +283,16 @@ def test_http_client_reads_each_framing(canned: Any, answer: bytes) -> None:
 
 
 def test_http_client_retries_a_kept_alive_connection_the_far_end_closed(canned: Any) -> None:
-    from rqsys.scripts.rqhttp import Peer
+    from rqsys.scripts.rqhttp import Connections, Peer
 
     url, answers, requests = canned
     reply = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
     answers += [reply, b"", reply]  # the second request meets a closed connection
-    peer = Peer(url, 5)
+    peer = Peer(url, 5, Connections())
     assert peer.get_json(f"{url}/a.json") == {} and peer.get_json(f"{url}/b.json") == {}
     paths = [r.split(b" ")[1] for r in requests]
     assert paths[0] == b"/a.json" and paths[-1] == b"/b.json" and not answers
+    assert len(peer.conns._idle[peer.key]) == 1  # the new connection, kept
 
 
 @pytest.mark.parametrize("answer, why", [

@@ -275,7 +275,7 @@ def relay(job: Job, conns: Connections | None = None, cancel: Cancel | None = No
 
 
 def main() -> int:
-    return relay(Job())
+    return relay(Job(), Connections())  # one process, one message: its requests share one
 
 
 if __name__ == "__main__":

@@ -20,14 +20,17 @@ user are served.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rqsys.scripts.jobkit import Job
 from rqsys.scripts.relay import Cancelled, relay
@@ -36,6 +39,8 @@ from rqsys.scripts.rqhttp import Connections
 MAGIC = b"RQRELAY1 "
 MAX_ENV = 1 << 20  # bytes of environment a request may carry
 FDS = 4  # the script's fds 1 (output), 2, 3 (RQ_WRITE) and 4 (RQ_READ)
+SPARE_THREADS = 4  # threads kept waiting for connections after a busy spell
+SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class BadRequest(Exception):
@@ -50,15 +55,33 @@ class Worker:
         self.conns = Connections()
         self._busy: dict[str, tuple[threading.Lock, list[int]]] = {}  # lock, users
         self._busy_lock = threading.Lock()
+        self._accepting = 0  # threads waiting in accept()
 
-    def serve_forever(self) -> None:
-        """Until the listening socket is shut down."""
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self.serve, args=(conn,), daemon=True).start()
+    def serve_forever(self, spare: bool = False) -> None:
+        """Until the listening socket is shut down.  Each thread accepts one
+        connection and serves it, after starting another thread if none is left
+        accepting: as many threads as relays at once, not one started per message.
+        A ``spare`` thread ends when enough others wait (never the first)."""
+        while (conn := self.accept()) is not None:
+            self.serve(conn)
+            with self._busy_lock:
+                if spare and self._accepting >= SPARE_THREADS:
+                    return
+
+    def accept(self) -> socket.socket | None:
+        with self._busy_lock:
+            self._accepting += 1
+        try:
+            conn, _ = accept_when_possible(self.listener)
+        except OSError:
+            return None  # the listening socket was shut down
+        finally:
+            with self._busy_lock:
+                self._accepting -= 1
+                alone = self._accepting == 0
+        if alone:
+            threading.Thread(target=self.serve_forever, args=(True,), daemon=True).start()
+        return conn
 
     def serve(self, conn: socket.socket) -> None:
         fds: list[int] = []
@@ -99,6 +122,18 @@ class Worker:
                 users[0] -= 1
                 if not users[0]:
                     del self._busy[key]
+
+
+def accept_when_possible(listener: socket.socket) -> tuple[socket.socket, Any]:
+    """accept(); out of fds or memory for a moment, try again (rqrelay waits)."""
+    while True:
+        try:
+            return listener.accept()
+        except OSError as exc:
+            if exc.errno not in SHORT_OF:
+                raise
+            print(f"relay worker: accept: {exc}; trying again", file=sys.stderr, flush=True)
+            time.sleep(0.5)
 
 
 class ShimGone:

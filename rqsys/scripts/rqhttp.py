@@ -74,8 +74,9 @@ class Connections:
 class Peer:
     """One far end, reached at the scheme/host/port of a URL (with optional user:pass@).
 
-    Requests reuse kept-alive connections: those of ``conns`` (shared by a
-    relay worker's threads), else the peer's own (a script per message)."""
+    With ``conns``, requests reuse its kept-alive connections (a relay worker's
+    threads share one, a relay script has its own); without, each request has a
+    connection of its own, closed after its answer."""
 
     def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT,
                  conns: Connections | None = None) -> None:
@@ -84,7 +85,7 @@ class Peer:
             raise PeerRefused(f"not an http(s) URL: {url!r}")
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
         self.timeout = timeout
-        self.conns = Connections() if conns is None else conns
+        self.conns = conns
         self.key: Key = (self.scheme, self.host, self.port, self.timeout)
         self.auth = ""
         if parts.username is not None:
@@ -106,7 +107,7 @@ class Peer:
         on a new one (a request it never answered: at worst a second ``prep``,
         never committed, or a second commit, which the relay checks)."""
         while True:
-            pooled = self.conns.take(self.key)
+            pooled = self.conns.take(self.key) if self.conns is not None else None
             conn = pooled or self._connect()
             try:
                 status, data, will_close = conn.request(
@@ -116,7 +117,7 @@ class Peer:
                 if pooled is not None and isinstance(exc, STALE):
                     continue
                 raise PeerError(f"{method} {url}: {exc or type(exc).__name__}") from exc
-            if will_close:
+            if will_close or self.conns is None:
                 conn.close()
             else:
                 self.conns.give(self.key, conn)
