@@ -276,6 +276,49 @@ def test_unique_keys_are_held_in_the_pool(solo: LocalNats, layout: Layout,
     assert unique_entry(solo.url, "rq-pool-p10", held) == {"id": later["msg_id"], "until": None}
 
 
+DUP_ONCE = """if [ -z "$RQ_ORIG_MSG_ID" ] && [ "$RQ_PARAM1" = dup ]; then
+  echo "dup 0-x-pq" >&$RQ_WRITE; read -r -u $RQ_READ answer; echo "done dup $answer" >&3; exit 0
+fi
+echo "done $(md5sum < ../attach/a | cut -c1-32) from $RQ_ORIG_MSG_ID" >&3
+"""
+
+
+def test_clones_and_dups_go_to_the_pool_with_their_files(
+        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
+        daemon: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+    import hashlib
+
+    from rqsys.errors import NotFound
+
+    use_nats(layout, solo.url)
+    make_queue("pq", DUP_ONCE, pool={"name": "p11", "replicas": 1})
+    pq = daemon("pq")
+    data = tmp_path / "a"
+    data.write_bytes(b"attached " * 1000)
+    md5 = hashlib.md5(data.read_bytes()).hexdigest()
+    # Given a message whose script dups it to its own (pool) queue
+    with open(data, "rb") as f, pq.client() as client:
+        first = client.call("create", fds=[f.fileno()], msg={"dest": "pq", "param1": "dup"},
+                            attachments=[{"name": "a", "md5": md5}])
+
+    def done(msg_id: str) -> str:
+        return str(wait_for(lambda: (g := pq.call("get", msg_id=msg_id))["state"] == "done"
+                            and g["status"], 20, f"{msg_id} done"))
+
+    # Then the dup is a new pool message, run with the same file
+    answer = done(first["msg_id"])
+    assert answer.startswith("dup ok "), answer
+    dup_id = answer.rsplit("/", 1)[1]
+    assert host_of(dup_id) == 1 and done(dup_id) == f"{md5} from {first['url']}"
+    # And a clone of it goes to the pool the same way
+    clone = pq.call("clone", msg_id=first["msg_id"])
+    assert clone["msg_id"] not in (first["msg_id"], dup_id)
+    assert done(clone["msg_id"]) == f"{md5} from {first['url']}"
+    # And a message this host does not hold cannot be cloned here, saying where
+    with pytest.raises(NotFound, match="clones a message on the host that holds it"):
+        pq.call("clone", msg_id=PoolIds(2).next_id())
+
+
 def test_messages_queued_before_the_pool_go_to_the_pool(
         solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
         daemon: Callable[..., DaemonProcess]) -> None:

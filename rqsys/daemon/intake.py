@@ -22,7 +22,7 @@ from rqsys.daemon.deadlines import check_timeout
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.daemon.unique import Duplicates, refuse_unique_in_pool
-from rqsys.errors import BadRequest, StoreError
+from rqsys.errors import BadRequest, NotFound, StoreError
 from rqsys.events import EventLog
 from rqsys.message import new_message
 from rqsys.store import QueueStore, Staged, Upload
@@ -125,13 +125,16 @@ class Intake:
         """A new queued copy of a message (attachments hard-linked)."""
         msg_id = r.args["msg_id"]
         self.ctx.check_accepting()
-        self._not_pool("a clone")
         source = self.ledger.running.get(msg_id)
-        state = "run" if source is not None else self.store.find(msg_id)
+        state = "run" if source is not None else self._find_source(msg_id)
         if source is None:
             source = self.store.read_msg(state, msg_id)
-        staged = self._stage_copy(copy_fields(source, self.ctx.name, self.ctx.url(msg_id)),
-                                  state, msg_id)
+        msg = copy_fields(source, self.ctx.name, self.ctx.url(msg_id))
+        if self.pool is not None:  # to the pool, answered once JetStream has it
+            self.pool.copy(msg, state, msg_id, lambda new_id, error: r.fail(error) if error
+                           else r.answer(self._created(new_id)))
+            return
+        staged = self._stage_copy(msg, state, msg_id)
         staged.origin = f"clone {self.ctx.url(msg_id)}"
         self._await_publish(staged, "que", r)
 
@@ -140,7 +143,10 @@ class Intake:
         """A running message's dup to this same queue: ``published(url, error)``
         once it is durable (or could not be stored)."""
         self.ctx.check_accepting(strict=True)
-        self._not_pool("a dup to itself")
+        if self.pool is not None:  # to the pool, answered once JetStream has it
+            self.pool.copy(msg, "run", src_id,
+                           lambda new_id, error: published(self.ctx.url(new_id), error))
+            return
         staged = self._stage_copy(msg, "run", src_id)
         staged.origin = f"dup {self.ctx.url(src_id)}"
 
@@ -158,9 +164,15 @@ class Intake:
             raise
         return staged
 
-    def _not_pool(self, what: str) -> None:
-        if self.pool is not None:
-            raise BadRequest(f"queue {self.ctx.name} is a pool queue: {what} is not supported")
+    def _find_source(self, msg_id: str) -> str:
+        """The state of a message to clone; a pool queue clones only those held here."""
+        try:
+            return self.store.find(msg_id)
+        except NotFound:
+            if self.pool is None:
+                raise
+            raise NotFound(f"no message {msg_id} on this host: a pool queue clones a "
+                           "message on the host that holds it (its URL's host)") from None
 
     def _require_prep(self, msg_id: str) -> None:
         if self.store.find(msg_id) != "prep":

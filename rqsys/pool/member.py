@@ -116,6 +116,25 @@ class PoolMember:
                            else unique.publish_once(self.link, self.worker.files, key, msg_id,
                                                     msg, record, files), then)
 
+    def copy(self, msg: dict[str, Any], state: str, src_id: str,
+             done: Callable[[str, BaseException | None], None]) -> None:
+        """A clone, or a running script's dup to this queue, of a message this
+        host holds: a new message to the pool, with the source's files put in
+        the object store under the new id; ``done(new_id, error)`` once
+        JetStream has it."""
+        assert self.ids is not None
+        msg_id = self.ids.next_id()
+        msg = dict(msg, msg_id=msg_id)
+        record = {"state": "que", "host": "", "status": "", "url": self.ctx.url(msg_id),
+                  "msg": msg}
+
+        def then(_result: Any, error: BaseException | None) -> None:
+            done(msg_id, None if error is None else Unavailable(
+                f"pool {self.settings.pool}: not published: {error or type(error).__name__}"))
+
+        files = local_files(self.store, state, src_id)
+        self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files), then)
+
     @staticmethod
     def _outgoing(r: Request) -> list[Outgoing]:
         """The files sent with a create, for the object store (taken out of ``r.fds``)."""
