@@ -12,7 +12,11 @@ For rqsys it also prints the daemon's own CPU per message (utime + stime of
 every thread from ``/proc``, a figure steady even when wall-clock rates
 wobble), how much of each message's wall time the loop thread was busy, and,
 when strace is installed, the daemon's system calls per message (every
-thread, not the scripts).
+thread, not the scripts; under strace each script's SIGCHLD, which the
+kernel otherwise discards, interrupts a sleeping thread's futex wait, so
+about 0.7 futex calls a message are strace's own).  ``BENCH_DIR=<dir>``
+runs it on another file system (a journalled ext4 beside this machine's
+unjournalled root: see docs/BENCHMARKS.md for the ``chattr +D`` cost).
 """
 
 from __future__ import annotations
