@@ -91,6 +91,7 @@ class Kernel:
         # init is the venv's Python; the words after "--" are its arguments
         argv = [UML, *disk, f"mem={GUEST_MEM}", "rootfstype=hostfs", "ro",
                 f"init={self.python}", f"PCPLAN={self.plan}", "con=null", "con0=null,fd:1",
+                f"uml_dir={self.plan.parent}",  # the mconsole dir goes with the run's files
                 "quiet"]
         if self.fpu_workaround:
             argv = [sys.executable, str(HERE / "launcher.py"), *argv,
