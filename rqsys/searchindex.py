@@ -23,6 +23,7 @@ import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,10 @@ CREATE TRIGGER IF NOT EXISTS msgs_au AFTER UPDATE OF text ON msgs BEGIN
   INSERT INTO fts(fts, rowid, text) VALUES ('delete', old.rowid, old.text);
   INSERT INTO fts(rowid, text) VALUES (new.rowid, new.text); END;
 """
-Event = tuple[str, str, str, str, Any, float]  # kind, text, msg id, state, run_s, time
+# kind, text, msg id, state, run_s, time, and a new message as it was queued
+# (``created`` in que: taken from memory, so its files are not read back)
+Event = tuple[str, str, str, str, Any, float, "dict[str, Any] | None"]
+Lookup = Callable[[str], "dict[str, Any] | None"]
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -82,8 +86,9 @@ def row_text(params: str, tags: list[str], status: str) -> str:
 class SearchIndex:
     """The EventLog sink and its thread that keep ``search.sqlite`` up to date."""
 
-    def __init__(self, view: QueueView) -> None:
+    def __init__(self, view: QueueView, queued: Lookup | None = None) -> None:
         self.view = view
+        self.queued = queued  # msg id -> the message in que (the loop's Schedule), or None
         self.path = view.qdir / FILE
         self.todo: queue.SimpleQueue[list[Event] | None] = queue.SimpleQueue()
         self._turn: list[Event] = []  # this loop turn's events, handed over by flush()
@@ -94,8 +99,10 @@ class SearchIndex:
     def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         """The sink: O(1), no disk."""
         if msg_id or kind == "deleted":
+            made = self.queued(msg_id) if kind == "created" and self.queued else None
             self._turn.append((kind, text, msg_id, fields.get("RQ_STATE") or "",
-                               fields.get("RQ_RUN_S"), time.time()))
+                               fields.get("RQ_RUN_S"), time.time(),
+                               None if made is None else dict(made)))
 
     def flush(self) -> None:
         """Hand the turn's events to the thread in one put (one wake-up a
@@ -163,14 +170,16 @@ class SearchIndex:
 
 def apply(db: sqlite3.Connection, view: QueueView, event: Event) -> bool:
     """One event into the index; True when a walk is needed (a prune)."""
-    kind, text, msg_id, state, run_s, at = event
+    kind, text, msg_id, state, run_s, at, made = event
     if kind == "deleted":
         if not msg_id:
             return True
         db.execute("DELETE FROM msgs WHERE id = ?", (msg_id,))
         return False
     state = state or STATE_OF.get(kind, "")
-    if kind == "created":
+    if kind == "created" and made is not None:
+        insert(db, msg_id, state, made, "", {"created_at": at})
+    elif kind == "created":
         add(db, view, msg_id, state)
     elif kind == "started":
         db.execute("UPDATE msgs SET state='run', started=coalesce(started, ?) WHERE id=?",
@@ -219,6 +228,12 @@ def add(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str) -> Non
                                float(msg.get("due") or 0))
     except (RQError, OSError):
         return
+    insert(db, msg_id, state, msg, status, times)
+
+
+def insert(db: sqlite3.Connection, msg_id: str, state: str, msg: dict[str, Any],
+           status: str, times: dict[str, Any]) -> None:
+    """A message's row (and its tags), replacing any it had."""
     params = " ".join(str(msg[k]) for k in PARAMS if msg.get(k) not in (None, ""))
     tags = [str(t) for t in msg.get("tags") or []]
     db.execute("DELETE FROM msgs WHERE id=?", (msg_id,))

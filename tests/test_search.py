@@ -132,3 +132,25 @@ def test_bulk_move_to_another_queue(make_queue, daemon, filled):
             proc.client().call("bulk", action="move", state="err", **bad)
     with pytest.raises(BadRequest, match="with action move only"):
         proc.client().call("bulk", action="delete", dest="q2")
+
+
+def test_a_queued_create_is_indexed_from_memory_not_read_back(tmp_path):
+    # Given an index whose loop hands it each queued message (the daemon's
+    # Schedule), and a message whose directory is not on disk at all
+    from rqsys.searchindex import SearchIndex, apply, connect
+    from rqsys.store import QueueView
+
+    view = QueueView(tmp_path / "q")
+    msg = {"param1": "alpha", "param2": "beta", "tags": ["night"], "dest": "q"}
+    index = SearchIndex(view, {"20261124.0200.00.000.0": msg}.get)
+    db = connect(tmp_path / "search.sqlite")
+    # When the created event is told and applied
+    index("created", "in que", "20261124.0200.00.000.0", {"RQ_STATE": "que"})
+    (event,) = index._turn
+    msg["param1"] = "changed later"  # the loop's copy moves on; the event keeps its own
+    apply(db, view, event)
+    # Then its row holds its params and tags, found by text and tag
+    row = db.execute("SELECT state, params, tags, created FROM msgs").fetchone()
+    assert row[:3] == ("que", "alpha beta q", "night") and row[3] == pytest.approx(
+        event[5])
+    assert db.execute("SELECT count(*) FROM fts WHERE fts MATCH 'alpha'").fetchone() == (1,)

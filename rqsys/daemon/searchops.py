@@ -112,7 +112,7 @@ class SearchOps:
     def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
                  background: Background) -> None:
         self.ctx, self.background = ctx, background
-        self.index = SearchIndex(store)
+        self.index = SearchIndex(store, ledger.schedule.msgs.get)  # a create's msg from memory
         self.batches = Batches(ledger, background)
         self.mover = Mover(ctx, store, ledger, background)
 
