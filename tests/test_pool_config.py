@@ -214,7 +214,8 @@ def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,
     make_queue("pq", OK, pool={"name": "p7", "replicas": 1})
     pq = daemon("pq")
     for args, refused in (
-            ({"single": True}, "queue pq is a pool queue \\(p7\\): it takes no single"),
+            ({"single": True, "msg": {"dest": "pq", "unique_key": "k"}},
+             "queue pq is a pool queue \\(p7\\): single and unique_key together"),
             ({"msg": {"dest": "pq", "unique_key": "k"}, "state": "prep"},
              "unique_key: not taken by a pool queue's prep messages")):
         with pytest.raises(Exception, match=refused):
@@ -251,6 +252,7 @@ def test_unique_keys_are_held_in_the_pool(solo: LocalNats, layout: Layout,
     pq = daemon("pq")
     # Given a message holding key k in the pool (waiting: the queue is paused)
     pq.call("adminoper", oper="pause")
+    wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
     msg = {"dest": "pq", "unique_key": "k"}
     first = pq.call("create", msg=msg)
     assert unique_entry(solo.url, "rq-pool-p10", msg) == {"id": first["msg_id"], "until": None}
@@ -274,6 +276,30 @@ def test_unique_keys_are_held_in_the_pool(solo: LocalNats, layout: Layout,
                      10, "w free after 2 s")
     assert later["msg_id"] != holder
     assert unique_entry(solo.url, "rq-pool-p10", held) == {"id": later["msg_id"], "until": None}
+
+
+def test_single_is_held_in_the_pool_while_queued(
+        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
+        daemon: Callable[..., DaemonProcess]) -> None:
+    use_nats(layout, solo.url)
+    make_queue("pq", OK, pool={"name": "p12", "replicas": 1})
+    pq = daemon("pq")
+    # Given a single message queued in the pool (the queue paused: nobody takes it)
+    pq.call("adminoper", oper="pause")
+    wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
+    first = pq.call("create", msg={"dest": "pq", "param1": "x"}, single=True)
+    # When another single create has the same params: that message, nothing new
+    assert pq.call("create", msg={"dest": "pq", "param1": "x"}, single=True) == first
+    # (other params, or not single: new messages)
+    assert pq.call("create", msg={"dest": "pq", "param1": "y"}, single=True) != first
+    assert pq.call("create", msg={"dest": "pq", "param1": "x"})["msg_id"] != first["msg_id"]
+    # Once a host has taken it, it is no longer queued: the next single one is new
+    pq.call("adminoper", oper="resume")
+    wait_for(lambda: pq.call("get", msg_id=first["msg_id"])["state"] == "done", 15, "done")
+    later = wait_for(lambda: (g := pq.call("create", msg={"dest": "pq", "param1": "x"},
+                                           single=True))["msg_id"] != first["msg_id"] and g,
+                     10, "a new single message once the first was taken")
+    assert "duplicate" not in later
 
 
 DUP_ONCE = """if [ -z "$RQ_ORIG_MSG_ID" ] && [ "$RQ_PARAM1" = dup ]; then

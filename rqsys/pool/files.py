@@ -104,13 +104,15 @@ class PoolFiles:
         return specs
 
     async def publish(self, msg_id: str, msg: dict[str, Any], record: dict[str, Any],
-                      files: list[Outgoing]) -> None:
-        """Put the files, then publish the message naming them.  A publish that
-        fails keeps the objects: it may have reached the stream all the same."""
+                      files: list[Outgoing], headers: dict[str, str] | None = None) -> None:
+        """Put the files, then publish the message naming them (and ``headers``).
+        A publish that fails keeps the objects: it may have reached the stream."""
         specs = await self.put(msg_id, files) if files else []
+        headers = dict(headers or {})
         if specs:
             record = dict(record, attachments={s["name"]: s for s in specs})
-        await self.link.publish(msg_id, msg, record, {HEADER: json.dumps(specs)} if specs else None)
+            headers[HEADER] = json.dumps(specs)
+        await self.link.publish(msg_id, msg, record, headers or None)
 
     async def fetch(self, msg_id: str, specs: list[dict[str, Any]], adir: Path) -> None:
         """Each attachment into ``adir`` (a staged message's), checked twice."""

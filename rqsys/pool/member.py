@@ -100,9 +100,9 @@ class PoolMember:
         record = {"state": "que", "host": "", "status": "", "url": url, "msg": msg}
 
         def then(holder: Any, error: BaseException | None) -> None:
-            if error is None and holder:  # its unique key is held: that message's URL
+            if error is None and holder:  # its key is held: that message's URL
                 r.answer({"ok": True, "msg_id": holder, "url": self.ctx.url(holder),
-                          "duplicate": True})
+                          **({} if single else {"duplicate": True})})
             elif error is None:
                 r.answer({"ok": True, "msg_id": msg_id, "url": url})
             elif isinstance(error, (BadRequest, Unavailable)):  # a file not as described
@@ -111,10 +111,13 @@ class PoolMember:
                 r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
                                    f"{error or type(error).__name__}"))
 
-        files, key = self._outgoing(r), unique.kv_key(msg)
+        files, key, single = self._outgoing(r), unique.kv_key(msg), bool(r.args.get("single"))
+        if single:  # held while it is queued, in the pool (RQ's single_que)
+            key = unique.single_key(msg)
+        headers = {unique.SINGLE_HEADER: key} if single and key else None
         self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files) if key is None
                            else unique.publish_once(self.link, self.worker.files, key, msg_id,
-                                                    msg, record, files), then)
+                                                    msg, record, files, headers), then)
 
     def copy(self, msg: dict[str, Any], state: str, src_id: str,
              done: Callable[[str, BaseException | None], None]) -> None:
@@ -146,11 +149,11 @@ class PoolMember:
         return files
 
     def _check_plain(self, r: Request) -> None:
-        """What a pool queue does not take (yet), refused with the reason."""
-        what = "single (single_que)" if r.args.get("single") else ""
-        if what:
+        """What a pool queue does not take, refused with the reason."""
+        if r.args.get("single") and "unique_key" in (r.args.get("msg") or {}):
             raise BadRequest(f"queue {self.ctx.name} is a pool queue "
-                             f"({self.settings.pool}): it takes no {what}")
+                             f"({self.settings.pool}): single and unique_key together "
+                             "are not taken (one key a message)")
 
     def wrap_ops(self, table: dict[str, Handler], schemas: dict[str, Any]) -> None:
         """``get``, ``state`` and ``status`` of a message another host holds

@@ -1,4 +1,5 @@
-"""Unique keys of a pool queue, held in the pool's KV bucket (coroutines for the ``bridge``).
+"""Unique keys and ``single`` of a pool queue, held in the pool's KV bucket
+(coroutines for the ``bridge``).
 
 A local queue keeps its keys in memory (``rqsys.daemon.unique``); a pool's
 messages live on NATS and any host may enqueue, so its keys live in the
@@ -9,6 +10,11 @@ holds it, the create is answered with that message's id (``duplicate``) and
 nothing is published.  The host that ends the holder (``done``/``err``)
 deletes the key, or, with ``unique_for``, writes when it lets go; a key whose
 ``until`` has passed is taken over with a compare-and-set on its revision.
+
+``single`` (RQ's ``single_que``: nothing new while a message with the same
+dest and params is queued) is the same claim on ``single.<sha256 of dest and
+params>``, named in the message's ``Rq-Single`` header and let go by the host
+that takes the message (it is no longer queued then).
 """
 
 from __future__ import annotations
@@ -26,12 +32,19 @@ from rqsys.daemon.unique import key_of
 from rqsys.errors import Unavailable
 
 TRIES = 5  # claims raced by other hosts before the create fails (Unavailable: retried)
+SINGLE_HEADER = "Rq-Single"  # the bucket key a single message holds while queued
 
 
 def kv_key(msg: dict[str, Any]) -> str | None:
     """The bucket key of a message's unique key (None without one)."""
     key = key_of(msg)
     return None if key is None else "unique." + hashlib.sha256(key.encode()).hexdigest()
+
+
+def single_key(msg: dict[str, Any]) -> str:
+    """The bucket key ``single`` holds: the message's dest and params."""
+    same = json.dumps([msg.get("dest")] + [str(msg.get(f"param{n}", "")) for n in range(1, 5)])
+    return "single." + hashlib.sha256(same.encode()).hexdigest()
 
 
 async def claim(kv: Any, name: str, msg_id: str) -> str | None:
@@ -76,7 +89,8 @@ async def release(kv: Any, name: str, msg_id: str, hold_for: float) -> None:
 
 
 async def publish_once(link: Any, files: Any, name: str, msg_id: str, msg: dict[str, Any],
-                       record: dict[str, Any], outgoing: list[Any]) -> str | None:
+                       record: dict[str, Any], outgoing: list[Any],
+                       headers: dict[str, str] | None = None) -> str | None:
     """Claim the key, then publish: None, or the holder's id (nothing published)."""
     try:
         holder = await claim(link.kv, name, msg_id)
@@ -87,7 +101,7 @@ async def publish_once(link: Any, files: Any, name: str, msg_id: str, msg: dict[
         _close(outgoing)
         return holder
     try:
-        await files.publish(msg_id, msg, record, outgoing)
+        await files.publish(msg_id, msg, record, outgoing, headers)
     except BaseException:
         with contextlib.suppress(Exception):  # else it is held until its window, or forever
             await release(link.kv, name, msg_id, 0)

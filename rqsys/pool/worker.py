@@ -168,6 +168,10 @@ class PoolWorker:
         os.mkdir(tmp)
         self.held[msg_id] = delivery
         self.placing.add(msg_id)
+        single = (delivery.headers or {}).get(unique.SINGLE_HEADER)
+        if single:  # taken: no longer queued, a new single message may be made
+            self.bridge.submit(unique.release(self.link.kv, single, msg_id, 0),
+                               self._recorded(msg_id, "single not let go"))
         # Its timeline says which delivery this is: a redelivery is a second run
         staged = Staged(msg_id, tmp, msg, origin=f"pool {self.link.s.pool} delivery {count + 1}")
         if not specs:
