@@ -129,6 +129,9 @@ def init(work: str) -> None:
     for path in ("/tmp", "/var"):
         sh("mount", "-t", "tmpfs", "-o", "mode=1777" if path == "/tmp" else "mode=755",
            "tmpfs", path)
+    if PROJECT.is_relative_to("/tmp"):  # a CI clone: the tmpfs just hid it
+        os.makedirs(PROJECT)
+        sh("mount", "-t", "hostfs", "-o", str(PROJECT), "none", str(PROJECT))
     os.makedirs(GUEST_DIR)
     sh("mount", "-t", "hostfs", "-o", work, "none", GUEST_DIR)
     work = GUEST_DIR
@@ -141,6 +144,11 @@ def init(work: str) -> None:
     Path("/etc/fstab").write_text("")  # the host's mounts are not the guest's
     sh(f"{work}/venv/bin/rqsys", "install-units")
     units = Path("/etc/systemd/system")
+    if PROJECT.is_relative_to("/tmp"):  # and the services' PrivateTmp= would hide it
+        for unit in ("rq@.service", "rq-scan.service", "rq-web.service"):
+            (units / f"{unit}.d").mkdir(parents=True, exist_ok=True)
+            (units / f"{unit}.d" / "checkout.conf").write_text(
+                f"[Service]\nBindReadOnlyPaths={PROJECT}\n")
     (units / "rq-uml.target").write_text(
         "[Unit]\nDescription=rqsys limits under UML\nRequires=basic.target\n"
         "Wants=rq-scan.service rq-uml-drive.service\nAfter=basic.target\n")
