@@ -18,6 +18,7 @@ from rqsys.store import QueueStore, QueueView
 VIEW_CALLS = {
     "state_dir": lambda v, ids: v.state_dir("que"),
     "msg_dir": lambda v, ids: v.msg_dir("done", ids["done"]),
+    "msg_path": lambda v, ids: v.msg_path("done", ids["done"]),
     "find": lambda v, ids: [v.find(i) for i in ids.values()],
     "read_msg": lambda v, ids: [v.read_msg(v.find(i), i) for i in ids.values()],
     "read_status": lambda v, ids: v.read_status("done", ids["done"]),
