@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -266,14 +267,15 @@ def test_unique_keys_are_held_in_the_pool(solo: LocalNats, layout: Layout,
     wait_for(lambda: unique_entry(solo.url, "rq-pool-p10", msg) is None, 10, "k let go")
     assert "duplicate" not in pq.call("create", msg=msg)
     # And with unique_for, the key stays held that long after the end, then is taken over
-    held = {"dest": "pq", "unique_key": "w", "unique_for": 2}
+    held = {"dest": "pq", "unique_key": "w", "unique_for": 3}
     holder = pq.call("create", msg=held)["msg_id"]
     got = wait_for(lambda: (e := unique_entry(solo.url, "rq-pool-p10", held)) and e["until"]
-                   and e, 15, "w held for 2 s after its end")
+                   and e, 15, "w held for 3 s after its end")
     assert got["id"] == holder
-    assert pq.call("create", msg=held)["msg_id"] == holder
+    again = pq.call("create", msg=held)["msg_id"]
+    assert again == holder or time.time() >= got["until"]  # (a slow machine: window over)
     later = wait_for(lambda: "duplicate" not in (g := pq.call("create", msg=held)) and g,
-                     10, "w free after 2 s")
+                     10, "w free after 3 s")
     assert later["msg_id"] != holder
     assert unique_entry(solo.url, "rq-pool-p10", held) == {"id": later["msg_id"], "until": None}
 

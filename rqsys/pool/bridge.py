@@ -84,5 +84,10 @@ class Bridge:
         self.loop.run_forever()
 
 
+def why(error: BaseException | None) -> str:
+    """An error's text, or its type's name when it has none (asyncio's timeouts)."""
+    return (str(error) or type(error).__name__) if error is not None else ""
+
+
 def _ignore(_result: Any, _error: BaseException | None) -> None:
     """A coroutine whose end nobody waits for (its errors are logged by itself)."""

@@ -168,7 +168,7 @@ class Link:
         """Up to ``batch`` messages, waiting at most ``wait`` s for the first."""
         try:
             return list(await self.sub.fetch(batch, timeout=wait))
-        except NatsTimeout:
+        except (TimeoutError, NatsTimeout):  # nats-py raises either when none came
             return []
 
     async def record(self, msg_id: str, record: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
 from rqsys.pool import unique
-from rqsys.pool.bridge import Bridge
+from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import Outgoing, local_files
 from rqsys.pool.ids import PoolIds
 from rqsys.pool.link import Link
@@ -109,7 +109,7 @@ class PoolMember:
                 r.fail(error)
             else:
                 r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
-                                   f"{error or type(error).__name__}"))
+                                   f"{why(error)}"))
 
         files, key, single = self._outgoing(r), unique.kv_key(msg), bool(r.args.get("single"))
         if single:  # held while it is queued, in the pool (RQ's single_que)
@@ -133,7 +133,7 @@ class PoolMember:
 
         def then(_result: Any, error: BaseException | None) -> None:
             done(msg_id, None if error is None else Unavailable(
-                f"pool {self.settings.pool}: not published: {error or type(error).__name__}"))
+                f"pool {self.settings.pool}: not published: {why(error)}"))
 
         files = local_files(self.store, state, src_id)
         self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files), then)
@@ -182,7 +182,7 @@ class PoolMember:
         def then(_result: Any, error: BaseException | None) -> None:
             if error is not None:
                 r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
-                                   f"{error or type(error).__name__}"))
+                                   f"{why(error)}"))
                 return
             self.ledger.delete(msg_id, lambda _error: None)  # the pool has it now
             r.answer({"ok": True, "msg_id": msg_id, "url": url})

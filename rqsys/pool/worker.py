@@ -21,7 +21,7 @@ from typing import Any
 from rqsys.errors import NotFound
 from rqsys.message import due_time
 from rqsys.pool import unique
-from rqsys.pool.bridge import Bridge
+from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import BadAttachment, PoolFiles, local_files, specs_of
 from rqsys.pool.link import Link, NatsMsg
 from rqsys.store import Staged
@@ -97,7 +97,7 @@ class PoolWorker:
     def _fetched(self, msgs: Any, error: BaseException | None) -> None:
         self.fetching = False
         if error is not None:
-            self.log.event("err", f"pool: fetch failed: {error or type(error).__name__}")
+            self.log.event("err", f"pool: fetch failed: {why(error)}")
             self.fetch_at = time.monotonic() + RETRY
             return
         for msg in msgs:
@@ -198,7 +198,7 @@ class PoolWorker:
             self.placing.discard(msg_id)
             delivery, _specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
             self.log.event("err", f"pool: attachments not fetched "
-                           f"({error or type(error).__name__}): handed back", msg_id)
+                           f"({why(error)}): handed back", msg_id)
             self.bridge.submit(self.link.nak(delivery, RETRY))
         return then
 
@@ -279,11 +279,11 @@ class PoolWorker:
             # Tried again while ack_wait lasts: until then no other host runs it;
             # after, JetStream has given it out again (a duplicate, or acked unrun here).
             tries = -min(entry[0], 0) + 1  # the first field counts tries, negated, once failed
-            why = f"pool: ack not confirmed ({error or type(error).__name__})"
+            text = f"pool: ack not confirmed ({why(error)})"
             if tries * RETRY > self.link.s.ack_wait:
-                self.log.event("err", f"{why}; given up: it will be delivered again", entry[1])
+                self.log.event("err", f"{text}; given up: it will be delivered again", entry[1])
                 return
-            self.log.event("err", f"{why}; trying again in {RETRY:g}s", entry[1])
+            self.log.event("err", f"{text}; trying again in {RETRY:g}s", entry[1])
             self.ended.append((-tries, entry[1], entry[2]))
             self.ack_at = time.monotonic() + RETRY
         return then
