@@ -33,76 +33,19 @@ waits until the rewrite is durable (a moment), then runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
-from rqsys.daemon.unique import UniqueIndex
-from rqsys.errors import BadRequest, InternalError, RQError
-from rqsys.events import EventLog
-from rqsys.scheduler import Schedule
-from rqsys.store import STATES, QueueStore, Staged, pruning
+from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Ledger, Msg, Offload, Riders, guard
+from rqsys.errors import BadRequest, RQError
+from rqsys.store import Staged, pruning
 from rqsys.store.durable import fsync_dirs
 from rqsys.worker import Outcome
 
-Msg = dict[str, Any]
-Ended = tuple[str, Msg, Outcome]  # a message that reached done, err or relayed
-Done = Callable[[BaseException | None], None]  # called on the loop once it is durable
-Offload = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
-
-ENDED = ("done", "err", "relayed")
-COUNTED = ("prep", "done", "err", "relayed")  # counted here; que and run are in memory
-MOVES = frozenset({  # every rename between two states the daemon makes
-    ("prep", "que"), ("que", "run"), ("run", "que"), ("run", "done"), ("run", "err"),
-    ("run", "relayed"), ("que", "err"), ("que", "done"), ("que", "relayed"), ("err", "que")})
-Riders = tuple[str, list[tuple[str, Msg]]]  # the primary's URL, and its riders
+__all__ = ["COUNTED", "MOVES", "Done", "Ended", "Msg", "Offload", "Riders", "Transitions"]
 
 
-class Transitions:
-    """The daemon's ledger: every state change of its messages, and the counts."""
-
-    def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog,
-                 offload: Offload, slow: Offload | None = None) -> None:
-        self.store, self.schedule, self.log = store, schedule, log
-        self._offload = offload  # runs work on the sync lane, then a callback on the loop
-        self._slow = slow or offload  # the same, on a lane of its own (prunes)
-        self.running: dict[str, Msg] = {}  # run/: messages whose script runs
-        self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
-        self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
-        self._after_busy: dict[str, list[Callable[[], None]]] = {}  # client requests waiting
-        self._held: dict[str, list[tuple[str, Msg]]] = {}  # a resent primary's riders
-        self._counts = dict.fromkeys(COUNTED, 0)
-        self._blank: set[str] = set()  # placed here, never run: its status file is blank
-        self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
-        self.queued: Callable[[str, Msg], None] = lambda _id, _msg: None  # new in que: after
-
-    # ------------------------------------------------------------ reading
-    def count(self, state: str) -> int:
-        if state == "que":
-            return len(self.schedule)
-        if state == "run":
-            return len(self.running)
-        return self._counts[state]
-
-    def counts(self) -> dict[str, int]:
-        return {state: self.count(state) for state in STATES}
-
-    def page(self, state: str, offset: int, limit: int) -> list[str]:
-        """Ids in ``state``: que in due order, run by id, the others newest first."""
-        if state == "que":
-            return self.schedule.ordered_ids()[offset:offset + limit]
-        if state == "run":
-            return sorted(self.running)[offset:offset + limit]
-        return self.store.newest(state, offset, limit)
-
-    def busy(self, msg_id: str) -> str:
-        """Why no client may move the message now ("" when it may)."""
-        if msg_id in self.running:
-            return f"message {msg_id} is running: destroy it instead"
-        for primary, (_url, riders) in self._riders.items():
-            if any(rider == msg_id for rider, _msg in riders):
-                return f"message {msg_id} runs coalesced with {primary}: destroy that one"
-        why = self._busy.get(msg_id)
-        return f"message {msg_id} is {why}: try again" if why else ""
+class Transitions(Ledger):
+    """Every state change of the daemon's messages (its picture: ``Ledger``)."""
 
     # ------------------------------------------------------------ start-up
     def load(self) -> None:
@@ -135,7 +78,7 @@ class Transitions:
     def placed(self, batch: list[Staged], state: str) -> None:
         """new → que | prep: published messages renamed into place (OSError:
         they stay durable in ``.tmp/``, where recovery finds them)."""
-        _guard(state in ("que", "prep"), f"a new message cannot go to {state}")
+        guard(state in ("que", "prep"), f"a new message cannot go to {state}")
         self.store.place(batch, state)
         for staged in batch:
             self._blank.add(staged.msg_id)
@@ -168,7 +111,7 @@ class Transitions:
         if picked is None:
             return None
         msg_id, queued = picked
-        _guard(msg_id not in self.running, f"{msg_id} is running already")
+        guard(msg_id not in self.running, f"{msg_id} is running already")
         msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
         self._move(msg_id, "que", "run")
         self.running[msg_id] = msg
@@ -196,7 +139,7 @@ class Transitions:
     def unstart(self, msg_id: str, queued: Msg, why: str) -> None:
         """run → que: its script could not be started; it waits as it was."""
         running = self.running.pop(msg_id, None)
-        _guard(running is not None, f"{msg_id} is not running")
+        guard(running is not None, f"{msg_id} is not running")
         self.schedule.ended(running or queued)
         self.store.write_status("run", msg_id, why)
         self._move(msg_id, "run", "que")
@@ -207,7 +150,7 @@ class Transitions:
         those that ended in done, err or relayed (``written``: what its status
         file holds, not written again; None when not known)."""
         msg = self.running.pop(msg_id, None)
-        _guard(msg is not None, f"{msg_id} is not running")
+        guard(msg is not None, f"{msg_id} is not running")
         assert msg is not None
         self.schedule.ended(msg)
         ended = self._settle(msg_id, msg, outcome, written)
@@ -256,7 +199,7 @@ class Transitions:
             self._requeue(msg_id, msg, outcome)
             return []
         # run → done | err | relayed
-        _guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
+        guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
         self.store.write_count("run", msg_id, msg["count"])
         self._move(msg_id, "run", outcome.state)
         self._counts[outcome.state] += 1
@@ -286,7 +229,7 @@ class Transitions:
     def fail_queued(self, msg_id: str, text: str, kind: str = "after") -> None:
         """que → err: a queued message that cannot run (what it waits for failed;
         ``kind`` "attachment": a pool message's file did not arrive whole)."""
-        _guard(self.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
+        guard(self.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
         self.store.write_status("que", msg_id, text)  # (a retry blanks it again)
         self._move(msg_id, "que", "err")
         self._counts["err"] += 1
@@ -383,44 +326,3 @@ class Transitions:
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
         self._slow(removal.finish, lambda _result, error: done(error))
         return removed
-
-    def _wait_while_busy(self, msg_id: str, request: Callable[[], None], done: Done) -> bool:
-        """Defer a client's request while the message's rewrite is on its way
-        to disk; True if deferred. Its error, if any, then goes to ``done``."""
-        if msg_id not in self._busy:
-            return False
-
-        def later() -> None:
-            try:
-                request()
-            except RQError as error:
-                done(error)
-        self._after_busy.setdefault(msg_id, []).append(later)
-        return True
-
-    def _free(self, msg_id: str) -> None:
-        """The rewrite is durable: the message may move again; run what waited."""
-        del self._busy[msg_id]
-        for rider_id, rider in self._held.pop(msg_id, []):
-            self.schedule.add(rider_id, rider)
-            self._free(rider_id)
-        for request in self._after_busy.pop(msg_id, []):
-            request()
-
-    def _log_failed(self, msg_id: str) -> Callable[[Any, BaseException | None], None]:
-        def then(_result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                self.log.event("err", f"not removed until the next start: {error}", msg_id)
-        return then
-
-    def _move(self, msg_id: str, src: str, dest: str) -> None:
-        _guard((src, dest) in MOVES, f"no transition {src} → {dest}")
-        self.store.move(msg_id, src, dest)
-        if dest in ENDED:
-            self.unique.ended(msg_id, time.time())
-
-
-def _guard(ok: bool, why: str) -> None:
-    """A transition the daemon itself asked for must be possible: else a bug."""
-    if not ok:
-        raise InternalError(f"transition refused: {why}")
