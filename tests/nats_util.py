@@ -3,14 +3,22 @@ JetStream cluster of three in the hosts of a ``netns.NetLab``."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+from conftest import need
+
+from rqsys.store import Layout
+
 CLIENT_PORT, ROUTE_PORT, HTTP_PORT = 4222, 6222, 8222
+OK = 'echo "run working $RQ_PARAM1" >&3\necho "done ran $RQ_PARAM1 count $RQ_COUNT" >&3\n'
 
 
 def nats_available() -> bool:
@@ -81,3 +89,20 @@ class LocalNats:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+@pytest.fixture
+def solo(tmp_path: Path) -> Iterator[LocalNats]:
+    """One nats-server with JetStream on loopback for the test."""
+    need(nats_available(), "nats-server (Debian package nats-server)")
+    server = LocalNats(tmp_path / "nats")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def use_nats(layout: Layout, *servers: str) -> None:
+    layout.config_file.write_text(json.dumps({"host": "127.0.0.1", "port": 3333,
+                                              "nats": {"servers": list(servers),
+                                                       "connect_timeout": 1}}))

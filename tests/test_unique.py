@@ -173,7 +173,7 @@ def test_http_answers_rq_ok_url_and_a_duplicate_header(layout, make_queue, daemo
 
 
 def test_a_pool_queue_refuses_a_prep_messages_unique_key(layout, make_queue, daemon, tmp_path):
-    # (a pool queue holds its other keys in the pool: tests/test_pool_config.py)
+    # (a pool queue holds its other keys in the pool: tests/test_pool_keys.py)
     from conftest import need
     from nats_util import LocalNats, nats_available
 
