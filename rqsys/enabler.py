@@ -169,8 +169,13 @@ class SystemdEnabler:
                          reload_first=self._limits_changed(names))
 
     def reload(self, name: str) -> int | None:
-        return self._run("try-reload-or-restart", f"rq@{name}.service",
-                         reload_first=self._limits_changed([name]))
+        was = limits_render.delegates(self.unit_dir, name)
+        changed = self._limits_changed([name])
+        # Delegate= is applied when a unit starts: a daemon that gains or
+        # loses message_limits is restarted (its running scripts requeued)
+        verb = ("try-restart" if limits_render.delegates(self.unit_dir, name) != was
+                else "try-reload-or-restart")
+        return self._run(verb, f"rq@{name}.service", reload_first=changed)
 
     def disable(self, name: str) -> int | None:
         self._limits_changed([name], removed=True)  # read again at the next daemon-reload

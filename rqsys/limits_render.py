@@ -85,6 +85,14 @@ def drop_in_path(unit_dir: Path, queue: str) -> Path:
     return unit_dir / f"rq@{queue}.service.d" / DROP_IN_NAME
 
 
+def delegates(unit_dir: Path, queue: str) -> bool:
+    """Whether queue ``queue``'s drop-in hands its cgroup to its daemon now."""
+    try:
+        return DELEGATE[0] in drop_in_path(unit_dir, queue).read_text()
+    except FileNotFoundError:
+        return False
+
+
 def sync_drop_in(unit_dir: Path, queue: str, limits: dict[str, Any] | None,
                  delegate: bool = False) -> bool:
     """Write (or remove) queue ``queue``'s limits drop-in; True when it changed,

@@ -7,6 +7,7 @@ systemd path runs in tests/test_scan_systemd.py, in a booted container).
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -114,6 +115,22 @@ def test_systemd_enabler_enables_reloads_and_disables_units(systemctl):
         "disable --now rq@b.socket rq@b.service",
     ]
     assert sd.enable([]) is None and not sd.running
+
+
+def test_a_queue_gaining_or_losing_message_limits_is_restarted(systemctl, layout, tmp_path):
+    # Delegate= takes effect at a unit's start: a reload would keep the old cgroup
+    path, calls = systemctl
+    layout.create_queue_dir("a", {"name": "a", "script": "/bin/true"})
+    sd = enabler.SystemdEnabler(LOG, path, layout, tmp_path / "units")
+    config_file = layout.queue_dir("a") / "config.json"
+    for limits in ({"memory_max": "1G"}, {"memory_max": "2G"}, None):
+        cfg = {"name": "a", "script": "/bin/true"}
+        config_file.write_text(json.dumps({**cfg, "message_limits": limits} if limits else cfg))
+        finished(sd, sd.reload("a"))
+    jobs = [line for line in calls.read_text().splitlines() if line != "daemon-reload"]
+    assert [line.split() for line in jobs] == [
+        ["try-restart", "rq@a.service"], ["try-reload-or-restart", "rq@a.service"],
+        ["try-restart", "rq@a.service"]]
 
 
 def test_systemd_enabler_logs_a_failing_systemctl(systemctl, capsys):
