@@ -98,10 +98,29 @@ static int limit_memory(long long as_limit)
     return setrlimit(RLIMIT_AS, &lim);
 }
 
+/* Out of the daemon's process group while signals are still blocked, then
+ * drop what was sent to that group meanwhile (setting SIG_IGN discards a
+ * pending signal): a TERM or INT meant for the daemon's group (^C or a stop
+ * of `rqsys serve`) must not kill a script it was just starting. */
+static int leave_group(void)
+{
+    if (setsid() < 0) return -1;
+    sigset_t pending;
+    if (sigpending(&pending) < 0) return -1;
+    struct sigaction ign = {0}, dfl = {0};
+    ign.sa_handler = SIG_IGN;
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < _NSIG; sig++)
+        if (sigismember(&pending, sig) == 1) {
+            sigaction(sig, &ign, NULL);
+            sigaction(sig, &dfl, NULL);
+        }
+    return 0;
+}
+
 static int child_setup(const char *cwd, int out, int wfd, int rfd, pid_t parent,
                        long long as_limit)
 {
-    if (setsid() < 0) return -1;
     if (limit_memory(as_limit) < 0) return -1;
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) return -1;
     if (getppid() != parent) return -1;   /* parent died before prctl */
@@ -120,6 +139,10 @@ static int child_main(void *arg)
 {
     struct child *c = arg;
     reset_signals();
+    if (leave_group() < 0) {
+        *c->child_errno = errno ? errno : EINVAL;
+        _exit(127);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
