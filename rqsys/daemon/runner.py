@@ -17,12 +17,13 @@ import signal
 import time
 from typing import Any
 
-from rqsys import config, limits, limits_render, timeline, tunables
+from rqsys import limits, limits_render, timeline, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
+from rqsys.daemon.runenv import RunEnvironment
 from rqsys.daemon.runlimits import Run, RunLimits, explain
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
@@ -30,13 +31,9 @@ from rqsys.events import EventLog
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.retry import retried
-from rqsys.spawn import QueueEnviron, ScriptPath, script_argv, spawn
+from rqsys.spawn import ScriptPath, script_argv, spawn
 from rqsys.store import QueueStore
-from rqsys.systemd import child_environ
 from rqsys.worker import Outcome, Worker
-
-RUN_KEYS = frozenset({"RQ_REALSCRIPT", "RQ_MSG_ID", "RQ_FULL_MSG_ID", "RQ_MSG_DIR", "RQ_COUNT",
-                      "RQ_FORCE_REMOTE", "RQ_ORIG_MSG_ID", *(f"RQ_PARAM{n}" for n in range(1, 5))})
 
 
 class Runner:
@@ -51,8 +48,7 @@ class Runner:
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
         self._script = ScriptPath()
-        self._env_cache: dict[str, str] | None = None
-        self._environ: QueueEnviron | None = None  # _env_cache as C strings
+        self.env = RunEnvironment(ctx)
         self._pid = os.getpid()  # the spawn helper checks its child's parent against it
         self.children = Children(selector, self._on_lines, self._on_exit)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
@@ -110,15 +106,15 @@ class Runner:
             return
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
         out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
-        run = self._run_env(msg_id, msg, argv[-1], job)
+        run = self.env.of_run(msg_id, msg, argv[-1], job)
         limits = self.limits.for_message(msg)
         try:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
-            child = spawn(words, program, self._c_environ().strings(run), job, out, self._pid,
+            child = spawn(words, program, self.env.strings().strings(run), job, out, self._pid,
                           self.limits.as_limit(limits) if limits else -1)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
-            self._not_started(msg_id, queued, exc, {**self._queue_env(), **run}, argv)
+            self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
             return
         finally:
             if out is not None:
@@ -143,7 +139,7 @@ class Runner:
         fitting alone), it alone ends in err and the queue goes on; anything
         else is the queue's script (SCRIPTERROR): the message waits in que."""
         errno_ = getattr(exc, "errno", None)
-        if errno_ == errno.E2BIG and not limits.env_problem(self._queue_env(), tuple(argv)):
+        if errno_ == errno.E2BIG and not limits.env_problem(self.env.shared(), tuple(argv)):
             why = limits.env_problem(env, tuple(argv)) or "its environment is too large"
             text = f"cannot start the script for this message: {exc} ({why})"
             self.log.event("err", text, msg_id)
@@ -151,7 +147,7 @@ class Runner:
             return
         if errno_ == errno.E2BIG:
             exc = SpawnError(f"{exc}: the queue's own environment is too large "
-                             f"({limits.env_problem(self._queue_env(), tuple(argv))})")
+                             f"({limits.env_problem(self.env.shared(), tuple(argv))})")
         self.ledger.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
         self._set_script_error(str(exc))
 
@@ -180,40 +176,7 @@ class Runner:
         """After a reload: check a SCRIPTERROR script again now; a new environment."""
         self._script_check_at = 0.0
         self._script.forget()
-        self._env_cache = None
-        self._environ = None
-
-    # ------------------------------------------------------------ environment
-    def _queue_env(self) -> dict[str, str]:
-        """The part of a script's environment that is the same for every run."""
-        if self._env_cache is None:
-            sysconfig, cfg, name = self.ctx.sysconfig, self.ctx.config, self.ctx.name
-            base = config.base_url(sysconfig)
-            self._env_cache = {**child_environ(), **cfg["env_vars"],
-                               "RQ_SCRIPT": cfg["script"], "RQ_HOST": base,
-                               "RQ_DEST": f"{base}q/{name}/", "RQ_DEST_QUEUE": name,
-                               "RQ_WRITE": "3", "RQ_READ": "4",
-                               "RQ_PORT": str(sysconfig["port"]),
-                               "RQ_ENV": str(sysconfig["env"]), "RQ_VER": _version()}
-        return self._env_cache
-
-    def _c_environ(self) -> QueueEnviron:
-        if self._environ is None:
-            self._environ = QueueEnviron(self._queue_env(), RUN_KEYS)
-        return self._environ
-
-    def _run_env(self, msg_id: str, msg: Msg, real: str, job: str) -> dict[str, str]:
-        """One run's own variables (RUN_KEYS); ``real`` is the resolved script path."""
-        env = {
-            "RQ_REALSCRIPT": real,
-            "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self.ctx.url(msg_id), "RQ_MSG_DIR": job,
-            "RQ_COUNT": str(msg["count"]),
-            "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",
-            "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),
-        }
-        for n in range(1, 5):
-            env[f"RQ_PARAM{n}"] = str(msg.get(f"param{n}", ""))
-        return env
+        self.env.forget()
 
     # ------------------------------------------------------------ fd 3 and fd 4
     def _on_lines(self, worker: Worker, lines: list[Command | ProtocolError]) -> None:
@@ -368,8 +331,3 @@ def _time_used(worker: Worker | None) -> float:
         return 0.0
     return float(worker.msg.get(USED) or 0) + time.time() - worker.started
 
-
-def _version() -> str:
-    from rqsys import __version__
-
-    return __version__

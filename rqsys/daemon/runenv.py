@@ -1,0 +1,63 @@
+"""A queue script's environment: the part every run shares (kept, also as
+C strings for the spawn helper) and each run's own variables (RQ_MSG_ID...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rqsys import config
+from rqsys.daemon.context import QueueContext
+from rqsys.spawn import QueueEnviron
+from rqsys.systemd import child_environ
+
+RUN_KEYS = frozenset({"RQ_REALSCRIPT", "RQ_MSG_ID", "RQ_FULL_MSG_ID", "RQ_MSG_DIR", "RQ_COUNT",
+                      "RQ_FORCE_REMOTE", "RQ_ORIG_MSG_ID", *(f"RQ_PARAM{n}" for n in range(1, 5))})
+
+
+class RunEnvironment:
+    """Built once per configuration (``forget`` after a reload)."""
+
+    def __init__(self, ctx: QueueContext) -> None:
+        self.ctx = ctx
+        self._shared: dict[str, str] | None = None
+        self._strings: QueueEnviron | None = None  # _shared as C strings
+
+    def forget(self) -> None:
+        self._shared = self._strings = None
+
+    def shared(self) -> dict[str, str]:
+        """The part of a script's environment that is the same for every run."""
+        if self._shared is None:
+            sysconfig, cfg, name = self.ctx.sysconfig, self.ctx.config, self.ctx.name
+            base = config.base_url(sysconfig)
+            self._shared = {**child_environ(), **cfg["env_vars"],
+                            "RQ_SCRIPT": cfg["script"], "RQ_HOST": base,
+                            "RQ_DEST": f"{base}q/{name}/", "RQ_DEST_QUEUE": name,
+                            "RQ_WRITE": "3", "RQ_READ": "4",
+                            "RQ_PORT": str(sysconfig["port"]),
+                            "RQ_ENV": str(sysconfig["env"]), "RQ_VER": _version()}
+        return self._shared
+
+    def strings(self) -> QueueEnviron:
+        if self._strings is None:
+            self._strings = QueueEnviron(self.shared(), RUN_KEYS)
+        return self._strings
+
+    def of_run(self, msg_id: str, msg: dict[str, Any], real: str, job: str) -> dict[str, str]:
+        """One run's own variables (RUN_KEYS); ``real`` is the resolved script path."""
+        env = {
+            "RQ_REALSCRIPT": real,
+            "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self.ctx.url(msg_id), "RQ_MSG_DIR": job,
+            "RQ_COUNT": str(msg["count"]),
+            "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",
+            "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),
+        }
+        for n in range(1, 5):
+            env[f"RQ_PARAM{n}"] = str(msg.get(f"param{n}", ""))
+        return env
+
+
+def _version() -> str:
+    from rqsys import __version__
+
+    return __version__
