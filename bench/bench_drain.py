@@ -41,6 +41,7 @@ ROUNDS = 3  # each figure is the median of this many gated drains
 SLOTS = (2, 8)
 STRACE_N = 1000
 TICK = os.sysconf("SC_CLK_TCK")
+INDEX = "rq-search"  # the search index's thread (rqsys.searchindex names it)
 SHOW_TABLE = os.environ.get("BENCH_SYSCALLS", "") == "table"  # each call per message
 
 
@@ -49,6 +50,18 @@ def cpu_seconds(pid: int, tid: int | None = None) -> float:
     path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def thread_cpu(pid: int, comm: str) -> float:
+    """utime + stime of the daemon's threads named ``comm`` (0 if none)."""
+    total = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == comm:
+                total += cpu_seconds(pid, int(tid))
+        except OSError:
+            pass  # the thread ended meanwhile
+    return total
 
 
 # ----------------------------------------------------------------- the ceiling
@@ -144,18 +157,32 @@ def rqsys_drain(daemon: Daemon, layout: Layout, name: str, n: int,
         for _ in range(n):
             client.call("create", msg={})
         tracer = _strace(pid, strace_out) if strace_out else None
-        cpu0, loop0 = cpu_seconds(pid), cpu_seconds(pid, pid)
+        cpu0, loop0, index0 = cpu_seconds(pid), cpu_seconds(pid, pid), thread_cpu(pid, INDEX)
         started = time.perf_counter()
         client.call("adminoper", oper="up")
         while client.call("counts")["counts"]["done"] < done + n:
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
         cpu, loop = cpu_seconds(pid) - cpu0, cpu_seconds(pid, pid) - loop0
+        index = _index_settled(pid) - index0
     if tracer is not None:
         tracer.terminate()
         tracer.wait(30)
     return {"rate": n / elapsed, "cpu_us": cpu / n * 1e6, "loop_busy_us": loop / n * 1e6,
-            "wall_us": elapsed / n * 1e6}
+            "wall_us": elapsed / n * 1e6, "index_us": index / n * 1e6}
+
+
+def _index_settled(pid: int) -> float:
+    """The index thread's CPU once it has caught up (its last batch is written
+    up to GATHER after the last message ends): no change over 0.2 s."""
+    last, deadline = thread_cpu(pid, INDEX), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = thread_cpu(pid, INDEX)
+        if now == last:
+            break
+        last = now
+    return last
 
 
 def _strace(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
@@ -221,24 +248,46 @@ def _print_table(out: Path, n: int) -> None:
 def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     name = f"drain{slots}"
     script = make_queue(layout, name, "echo done >&3", num_workers=slots)
-    daemon = Daemon(layout, name)
-    bases, spoolers, runs = [], [], []
+    make_queue(layout, f"{name}old", "echo done >&3", num_workers=slots)
+    daemon, old = Daemon(layout, name), _unfolded_daemon(layout, f"{name}old")
+    bases, spoolers, runs, olds = [], [], [], []
     try:
         rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches
-        for r in range(ROUNDS):  # alternate, so drift of the machine hits all three
+        rqsys_drain(old, layout, f"{name}old", N // 4)
+        for r in range(ROUNDS):  # alternate, so drift of the machine hits all four
             bases.append(ceiling(script, slots, N))
             spoolers.append(task_spooler(scratch / f"tsp-{slots}-{r}", slots, N))
             runs.append(rqsys_drain(daemon, layout, name, N))
+            olds.append(rqsys_drain(old, layout, f"{name}old", N))
         traced = scratch / f"strace-{slots}.txt"
         rqsys_drain(daemon, layout, name, STRACE_N, traced)
     finally:
         daemon.stop()
+        old.stop()
     base = statistics.median(bases)
     spooler = None if None in spoolers else statistics.median(s for s in spoolers if s)
     got = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
     _report_slots(slots, base, spooler, got, syscalls_per_message(traced, STRACE_N))
+    _report_index(slots, got, {k: statistics.median(run[k] for run in olds) for k in olds[0]})
     if SHOW_TABLE:
         _print_table(traced, STRACE_N)
+
+
+def _unfolded_daemon(layout: Layout, name: str) -> Daemon:
+    """A daemon whose index applies events one by one (the path before
+    rqsys.searchfold), for the same-run comparison."""
+    os.environ["RQ_SEARCH_FOLD"] = "0"
+    try:
+        return Daemon(layout, name)
+    finally:
+        del os.environ["RQ_SEARCH_FOLD"]
+
+
+def _report_index(slots: int, got: dict[str, float], old: dict[str, float]) -> None:
+    report(f"rqsys index thread CPU per message, {slots} workers",
+           f"{got['index_us']:8.0f} us (events one by one: {old['index_us']:.0f} us)")
+    report(f"rqsys daemon CPU, index events one by one, {slots}",
+           f"{old['cpu_us']:8.0f} us (folded, above: {got['cpu_us']:.0f} us)")
 
 
 def _report_slots(slots: int, base: float, spooler: float | None, got: dict[str, float],
