@@ -4,23 +4,22 @@ an action on many messages while the queue keeps answering.
 ``search`` runs its SQL in the ``search`` background lane (its own thread and
 SQLite connection) and is answered from the loop when it ends.  ``bulk``
 (retry or delete every message matching a search) finds the ids the same way,
-then :class:`Batches` retries them in steps of ``STEP_S`` of loop time
-(the next step comes back through a no-op job of its own lane, so the loop
-serves every other client between two steps) and answers once one fsync
-of err/ and que/ has made all the moves durable.  A delete step is
+then retries them in batches whose renames and fsyncs run on a background
+lane (``rqsys.daemon.bulkretry``), so the loop serves every other client
+meanwhile, and answers once the last batch is durable.  A delete step is
 ``CHUNK`` messages, each synced on its own; the next waits for them.  A
 failure group's retry or delete goes through the same.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 from rqsys import searchquery
 from rqsys.background import Background
 from rqsys.daemon.bulkmove import Mover
+from rqsys.daemon.bulkretry import BulkRetry
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.schema import request
 from rqsys.daemon.server import Reply, Request
@@ -30,9 +29,7 @@ from rqsys.searchindex import SearchIndex
 from rqsys.store import QUEUE_NAME_RE, QueueStore
 
 LANE = "search"
-STEP_S = 0.02  # loop time a step of a bulk retry takes before it lets others in
-CHUNK = 50  # messages retried (or deleted, a step) at a time
-YIELD_LANE = "bulk"  # a no-op job in it brings the next step back on a later loop turn
+CHUNK = 50  # messages deleted a step
 ACTIONS = ("retry", "delete", "move")
 SCHEMAS: dict[str, dict[str, Any]] = {
     "search": request(**searchquery.SCHEMA),
@@ -45,7 +42,7 @@ Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed ove
 
 
 class Batches:
-    """Retry or delete a list of messages in steps of about ``STEP_S`` of loop time."""
+    """Retry (``BulkRetry``) or delete a list of messages, a step at a time."""
 
     def __init__(self, ledger: Transitions, background: Background) -> None:
         self.ledger, self.background = ledger, background
@@ -53,35 +50,20 @@ class Batches:
     def run(self, ids: list[str], action: str, finish: Finish, state: str = "") -> None:
         """``state``: a delete passes over a message no longer in it (the index
         lags the store by a moment; the store decides)."""
-        self._step(ids, 0, (action, state), [0, 0], finish)
-
-    def _step(self, ids: list[str], start: int, what: tuple[str, str], tally: list[int],
-              finish: Finish) -> None:
-        """``what``: the action, and the state a message must still be in."""
-        if start >= len(ids):
-            self._end(what[0], tally, finish)
-            return
-        if what[0] == "delete":  # each delete is synced on its own: wait for the step's
-            batch = ids[start:start + CHUNK]
-            self._delete(batch, what[1], tally, lambda _e: self._step(
-                ids, start + CHUNK, what, tally, finish))
-            return
-        until = time.monotonic() + STEP_S
-        while start < len(ids) and time.monotonic() < until:
-            batch = ids[start:start + CHUNK]
-            moved = self.ledger.retry(batch, _nothing, strict=False, sync=False)
-            tally[0], tally[1] = tally[0] + moved, tally[1] + len(batch) - moved
-            start += CHUNK
-        # the next step on a later loop turn: what other clients asked meanwhile goes first
-        self.background.submit(_nothing, lambda _r, _e: self._step(ids, start, what, tally,
-                                                                  finish), YIELD_LANE)
-
-    def _end(self, action: str, tally: list[int], finish: Finish) -> None:
-        """Answer once every move is durable: for retry one fsync of err/ and que/."""
         if action == "retry":
-            self.ledger.retry([], lambda error: finish(tally[0], tally[1], error), strict=False)
+            BulkRetry(self.ledger, self.background, ids, finish).start()
         else:
+            self._step(ids, 0, state, [0, 0], finish)
+
+    def _step(self, ids: list[str], start: int, state: str, tally: list[int],
+              finish: Finish) -> None:
+        """A delete step: ``CHUNK`` messages, each synced on its own; the next
+        waits for them."""
+        if start >= len(ids):
             finish(tally[0], tally[1], None)
+            return
+        self._delete(ids[start:start + CHUNK], state, tally, lambda _e: self._step(
+            ids, start + CHUNK, state, tally, finish))
 
     def _delete(self, batch: list[str], state: str, tally: list[int],
                 durable: Callable[[BaseException | None], None]) -> None:
@@ -100,10 +82,6 @@ class Batches:
             except RQError:  # gone or running meanwhile: passed over
                 tally[1] += 1
                 one(None)
-
-
-def _nothing(*_args: Any) -> None:
-    return None
 
 
 class SearchOps:

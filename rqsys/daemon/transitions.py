@@ -254,13 +254,11 @@ class Transitions(Ledger):
 
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
 
-    def retry(self, msg_ids: list[str], done: Done, strict: bool = True,
-              sync: bool = True) -> int:
+    def retry(self, msg_ids: list[str], done: Done, strict: bool = True) -> int:
         """err → que: each runs again as it was (its count kept, its status
-        blank); ``done`` once the moves are durable.  Not ``strict`` (a
-        group): those no longer in err are passed over.  Not ``sync`` (a bulk
-        retry's steps): ``done`` is not called, a later retry's fsync of the
-        same two directories makes these moves durable too.  How many moved."""
+        blank); ``done`` once the moves are durable.  Not ``strict``: those
+        no longer in err are passed over.  How many moved.  (A bulk retry
+        moves its batches off the loop: ``retry_marked``, ``retry_moved``.)"""
         moved = 0
         for msg_id in msg_ids:
             if msg_id in self._busy:
@@ -282,11 +280,30 @@ class Transitions(Ledger):
             self.queued(msg_id, msg)
             self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
             moved += 1
-        if not sync:
-            return moved
         dirs = [self.store.state_dir("err"), self.store.state_dir("que")]
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
         return moved
+
+    def retry_marked(self, msg_ids: list[str]) -> list[str]:
+        """A bulk retry's batch, before its disk half (``rqsys.store.retrybatch``)
+        runs off the loop: those no running or busy message, marked busy
+        (a client's delete of one waits), so nothing else moves them meanwhile."""
+        chosen = [i for i in msg_ids if i not in self._busy and i not in self.running]
+        for msg_id in chosen:
+            self._busy[msg_id] = "being retried"
+        return chosen
+
+    def retry_moved(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
+        """err → que, the disk half durable: the moved join the schedule as
+        ``retry`` adds one; every one of ``chosen`` is free again."""
+        for msg_id, msg in moved:
+            self._counts["err"] -= 1
+            self.schedule.add(msg_id, msg)
+            self.unique.hold_again(msg_id, msg, time.time())
+            self.queued(msg_id, msg)
+            self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
+        for msg_id in chosen:
+            self._free(msg_id)
 
     def delete(self, msg_id: str, done: Done) -> None:
         """prep | que | done | err | relayed → gone (a running one is destroyed

@@ -24,6 +24,10 @@ que -> run, run -> done / err  renamed at once; parents fsynced     found in its
 / relayed / que                at most every FLUSH_INTERVAL and     run/ goes back to que/ at
                                at exit (:meth:`QueueStore.flush`)   start; a lost ``done`` means
                                                                     one more run
+err -> que (a retry: one, a    before ``ok``: renamed, then err/    in err/ (retry it again) or
+group's, a bulk batch)         and que/ fsynced off the loop (a     in que/, its status not yet
+                               bulk batch: per batch of 250; its    set aside (blanked when it
+                               status set aside as status.last)     starts)
 ``status`` and ``count`` files written in place, never synced       old, empty or missing; an
                                (advisory)                           ended message without its
                                                                     ``count`` reads as count 0

@@ -1,0 +1,93 @@
+"""Unit tests of a bulk retry's batches (rqsys.daemon.bulkretry,
+rqsys.store.retrybatch) on a real store in a temp dir: the disk half runs on
+a background lane, the loop's picture follows when it answers, and what is
+no longer in err, running or busy is passed over."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from daemon_util import drain
+
+from rqsys.background import SYNC, Background
+from rqsys.daemon import bulkretry
+from rqsys.daemon.bulkretry import BulkRetry
+from rqsys.daemon.transitions import Transitions
+from rqsys.events import EventLog
+from rqsys.scheduler import Schedule
+from rqsys.store import QueueStore, retrybatch
+from rqsys.worker import Outcome
+
+
+@pytest.fixture
+def ledger(layout):
+    layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
+    store = QueueStore(layout.queue_dir("q"))
+    background = Background()
+    t = Transitions(store, Schedule([], []), EventLog("q", journal=False),
+                    lambda work, then: background.submit(work, then, SYNC))
+    t.load()
+    t.background = background  # type: ignore[attr-defined]
+    return t
+
+
+def failed(t: Transitions, n: int) -> list[str]:
+    """``n`` messages that ran once and ended in err with a status line."""
+    ids = []
+    for i in range(n):
+        staged = t.store.stage({"dest": "q", "count": 0, "due": 0, "param1": str(i)}, "que")
+        t.store.publish([staged])
+        t.placed([staged], "que")
+        msg_id, _path, _msg = t.start_next(time.time())  # type: ignore[misc]
+        t.store.write_status("run", msg_id, "database down")
+        t.end(msg_id, Outcome("err", "database down"), written="database down")
+        ids.append(msg_id)
+    return ids
+
+
+def run(t: Transitions, ids: list[str]) -> tuple[int, int, BaseException | None]:
+    got: list[tuple[int, int, BaseException | None]] = []
+    BulkRetry(t, t.background, ids, lambda *a: got.append(a)).start()  # type: ignore[attr-defined]
+    drain(t.background)  # type: ignore[attr-defined]
+    assert len(got) == 1
+    return got[0]
+
+
+def test_batches_move_on_the_lane_and_join_the_schedule(ledger, monkeypatch):
+    monkeypatch.setattr(bulkretry, "BATCH", 3)  # several batches, two in flight
+    ids = failed(ledger, 8)
+    delete_waited: list[BaseException | None] = []
+    chosen = ledger.retry_marked([ids[0]])  # a batch of its own, still on its way
+    ledger.delete(ids[0], delete_waited.append)  # waits until that batch has landed
+    assert delete_waited == [] and ledger.store.find(ids[0]) == "err"
+    assert run(ledger, ids + ["20260101.0000.00.000.1"]) == (7, 2, None)
+    ledger.retry_moved(chosen, [])  # its lane never ran: it is free, still in err
+    drain(ledger.background)
+    assert delete_waited == [None]
+    assert ledger.counts()["que"] == 7 and ledger.counts()["err"] == 0
+    for msg_id in ids[1:]:
+        assert ledger.store.find(msg_id) == "que"
+        assert ledger.store.read_status("que", msg_id) == ""
+        assert (ledger.store.msg_dir("que", msg_id) / "status.last").read_text() == (
+            "database down")  # set aside, not lost
+        assert ledger.schedule.msgs[msg_id]["param1"] == ledger.store.read_msg(
+            "que", msg_id)["param1"]
+
+
+def test_an_unreadable_message_stays_in_err(ledger):
+    good, bad = failed(ledger, 2)
+    (ledger.store.msg_dir("err", bad) / "msg").write_text("{not json")
+    assert retrybatch.retry_batch(ledger.store, [bad, good])[0][0] == good
+    assert ledger.store.find(bad) == "err" and ledger.store.find(good) == "que"
+
+
+def test_an_error_of_the_lane_is_the_answer_and_frees_the_batch(ledger, monkeypatch):
+    ids = failed(ledger, 2)
+
+    def broken(_store, _ids):
+        raise OSError("disk gone")
+    monkeypatch.setattr(retrybatch, "retry_batch", broken)
+    retried, passed, error = run(ledger, ids)
+    assert (retried, passed, str(error)) == (0, 2, "disk gone")
+    assert ledger.busy(ids[0]) == "" and ledger.counts()["err"] == 2
