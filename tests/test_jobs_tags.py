@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import wait_for
 from daemon_util import send, settle
 from test_cli import rq
 from test_web_support import web_server  # noqa: F401
@@ -67,8 +68,10 @@ def test_tags_over_http_and_rq(make_queue, daemon, web_server, layout):
     assert server.get_json("/q/q/messages.json")[1]["total"] == 2
     status, got = server.get_json("/q/q/messages.json?tag=bad%20tag")
     assert status == 400 and "invalid tag" in json.dumps(got)
-    status, _h, page = server.request("GET", "/q/q?state=que&tag=api")
-    assert status == 200 and api_id.encode() in page and b">api</a>" in page
+    # the page lists from the search index, which its thread brings up to date
+    page = wait_for(lambda: _page_with(server, "/q/q?state=que&tag=api", api_id), 10,
+                    "the queue page listing the tagged message")
+    assert b">api</a>" in page
     # rq sendmesg --tag and rq ls --tag
     url = rq(layout, "sendmesg", "--dest", "q", "--tag", "cli", "--tag", "urgent")
     cli_id = url.rsplit("/", 1)[1]
@@ -79,3 +82,9 @@ def test_tags_over_http_and_rq(make_queue, daemon, web_server, layout):
     proc.call("adminoper", oper="resume")
     settle(proc, cli_id)
     assert server.get_json("/q/q/done.json?tag=cli")[1] == [cli_id]
+
+
+def _page_with(server, path, msg_id):
+    """The page at ``path`` if it is there and lists ``msg_id``, else None."""
+    status, _h, page = server.request("GET", path)
+    return page if status == 200 and msg_id.encode() in page else None

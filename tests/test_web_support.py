@@ -133,7 +133,8 @@ def tree_snapshot(root: Path) -> dict[str, str]:
     """Every file and directory under ``root`` with a digest of its contents.
 
     Spare directories (empty message directories a daemon keeps ready in
-    ``.tmp/``) are left out: refilling them is not a change to the store.
+    ``.tmp/``) and the search index (a copy its thread writes when it likes)
+    are left out: neither is a change to the store.
     """
     snap: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
@@ -142,6 +143,8 @@ def tree_snapshot(root: Path) -> dict[str, str]:
         for name in dirnames:
             snap[os.path.relpath(os.path.join(dirpath, name), root)] = "dir"
         for name in filenames:
+            if name.startswith("search.sqlite"):
+                continue
             path = os.path.join(dirpath, name)
             if os.path.islink(path) or not os.path.isfile(path):
                 snap[os.path.relpath(path, root)] = "other"
