@@ -19,6 +19,9 @@ Then: the first page (25 rows) of several searches through the daemon's
 and one ``bulk`` retry of the 100,000 ``database`` err messages while
 another client sends ``counts`` in a loop (its latency printed; target
 < 30 s).  Checked after: 100,000 in que, the 1,000 others still in err.
+
+Before and after a change, alternated in one run at a smaller count:
+``python bench/ab.py --bench bench_search.py BEFORE_DIR AFTER_DIR 0 10000``.
 """
 
 from __future__ import annotations
