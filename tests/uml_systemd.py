@@ -245,8 +245,14 @@ def ended(queue: str, msg_id: str) -> dict[str, Any]:
     store = QueueStore(Path(f"/var/lib/rq/queue/{queue}"))
     state = wait(lambda: store.find(msg_id) in ("done", "err") and store.find(msg_id),
                  f"{queue}/{msg_id} ended")
-    return {"state": state, "status": store.read_status(state, msg_id),
-            "timeline": timeline.read(store.msg_dir(state, msg_id))}
+    # The move is seen at once; the turn's timeline lines are written at its end
+    lines = wait(lambda: _with_end(timeline.read(store.msg_dir(state, msg_id)), state),
+                 f"{queue}/{msg_id}'s timeline to say {state}")
+    return {"state": state, "status": store.read_status(state, msg_id), "timeline": lines}
+
+
+def _with_end(lines: list[dict[str, Any]], state: str) -> list[dict[str, Any]] | None:
+    return lines if any(line.get("ev") == state for line in lines) else None
 
 
 def show(unit: str, prop: str) -> str:
