@@ -5,9 +5,18 @@ to the next masked: URLs, paths, message ids, long hex or uuids, quoted
 strings' digits, and numbers (``connect to db01:5432 failed after 3.2s`` →
 ``connect to dbN:N failed after Ns``).  A group's key is a short hash of
 its reason.  :class:`FailureGroups` is an EventLog sink: built from
-``err/`` the first time it is asked (a walk, once per daemon), then kept up
-to date per event in O(1): an ``err`` end adds, a delete or a retry takes
-away; a prune (which names no message) makes it walk again when next asked.
+``err/`` the first time it is asked, then kept up to date per event in
+O(1): an ``err`` end adds, a delete or a retry takes away; a prune (which
+names no message) makes it walk again when next asked.
+
+The walk reads every err message's status and end time: seconds for
+100,000, so it runs on a background lane of its own (``LANE``) and the
+request that asked is answered when it ends.  Meanwhile the sink keeps the
+events in a journal, applied on top of the walk's groups on the loop before
+anyone is answered.  Each event makes its message's membership what the
+event says (in, with its reason; or out), so an event the walk already saw
+applied again changes nothing, and the last event of a message decides,
+as it did in the store: exactly the live updates, whatever the walk saw.
 """
 
 from __future__ import annotations
@@ -15,8 +24,11 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
+from rqsys.background import Background
+from rqsys.errors import StoreError
 from rqsys.store import QueueView
 
 MASKS = [
@@ -29,6 +41,9 @@ MASKS = [
     (re.compile(r"\d+(\.\d+)?"), "N"),
 ]
 MAX_REASON = 300
+LANE = "failures"  # the walk of err/: long, so it holds up no other lane's jobs
+Event = tuple[str, str, str, str, float]  # kind, text, msg id, RQ_STATE, when
+Ready = Callable[["BaseException | None"], None]  # on the loop, once built (or failed)
 
 
 def normalise(text: str) -> str:
@@ -42,26 +57,16 @@ def group_key(reason: str) -> str:
     return hashlib.sha1(reason.encode()).hexdigest()[:12]
 
 
-class FailureGroups:
-    """The err messages of one queue by reason; built lazily, then per event."""
+class Groups:
+    """The groups themselves: which err message is in which, and each group's times."""
 
-    def __init__(self, view: QueueView) -> None:
-        self.view = view
-        self.built = False
+    def __init__(self) -> None:
         self.groups: dict[str, dict[str, Any]] = {}  # key -> reason, ids, first, last
         self.group_of: dict[str, str] = {}  # msg id -> key
 
-    def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
-        if not self.built:
-            return  # the walk at the first request sees it
-        if kind == "err" and fields.get("RQ_STATE") == "err":
-            self.add(msg_id, text, time.time())
-        elif kind in ("deleted", "retried") and msg_id:
-            self.remove(msg_id)
-        elif kind == "deleted":  # a prune: which ones is not told
-            self.built = False
-
     def add(self, msg_id: str, status: str, at: float) -> None:
+        """The message is in the group of ``status`` (and in no other)."""
+        self.remove(msg_id)
         reason = normalise(status)
         key = group_key(reason)
         group = self.groups.setdefault(key, {"key": key, "reason": reason, "ids": set(),
@@ -79,29 +84,97 @@ class FailureGroups:
         if not group["ids"]:
             del self.groups[key]
 
-    def build(self) -> None:
-        """Walk err/ (once, or after a prune)."""
-        self.groups, self.group_of = {}, {}
-        for msg_id in self.view.ids("err"):
-            try:
-                status = self.view.read_status("err", msg_id)
-                at = self.view.ended_at("err", msg_id)
-            except OSError:
-                continue  # moved on meanwhile
-            self.add(msg_id, status, at)
-        self.built = True
+    def apply(self, event: Event) -> bool:
+        """One event of the queue; False for a prune (which names no message)."""
+        kind, text, msg_id, state, at = event
+        if kind == "err" and state == "err":
+            self.add(msg_id, text, at)
+        elif kind in ("deleted", "retried") and msg_id:
+            self.remove(msg_id)
+        elif kind == "deleted":
+            return False
+        return True
 
     def listing(self) -> list[dict[str, Any]]:
-        """The groups, largest first: key, reason, count, first and last seen, an example."""
-        if not self.built:
-            self.build()
         rows = [{"key": g["key"], "reason": g["reason"], "count": len(g["ids"]),
                  "first_seen": round(g["first"], 3), "last_seen": round(g["last"], 3),
                  "example": g["example"]} for g in self.groups.values()]
         return sorted(rows, key=lambda row: (-row["count"], row["reason"]))
 
     def members(self, key: str) -> list[str]:
-        if not self.built:
-            self.build()
         group = self.groups.get(key)
         return sorted(group["ids"]) if group else []
+
+
+def walk(view: QueueView) -> Groups:
+    """The groups of what is in err/ now: on a lane's thread, never the loop."""
+    groups = Groups()
+    for msg_id in view.ids("err"):
+        try:
+            status = view.read_status("err", msg_id)
+            at = view.ended_at("err", msg_id)
+        except OSError:
+            continue  # moved on meanwhile (its event tells the loop)
+        groups.add(msg_id, status, at)
+    return groups
+
+
+class FailureGroups:
+    """The err messages of one queue by reason: built off the loop, then per event."""
+
+    def __init__(self, view: QueueView, background: Background) -> None:
+        self.view, self.background = view, background
+        self.current: Groups | None = None  # None: not built (or a prune since)
+        self.journal: list[Event] | None = None  # a list while the walk runs
+        self.waiting: list[Ready] = []  # the requests a walk will answer
+
+    def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
+        """The sink: O(1)."""
+        event = (kind, text, msg_id, fields.get("RQ_STATE") or "", time.time())
+        if self.journal is not None:
+            self.journal.append(event)
+        elif self.current is not None and not self.current.apply(event):
+            self.current = None  # a prune: walk again when next asked
+
+    def ready(self) -> bool:
+        return self.current is not None
+
+    def when_built(self, then: Ready) -> None:
+        """Call ``then`` on the loop once the groups are built (walking err/
+        on the lane if no walk is under way); at once if they are."""
+        if self.ready():
+            then(None)
+            return
+        self.waiting.append(then)
+        if self.journal is None:
+            self._walk()
+
+    def listing(self) -> list[dict[str, Any]]:
+        """The groups, largest first: key, reason, count, first and last seen,
+        an example (once :meth:`ready`)."""
+        return self.current.listing() if self.current else []
+
+    def members(self, key: str) -> list[str]:
+        return self.current.members(key) if self.current else []
+
+    def _walk(self) -> None:
+        self.journal = []
+        view = self.view
+        self.background.submit(lambda: walk(view), self._walked, LANE)
+
+    def _walked(self, groups: Groups | None, error: BaseException | None) -> None:
+        """On the loop: the walk's groups, with the events since it began."""
+        journal, self.journal = self.journal or [], None
+        if groups is None or error is not None:
+            self._tell(StoreError(f"failure groups of {self.view.name}: {error}"))
+            return
+        if any(not groups.apply(event) for event in journal):
+            self._walk()  # a prune meanwhile: which it took is not told
+            return
+        self.current = groups
+        self._tell(None)
+
+    def _tell(self, error: BaseException | None) -> None:
+        waiting, self.waiting = self.waiting, []
+        for then in waiting:
+            then(error)

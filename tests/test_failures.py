@@ -4,17 +4,25 @@ by a real daemon, and retried or deleted a whole group at a time (socket,
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import select
+import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import falcon.testing
 import pytest
-from daemon_util import send, settle, store_of
+from daemon_util import drain, send, settle, store_of
 
-from rqsys import config, timeline
-from rqsys.errors import BadRequest, NotFound
-from rqsys.failures import normalise
+from rqsys import config, failures, timeline
+from rqsys.background import Background
+from rqsys.errors import BadRequest, NotFound, StoreError
+from rqsys.failures import FailureGroups, normalise
 from rqsys.web.app import create_app
 
 RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
@@ -124,3 +132,174 @@ def test_http_groups_and_group_action(layout, make_queue, daemon):
     got = client.simulate_post(path, body="_method=delete", headers=form)
     assert got.status_code == 200 and got.json == ["ok", 2]
     assert client.simulate_get("/q/q/groups.json").json == []
+
+
+# ---------------------------------------------------------------- built off the loop
+def _err_on_disk(store, msg_id, status, msg='{"dest": "q"}'):
+    """A message in err/ as a run leaves it (written here, not through a daemon)."""
+    path = store.msg_dir("err", msg_id)
+    path.mkdir(parents=True)
+    (path / "msg").write_text(msg)
+    (path / "status").write_text(status)
+    return path
+
+
+def _ids(n, second=0):
+    return [f"20260101.0000.{second:02d}.{i:03d}.1" for i in range(n)]
+
+
+@pytest.fixture
+def groups_of(layout, monkeypatch):
+    """FailureGroups over a real store and a real Background, with a gate that
+    holds the walk of err/ until the test opens it."""
+    layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
+    store = store_of(layout, "q")
+    gate, walks = threading.Event(), []
+
+    def held_walk(view):
+        walks.append(view)
+        assert gate.wait(10), "the test did not open the gate"
+        return real_walk(view)
+    real_walk = failures.walk
+    monkeypatch.setattr(failures, "walk", held_walk)
+    background = Background()
+    yield store, FailureGroups(store, background), background, gate, walks
+    background.close()
+
+
+def _tell(groups, kind, msg_id, state, text=""):
+    groups(kind, text, msg_id, {"RQ_STATE": state})
+
+
+def test_events_during_the_walk_apply_on_top_of_it_once(groups_of):
+    store, groups, background, gate, walks = groups_of
+    a, b, c, d, e, f, g = _ids(7)
+    for msg_id in (a, b, c):
+        _err_on_disk(store, msg_id, f"connect to db01:54{msg_id[-5:-2]} failed")
+    for msg_id in (d, e):
+        _err_on_disk(store, msg_id, f"cannot open /srv/{msg_id}.csv")
+    answers = []
+    groups.when_built(answers.append)
+    groups.when_built(answers.append)  # a second request waits for the same walk
+    assert not groups.ready() and len(walks) in (0, 1)
+    # while the walk is held: a retry, a delete, a new failure (which the walk sees too)
+    os.rename(store.msg_dir("err", a), store.msg_dir("que", a))
+    _tell(groups, "retried", a, "que", "err → que")
+    shutil.rmtree(store.msg_dir("err", d))
+    _tell(groups, "deleted", d, "", "deleted from err")
+    _err_on_disk(store, f, "cannot open /srv/f.csv")
+    _tell(groups, "err", f, "err", "cannot open /srv/f.csv")
+    gate.set()
+    assert select.select([background], [], [], 10)[0], "the walk did not end"
+    # the walk has ended, its callback not run yet: b fails again, otherwise
+    _tell(groups, "err", b, "err", "disk full on /dev/sda1")
+    drain(background)
+    assert answers == [None, None] and len(walks) == 1
+    assert [(g["reason"], g["count"]) for g in groups.listing()] == [
+        ("cannot open PATH", 2), ("connect to dbN:N failed", 1), ("disk full on PATH", 1)]
+    # built: events apply at once, no walk
+    _err_on_disk(store, g, "disk full on /dev/sdb1")
+    _tell(groups, "err", g, "err", "disk full on /dev/sdb1")
+    assert {r["reason"]: r["count"] for r in groups.listing()}["disk full on PATH"] == 2
+    assert groups.members(failures.group_key("cannot open PATH")) == [e, f]
+    groups.when_built(answers.append)  # built: answered without a walk
+    drain(background)
+    assert answers == [None] * 3 and len(walks) == 1
+
+
+def test_a_prune_during_the_walk_walks_again(groups_of):
+    store, groups, background, gate, walks = groups_of
+    one, two = _ids(2)
+    _err_on_disk(store, one, "boom 1")
+    _err_on_disk(store, two, "boom 2")
+    answers = []
+    groups.when_built(answers.append)
+    shutil.rmtree(store.msg_dir("err", two))  # the cleaner prunes it
+    _tell(groups, "deleted", "", "", "pruned {'err': 1}")
+    gate.set()
+    drain(background)
+    assert answers == [None] and len(walks) == 2  # answered after the second walk only
+    assert [(g["reason"], g["count"]) for g in groups.listing()] == [("boom N", 1)]
+    _tell(groups, "deleted", "", "", "pruned {'err': 1}")  # built: the next asks walk again
+    assert not groups.ready()
+
+
+def test_a_walk_that_fails_is_told_to_its_requests(groups_of, monkeypatch):
+    store, groups, background, gate, _walks = groups_of
+
+    def broken(view):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(failures, "walk", broken)
+    answers = []
+    groups.when_built(answers.append)
+    drain(background)
+    assert len(answers) == 1 and isinstance(answers[0], StoreError)
+    assert "failure groups of q" in str(answers[0]) and not groups.ready()
+
+
+def _fifo_status(store, msg_id):
+    """An err message whose status is a FIFO: reading it waits for the test
+    (its msg is unreadable, so the search index passes over it)."""
+    path = _err_on_disk(store, msg_id, "", msg="{not json")
+    (path / "status").unlink()
+    os.mkfifo(path / "status")
+    return path / "status"
+
+
+def _write_when_read(fifo, text, timeout=10.0):
+    """Write ``text`` into ``fifo`` once a reader has it open (ENXIO until then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            assert exc.errno == errno.ENXIO and time.monotonic() < deadline, exc
+            time.sleep(0.01)
+    os.write(fd, text.encode())
+    os.close(fd)
+
+
+def test_the_queue_answers_while_the_first_listing_is_built(layout, make_queue, daemon):
+    make_queue("q", SCRIPT)
+    store = store_of(layout, "q")
+    ids = _ids(300)
+    for n, msg_id in enumerate(ids):
+        _err_on_disk(store, msg_id, f"connect to db0{n % 3}:5432 failed after {n}ms")
+    held = _ids(1, second=1)[0]
+    fifo = _fifo_status(store, held)
+    proc = daemon("q")
+    # Given a walk of err/ that cannot end until the test writes one status
+    asking = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    asking.connect(str(layout.socket_path("q")))
+    asking.sendall(b'{"op": "groups"}\n')
+    # Then the queue answers, ends and deletes messages meanwhile
+    for _ in range(20):
+        started = time.monotonic()
+        assert proc.call("ping")["ok"]
+        assert time.monotonic() - started < 0.1
+        assert not select.select([asking], [], [], 0)[0], "answered before the walk ended"
+    proc.call("delete", msg_id=ids[0])
+    late = _errs(proc, ("file", "7"))
+    # When the held status is written, the walk ends and the listing is answered
+    _write_when_read(fifo, "connect to db07:5432 failed after 1ms")
+    asking.settimeout(10)
+    reply = json.loads(asking.makefile().readline())
+    asking.close()
+    assert reply["ok"] and [(g["reason"], g["count"]) for g in reply["groups"]] == [
+        ("connect to dbN:N failed after Nms", 300), ("cannot open PATH", 1)]
+    assert proc.call("groups")["groups"][1]["example"] == f"cannot open /srv/in/{7}.csv"
+    assert late and proc.call("counts")["counts"]["err"] == 301
+
+
+def test_a_group_action_first_after_a_start_waits_for_the_walk(layout, make_queue, daemon):
+    make_queue("q", SCRIPT)
+    store = store_of(layout, "q")
+    for msg_id in _ids(3):
+        _err_on_disk(store, msg_id, f"cannot open /srv/{msg_id}.csv")
+    proc = daemon("q")
+    key = failures.group_key("cannot open PATH")
+    with pytest.raises(NotFound, match="no failure group 0123456789ab"):
+        proc.client().call("group", group="0123456789ab", action="delete")
+    assert proc.call("group", group=key, action="delete")["count"] == 3
+    assert proc.call("counts")["counts"]["err"] == 0

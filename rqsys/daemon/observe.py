@@ -54,7 +54,7 @@ class Observer:
         self.stats = QueueStats()
         self.file = StatsFile(store.qdir, self.stats, background)
         self.started = time.time()
-        self.failures = FailureGroups(store)
+        self.failures = FailureGroups(store, background)
         self.search = SearchOps(ctx, store, ledger, background)
         self.timeline = Timeline(store.msg_path)
         log.sinks += [self.timeline, self.file.sink, self._tell_watchers, self.failures,
@@ -65,17 +65,24 @@ class Observer:
         return {"stats": self.stats_op, "watch": self.watch_op, "groups": self.groups_op,
                 "retry": self.retry_op, "group": self.group_op, **self.search.ops()}
 
-    def groups_op(self, r: Request) -> Reply:
-        """The err messages by normalised reason (``rqsys.failures``)."""
+    def groups_op(self, r: Request) -> Reply | None:
+        """The err messages by normalised reason (``rqsys.failures``); the
+        first asks for a walk of err/ off the loop, and is answered after it."""
+        if not self.failures.ready():
+            self._when_built(r, self.groups_op)
+            return None
         return {"ok": True, "groups": self.failures.listing()}
 
     def retry_op(self, r: Request) -> None:
         """err → que for one message, answered once durable."""
         self.ledger.retry([r.args["msg_id"]], _answer(r, {"ok": True}))
 
-    def group_op(self, r: Request) -> None:
+    def group_op(self, r: Request) -> Reply | None:
         """Retry or delete every message of a failure group; answered with how
         many once all of it is durable (NotFound: no such group now)."""
+        if not self.failures.ready():
+            self._when_built(r, self.group_op)
+            return None
         ids = self.failures.members(r.args["group"])
         if not ids:
             raise NotFound(f"no failure group {r.args['group']} in queue {self.ctx.name}")
@@ -83,6 +90,22 @@ class Observer:
         def finish(done: int, _passed: int, error: BaseException | None) -> None:
             r.fail(error) if error is not None else r.answer({"ok": True, "count": done})
         self.search.batches.run(ids, r.args["action"], finish, "err")  # in steps: others are served
+        return None
+
+    def _when_built(self, r: Request, op: Handler) -> None:
+        """Run ``op`` again once the failure groups are built, answering ``r``
+        with what it returns or raises."""
+        def built(error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    raise error
+                reply = op(r)
+            except Exception as exc:  # answered: a bug as the internal error it is
+                r.fail(exc)
+                return
+            if reply is not None:
+                r.answer(reply)
+        self.failures.when_built(built)
 
     def watch_op(self, r: Request) -> Reply:
         """The message's state now; its events follow on this connection."""
