@@ -123,3 +123,37 @@ def test_a_view_of_a_missing_queue_is_empty(tmp_path):
     with pytest.raises(NotFound):
         view.find("20240101.0000.00.000.0")
     assert not (tmp_path / "gone").exists()
+
+
+WRITES = {("durable", None), ("os", "rename"), ("os", "replace"), ("os", "unlink"),
+          ("os", "remove"), ("os", "rmdir"), ("shutil", "rmtree"), ("shutil", "move")}
+
+
+def _writes(func) -> list[str]:
+    """The calls in ``func`` that change files (anything of ``durable``, renames,
+    removals)."""
+    import ast
+    found = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name):
+            owner, name = node.func.value.id, node.func.attr
+            if (owner, None) in WRITES or (owner, name) in WRITES:
+                found.append(f"{owner}.{name}")
+    return found
+
+
+def test_no_function_given_a_view_writes_with_it():
+    """Read-only is the type: a function that writes takes the QueueStore."""
+    import ast
+    root = Path(__file__).resolve().parent.parent / "rqsys"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for func in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            takes_view = any(a.annotation is not None and "QueueView" in ast.unparse(a.annotation)
+                             for a in func.args.args + func.args.kwonlyargs)
+            if takes_view and _writes(func):
+                offenders.append(f"{path.relative_to(root)}:{func.name} {_writes(func)}")
+    assert offenders == []

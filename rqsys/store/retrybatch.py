@@ -1,6 +1,7 @@
 """The disk half of a bulk retry: a batch of err messages renamed into que/,
 their status set aside, then one fsync of both directories; run on a
-background lane, never on a daemon's loop.
+background lane, never on a daemon's loop.  It is given the queue's
+``QueueStore``, the writer: a ``QueueView`` is read-only in type.
 
 A crash in the middle leaves each message wholly in err/ or in que/ (a
 rename is atomic), which the next start loads as it finds them; nothing
@@ -13,13 +14,13 @@ from typing import Any
 
 from rqsys.errors import RQError
 from rqsys.store import durable
-from rqsys.store.view import QueueView
+from rqsys.store.queue import QueueStore
 
 LAST_STATUS = ".last"  # status.last: the status its run before the retry ended with
 Moved = list[tuple[str, dict[str, Any]]]  # (id, its msg) of each message now in que/
 
 
-def retry_batch(store: QueueView, msg_ids: list[str]) -> Moved:
+def retry_batch(store: QueueStore, msg_ids: list[str]) -> Moved:
     """err → que for each of ``msg_ids`` still in err with a readable msg
     (the others are passed over); durable once it returns."""
     err, que = str(store.state_dir("err")), str(store.state_dir("que"))
