@@ -11,9 +11,12 @@ import pytest
 from daemon_util import drain
 
 from rqsys.background import SYNC, Background
-from rqsys.daemon import bulkretry
+from rqsys.daemon import bulkmove, bulkretry
+from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.bulkretry import BulkRetry
+from rqsys.daemon.context import QueueContext
 from rqsys.daemon.transitions import Transitions
+from rqsys.errors import NotFound
 from rqsys.events import EventLog
 from rqsys.scheduler import Schedule
 from rqsys.store import QueueStore, retrybatch
@@ -91,3 +94,59 @@ def test_an_error_of_the_lane_is_the_answer_and_frees_the_batch(ledger, monkeypa
     retried, passed, error = run(ledger, ids)
     assert (retried, passed, str(error)) == (0, 2, "disk gone")
     assert ledger.busy(ids[0]) == "" and ledger.counts()["err"] == 2
+
+
+# ------------------------------------------------- other bulk actions wait for a batch
+def land(t: Transitions, chosen: list[str], moved: bool = True) -> None:
+    """A retry batch's lane job and its callback, run by the test when it likes
+    (``moved=False``: the lane failed, they stay in err)."""
+    t.retry_moved(chosen, retrybatch.retry_batch(t.store, chosen) if moved else [])
+
+
+@pytest.mark.parametrize("moved", [True, False])
+def test_a_prune_deletes_an_acknowledged_err_message_after_its_batch(ledger, moved):
+    ids = failed(ledger, 3)
+    for msg_id in ids:
+        (ledger.store.msg_dir("err", msg_id) / "ack").write_text("")
+    chosen = ledger.retry_marked([ids[0]])  # a retry batch has it, not landed yet
+    done: list[BaseException | None] = []
+    removed = ledger.prune(time.time(), 3, None, done.append)
+    assert removed["err"] == 2 and ledger.store.find(ids[0]) == "err"  # not taken under the lane
+    drain(ledger.background)
+    assert done == []  # the answer waits for the busy one
+    land(ledger, chosen, moved)
+    drain(ledger.background)
+    assert done == [None]
+    assert removed["err"] == (2 if moved else 3)
+    assert ledger.counts()["err"] == 0 and ledger.counts()["que"] == (1 if moved else 0)
+    for msg_id in ids[1:]:
+        with pytest.raises(NotFound):
+            ledger.store.find(msg_id)
+
+
+def test_a_bulk_move_waits_for_a_retry_batch(ledger, layout, make_queue, daemon):
+    make_queue("dest", "echo done >&3")
+    dest = daemon("dest")
+    ids = failed(ledger, 3)
+    chosen = ledger.retry_marked([ids[0]])
+    ctx = QueueContext(layout, "q")
+    got: list[tuple[int, int, BaseException | None]] = []
+    Mover(ctx, ledger.store, ledger, ledger.background).run(ids, "dest", "err",
+                                                            lambda *a: got.append(a))
+    assert not ledger.background.busy() and got == []  # nothing chosen while it is busy
+    land(ledger, chosen)  # the batch moved it back to que: no longer an err message
+    drain(ledger.background)
+    assert got == [(2, 1, None)]
+    assert ledger.store.find(ids[0]) == "que" and dest.call("counts")["counts"]["done"] + \
+        dest.call("counts")["counts"]["que"] + dest.call("counts")["counts"]["run"] == 2
+    assert ledger.counts()["err"] == 0
+
+
+def test_a_bulk_move_passing_over_thousands_of_steps_does_not_recurse(ledger, layout,
+                                                                     monkeypatch):
+    monkeypatch.setattr(bulkmove, "STEP", 1)  # 1,500 steps (as 75,000 messages make)
+    many = [f"20260101.0000.00.{i % 1000:03d}.{i}" for i in range(1500)]  # none here
+    got: list[tuple[int, int, BaseException | None]] = []
+    Mover(QueueContext(layout, "q"), ledger.store, ledger, ledger.background).run(
+        many, "dest", "err", lambda *a: got.append(a))
+    assert got == [(0, 1500, None)]

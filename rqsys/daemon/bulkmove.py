@@ -1,8 +1,9 @@
 """A bulk move: messages of this queue made anew in another queue, then deleted
 here, ``STEP`` at a time.
 
-Each step reads its messages on the loop (passing over one no longer in the
-searched state, or with attachments: they are not carried), sends them to
+Each step waits until none of its messages is busy (in a retry batch), then
+reads them on the loop (passing over one no longer in the searched state, or
+with attachments: they are not carried), sends them to
 the other queue's daemon as one ``create_many`` on that daemon's peer lane
 (off the loop; a hung peer holds up only this move), and once they are
 durable there deletes the originals; the next step starts once those deletes
@@ -37,32 +38,9 @@ class Mover:
         self.ctx, self.store, self.ledger, self.background = ctx, store, ledger, background
 
     def run(self, ids: list[str], dest: str, state: str, finish: Finish) -> None:
-        self._step(ids, 0, dest, state, [0, 0], finish)
+        Move(self, ids, dest, state, finish).step()
 
-    def _step(self, ids: list[str], start: int, dest: str, state: str, tally: list[int],
-              finish: Finish) -> None:
-        if start >= len(ids):
-            finish(tally[0], tally[1], None)
-            return
-        batch = ids[start:start + STEP]
-        chosen = [(i, m) for i in batch if (m := self._copy(i, dest, state)) is not None]
-        tally[1] += len(batch) - len(chosen)
-        if not chosen:
-            self._step(ids, start + STEP, dest, state, tally, finish)
-            return
-
-        def created(results: Any, error: BaseException | None) -> None:
-            if error is not None:
-                finish(tally[0], tally[1], error)
-                return
-            made = [old for (old, _m), got in zip(chosen, results, strict=True) if "msg_id" in got]
-            tally[1] += len(chosen) - len(made)
-            self._delete(made, tally, lambda: self._step(ids, start + STEP, dest, state,
-                                                         tally, finish))
-        msgs = [m for _i, m in chosen]
-        self.background.submit(lambda: self._send(dest, msgs), created, peer_lane(dest))
-
-    def _copy(self, msg_id: str, dest: str, state: str) -> dict[str, Any] | None:
+    def copy(self, msg_id: str, dest: str, state: str) -> dict[str, Any] | None:
         """The message as the other queue gets it (None: passed over)."""
         try:
             where = self.store.find(msg_id)
@@ -75,26 +53,71 @@ class Mover:
             return None
         return dict({k: v for k, v in msg.items() if k not in DROPPED}, dest=dest)
 
-    def _send(self, dest: str, msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def send(self, dest: str, msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """On the peer lane: one create_many to the other queue's daemon."""
         with QueueClient(self.ctx.layout, dest, timeout=tunables.DUP_TIMEOUT) as client:
             return list(client.call("create_many", msgs=msgs,
                                     by=f"moved from {self.ctx.name}")["results"])
 
-    def _delete(self, made: list[str], tally: list[int], then: Callable[[], None]) -> None:
+
+class Move:
+    """One bulk move of a list of ids to ``dest``, answered through ``finish``."""
+
+    def __init__(self, mover: Mover, ids: list[str], dest: str, state: str,
+                 finish: Finish) -> None:
+        self.mover, self.ledger = mover, mover.ledger
+        self.ids, self.dest, self.state, self.finish = ids, dest, state, finish
+        self.next = 0  # the first id of the next step
+        self.moved = self.passed = 0
+
+    def step(self) -> None:
+        """The next step with a message to copy (a loop, not a recursion:
+        100,000 passed over are 2,000 steps); after the last, the answer."""
+        while self.next < len(self.ids):
+            batch = self.ids[self.next:self.next + STEP]
+            if self.ledger.wait_until_free(batch, self.step):
+                return  # a retry batch has some: chosen where it leaves them
+            self.next += STEP
+            chosen = [(i, m) for i in batch
+                      if (m := self.mover.copy(i, self.dest, self.state)) is not None]
+            self.passed += len(batch) - len(chosen)
+            if chosen:
+                self._send(chosen)
+                return
+        self.finish(self.moved, self.passed, None)
+
+    def _send(self, chosen: list[tuple[str, Any]]) -> None:
+        """The copies to the other queue, on its peer lane (off the loop)."""
+        msgs = [m for _i, m in chosen]
+        self.mover.background.submit(lambda: self.mover.send(self.dest, msgs),
+                                     lambda got, error: self._created(chosen, got, error),
+                                     peer_lane(self.dest))
+
+    def _created(self, chosen: list[tuple[str, Any]], results: Any,
+                 error: BaseException | None) -> None:
+        """On the loop: the other queue has them (those it took are deleted here)."""
+        if error is not None:
+            self.finish(self.moved, self.passed, error)
+            return
+        made = [old for (old, _m), got in zip(chosen, results, strict=True) if "msg_id" in got]
+        self.passed += len(chosen) - len(made)
+        self._delete(made)
+
+    def _delete(self, made: list[str]) -> None:
+        """Delete the originals; the next step once those deletes are durable."""
         left = [len(made)]
 
         def one(_error: BaseException | None) -> None:
             left[0] -= 1
             if left[0] == 0:
-                then()
+                self.step()
         if not made:
-            then()
+            self.step()
             return
         for msg_id in made:
             try:
                 self.ledger.delete(msg_id, one)
-                tally[0] += 1
+                self.moved += 1
             except RQError:  # it started meanwhile: its copy stays too
-                tally[1] += 1
+                self.passed += 1
                 one(None)

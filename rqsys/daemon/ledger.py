@@ -95,6 +95,20 @@ class Ledger:
         self._after_busy.setdefault(msg_id, []).append(later)
         return True
 
+    def wait_until_free(self, msg_ids: list[str], then: Callable[[], None]) -> bool:
+        """If one of ``msg_ids`` is busy, call ``then`` once none is (their
+        rewrites durable) and return True; else False, ``then`` not called.
+        A bulk action waits so for a retry batch, not passing its messages over."""
+        busy = [msg_id for msg_id in msg_ids if msg_id in self._busy]
+        if not busy:
+            return False
+
+        def freed() -> None:
+            if not self.wait_until_free(busy[1:], then):
+                then()
+        self._after_busy.setdefault(busy[0], []).append(freed)
+        return True
+
     def _free(self, msg_id: str) -> None:
         """The rewrite is durable: the message may move again; run what waited."""
         del self._busy[msg_id]

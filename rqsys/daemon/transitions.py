@@ -32,6 +32,7 @@ waits until the rewrite is durable (a moment), then runs.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -327,12 +328,13 @@ class Transitions(Ledger):
               done: Done) -> dict[str, int]:
         """done | relayed (ended ``days`` ago), acknowledged err, and prep
         untouched ``prep_days`` → gone: the cleaner's request.  Renamed out of
-        sight now; ``done`` once they are synced away and removed, off the loop
+        sight now (an err one busy in a retry batch once that has landed);
+        ``done`` once they are synced away and removed, off the loop
         (``rqsys.store.pruning``).  How many of each state."""
         removal = pruning.Removal(self.store)
         removed = {state: pruning.ended(self.store, state, now - days * 86400, removal)
                    for state in ("done", "relayed")}
-        removed["err"] = pruning.acked(self.store, "err", removal)
+        removed["err"] = pruning.acked(self.store, "err", removal, self._busy)
         if prep_days is not None:
             prep = pruning.untouched(self.store, "prep", now - prep_days * 86400, removal)
             for msg_id in prep:
@@ -341,5 +343,33 @@ class Transitions(Ledger):
         for state, count in removed.items():
             self._counts[state] -= count
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
-        self._slow(removal.finish, lambda _result, error: done(error))
+        finished = self._prune_busy(removed, done)
+        self._slow(removal.finish, lambda _result, error: finished(error))
         return removed
+
+    def _prune_busy(self, removed: dict[str, int], done: Done) -> Done:
+        """The acknowledged err messages a prune met busy (in a retry batch):
+        each is deleted once its batch has landed, if still in err then (and
+        counted in ``removed``); ``done`` once they and the rest are durable."""
+        late = [i for i in self._busy if pruning.is_acked(self.store, "err", i)]
+        left, errors = [len(late) + 1], []
+
+        def one(error: BaseException | None) -> None:
+            errors.extend([error] if error is not None else [])
+            left[0] -= 1
+            if left[0] == 0:
+                done(errors[0] if errors else None)
+
+        def landed(msg_id: str) -> None:
+            if not pruning.is_acked(self.store, "err", msg_id):
+                one(None)  # retried: in que now, not pruned
+                return
+            try:
+                self.delete(msg_id, one)
+                removed["err"] += 1
+            except RQError:  # gone or busy again meanwhile: left for the next prune
+                one(None)
+        for msg_id in late:
+            if not self.wait_until_free([msg_id], functools.partial(landed, msg_id)):
+                landed(msg_id)
+        return one

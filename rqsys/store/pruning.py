@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Container
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -81,9 +82,15 @@ def _shard(store: QueueStore, state: str, shard: Path, before: float,
     return len(old)
 
 
-def acked(store: QueueStore, state: str, removal: Removal) -> int:
-    """Take the messages of ``state`` that hold an ``ack`` file; how many."""
-    ids = [i for i in store.ids(state) if (store.msg_dir(state, i) / "ack").exists()]
+def acked(store: QueueStore, state: str, removal: Removal,
+          busy: Container[str] = ()) -> int:
+    """Take the messages of ``state`` that hold an ``ack`` file, but for the
+    ``busy`` (a background lane may be renaming them); how many."""
+    ids = [i for i in store.ids(state) if i not in busy and is_acked(store, state, i)]
     for msg_id in ids:
         removal.take(store.msg_dir(state, msg_id), msg_id)
     return len(ids)
+
+
+def is_acked(store: QueueStore, state: str, msg_id: str) -> bool:
+    return (store.msg_dir(state, msg_id) / "ack").exists()
