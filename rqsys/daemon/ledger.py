@@ -95,6 +95,10 @@ class Ledger:
         self._after_busy.setdefault(msg_id, []).append(later)
         return True
 
+    def busy_ids(self) -> list[str]:
+        """The messages busy now (a rewrite or a retry batch under way)."""
+        return list(self._busy)
+
     def wait_until_free(self, msg_ids: list[str], then: Callable[[], None]) -> bool:
         """If one of ``msg_ids`` is busy, call ``then`` once none is (their
         rewrites durable) and return True; else False, ``then`` not called.

@@ -326,11 +326,9 @@ class Transitions(Ledger):
 
     def prune(self, now: float, days: float, prep_days: float | None,
               done: Done) -> dict[str, int]:
-        """done | relayed (ended ``days`` ago), acknowledged err, and prep
-        untouched ``prep_days`` → gone: the cleaner's request.  Renamed out of
-        sight now (an err one busy in a retry batch once that has landed);
-        ``done`` once they are synced away and removed, off the loop
-        (``rqsys.store.pruning``).  How many of each state."""
+        """done | relayed ended ``days`` ago, acknowledged err (one in a retry batch
+        once that has landed), prep untouched ``prep_days`` → gone: the cleaner's
+        request, out of sight now, ``done`` once removed for good.  How many of each."""
         removal = pruning.Removal(self.store)
         removed = {state: pruning.ended(self.store, state, now - days * 86400, removal)
                    for state in ("done", "relayed")}
@@ -343,33 +341,34 @@ class Transitions(Ledger):
         for state, count in removed.items():
             self._counts[state] -= count
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
-        finished = self._prune_busy(removed, done)
+        finished = _prune_busy(self, removed, done)
         self._slow(removal.finish, lambda _result, error: finished(error))
         return removed
 
-    def _prune_busy(self, removed: dict[str, int], done: Done) -> Done:
-        """The acknowledged err messages a prune met busy (in a retry batch):
-        each is deleted once its batch has landed, if still in err then (and
-        counted in ``removed``); ``done`` once they and the rest are durable."""
-        late = [i for i in self._busy if pruning.is_acked(self.store, "err", i)]
-        left, errors = [len(late) + 1], []
 
-        def one(error: BaseException | None) -> None:
-            errors.extend([error] if error is not None else [])
-            left[0] -= 1
-            if left[0] == 0:
-                done(errors[0] if errors else None)
+def _prune_busy(t: Transitions, removed: dict[str, int], done: Done) -> Done:
+    """The acknowledged err messages a prune met busy (in a retry batch):
+    each is deleted once its batch has landed, if still in err then (and
+    counted in ``removed``); ``done`` once they and the rest are durable."""
+    late = [i for i in t.busy_ids() if pruning.is_acked(t.store, "err", i)]
+    left, errors = [len(late) + 1], []
 
-        def landed(msg_id: str) -> None:
-            if not pruning.is_acked(self.store, "err", msg_id):
-                one(None)  # retried: in que now, not pruned
-                return
-            try:
-                self.delete(msg_id, one)
-                removed["err"] += 1
-            except RQError:  # gone or busy again meanwhile: left for the next prune
-                one(None)
-        for msg_id in late:
-            if not self.wait_until_free([msg_id], functools.partial(landed, msg_id)):
-                landed(msg_id)
-        return one
+    def one(error: BaseException | None) -> None:
+        errors.extend([error] if error is not None else [])
+        left[0] -= 1
+        if left[0] == 0:
+            done(errors[0] if errors else None)
+
+    def landed(msg_id: str) -> None:
+        if not pruning.is_acked(t.store, "err", msg_id):
+            one(None)  # retried: in que now, not pruned
+            return
+        try:
+            t.delete(msg_id, one)
+            removed["err"] += 1
+        except RQError:  # gone or busy again meanwhile: left for the next prune
+            one(None)
+    for msg_id in late:
+        if not t.wait_until_free([msg_id], functools.partial(landed, msg_id)):
+            landed(msg_id)
+    return one
