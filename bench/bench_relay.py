@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import proctree  # noqa: E402
 from netns import NetLab, Rqsys, netns_available, wait_until  # noqa: E402
 
 from rqsys.client import QueueClient  # noqa: E402
@@ -41,16 +42,20 @@ def relayed_count(a: Rqsys) -> int:
     return int(a.call("relay", "counts")["counts"]["relayed"])
 
 
-def bench_small(a: Rqsys, b: Rqsys, count: int = SMALL) -> tuple[float, float]:
-    """(messages relayed per second, ms of CPU both hosts spent per message)."""
+def bench_small(a: Rqsys, b: Rqsys, count: int = SMALL,
+                split: list[tuple[str, float, float]] | None = None) -> tuple[float, float]:
+    """(messages relayed per second, ms of CPU both hosts spent per message);
+    ``split`` gets each process's share (``proctree.role_deltas``)."""
     start_count = relayed_count(a)
-    cpu = tree_cpu(a, b)
+    cpu, before = tree_cpu(a, b), roles(a, b)
     started = time.monotonic()
     with QueueClient(a.layout, "relay") as client:
         for n in range(count):
             client.call("create", msg={"dest": f"{b.url}q/sink", "param1": str(n)})
     wait_relayed(a, start_count + count)
     rate = count / (time.monotonic() - started)
+    if split is not None:
+        split[:] = proctree.role_deltas(before, roles(a, b), count)
     return rate, (tree_cpu(a, b) - cpu) * 1000 / count
 
 
@@ -66,23 +71,11 @@ def wait_relayed(a: Rqsys, total: int, timeout: float = 300) -> None:
 
 def tree_cpu(*hosts: Rqsys) -> float:
     """CPU seconds of the hosts' supervisors and all their descendants (ended ones too)."""
-    parent, times = {}, {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parent[int(pid)] = int(fields[1])
-        times[int(pid)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    roots = {h.proc.pid for h in hosts if h.proc is not None}
-    total = 0
-    for pid in times:
-        walk = pid
-        while walk > 1 and walk not in roots:
-            walk = parent.get(walk, 0)
-        if walk in roots:
-            total += times[pid]
-    return total / os.sysconf("SC_CLK_TCK")
+    return proctree.tree_cpu({h.proc.pid for h in hosts if h.proc is not None})
+
+
+def roles(a: Rqsys, b: Rqsys) -> dict[str, tuple[int, int]]:
+    return proctree.by_role({h.proc.pid: h.host for h in (a, b) if h.proc is not None})
 
 
 def set_relay_path(a: Rqsys, per_process: bool) -> None:
@@ -100,7 +93,8 @@ def report_small(lab: NetLab, a: Rqsys, b: Rqsys) -> None:
     set_relay_path(a, per_process=False)
     bench_small(a, b, 20)  # starts the relay worker
     raw_rate, raw_cpu = bench_raw(lab, b)
-    rate, cpu = bench_small(a, b)
+    split: list[tuple[str, float, float]] = []
+    rate, cpu = bench_small(a, b, SMALL, split)
     print(f"relay, small messages a -> b, a Python process per message (baseline): "
           f"{base_rate:.0f} msgs/s, {base_cpu:.1f} ms CPU/msg ({SMALL_PER_PROCESS} messages)")
     print(f"raw HTTP loop a -> b, prep + commit on kept-alive connections, no relay "
@@ -110,6 +104,10 @@ def report_small(lab: NetLab, a: Rqsys, b: Rqsys) -> None:
           f"the raw loop), {cpu:.1f} ms CPU/msg ({SMALL} messages; target >= 200 msgs/s: "
           f"{'PASS' if rate >= 200 else 'MISS'}; two idle cores at this CPU: "
           f"{2000 / cpu:.0f} msgs/s)")
+    print("  CPU per relayed message, by process (ms; 'reaped': its ended children, "
+          "e.g. a queue daemon's scripts): " + ", ".join(
+              f"{label} {own:.2f}" + (f" + reaped {reaped:.2f}" if reaped >= 0.005 else "")
+              for label, own, reaped in split if own + reaped >= 0.005))
 
 
 def raw_loop(url: str, count: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,28 @@ def test_install_creates_missing_special_queues_only(layout: Layout, make_queue:
 ])
 def test_state_of_answers(answer: Any, state: str | None) -> None:
     assert state_of(answer) == state
+
+
+def test_whole_note_is_read_back_only_whole(tmp_path: Path) -> None:
+    job = make_job(tmp_path, {"dest": "http://b.example/q/x"})
+    job.write_whole_note("relay_id", "http://b.example/q/x/20260101.0000.00.000.1")
+    assert job.read_whole_note("relay_id") == "http://b.example/q/x/20260101.0000.00.000.1"
+    # a crash in the middle of the write leaves it short: no note at all
+    (job.job_dir / "relay_id").write_bytes(b"http://b.example/q/x/2026")
+    assert job.read_whole_note("relay_id") == "" and job.read_whole_note("missing") == ""
+
+
+def test_relay_id_holding_no_message_url_is_prepared_again(tmp_path: Path) -> None:
+    # Given a relay_id note whose blocks came back as garbage after a power cut
+    make_job(tmp_path, {"dest": "http://b.example/q/x"})
+    job_dir = next(tmp_path.rglob("job"))
+    (job_dir / "relay_id").write_bytes(b"\0\0\0garbage\n")
+    read, write = os.pipe()
+    try:
+        job = Job({"RQ_MSG_DIR": str(job_dir), "RQ_HOST": HOST}, out=write, write=write)
+        # When the relay resumes, Then it prepares again (nothing was committed from it)
+        assert Relay(job).resume() == ("", False)
+        assert b"job/relay_id holds no message URL" in os.read(read, 4096)
+    finally:
+        os.close(read)
+        os.close(write)

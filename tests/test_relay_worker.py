@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,16 @@ def test_http_client_refuses_what_it_cannot_read(canned: Any, answer: bytes, why
     answers += [answer, b""]
     with pytest.raises(PeerError, match=why):
         Peer(url, 5).get_json(f"{url}/x.json")
+
+
+def test_http_client_times_out_a_silent_far_end() -> None:
+    from rqsys.scripts.rqhttp import Connections, Peer, PeerError
+
+    # Given a far end that takes the connection and never answers
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        url = f"http://127.0.0.1:{server.getsockname()[1]}"
+        started = time.monotonic()
+        # When a relay asks it something, Then the request times out, saying so
+        with pytest.raises(PeerError, match="timed out"):
+            Peer(url, 0.3, Connections()).get_json(f"{url}/x.json")
+        assert time.monotonic() - started < 5

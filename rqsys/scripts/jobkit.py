@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys.store import Layout, write_file_durably
+from rqsys.store.durable import write_note_durably
 
 BACKOFF_UNIT = 10  # RQ: count² × 10 seconds ...
 BACKOFF_MAX = 3600  # ... capped at an hour
@@ -33,10 +34,11 @@ class Job:
         self.pid = pid or os.getpid()
         self.job_dir = Path(self.env.get("RQ_MSG_DIR") or os.getcwd())
         self.msg_dir = self.job_dir.parent
-        self.msg: dict[str, Any] = json.loads((self.msg_dir / "msg").read_bytes())
+        self.msg: dict[str, Any] = json.loads(read_small(self.msg_dir / "msg"))
         self.count = int(self.env.get("RQ_COUNT") or self.msg.get("count") or 1)
         self.full_id = self.env.get("RQ_FULL_MSG_ID", "")
         self.host = self.env.get("RQ_HOST", "")
+        self._attachments: list[Path] | None = None
 
     # -- files in job/ ------------------------------------------------------
     def read_note(self, name: str) -> str:
@@ -49,11 +51,26 @@ class Job:
         """Keep ``text`` in ``job/<name>`` durably (it must survive a crash)."""
         write_file_durably(self.job_dir / name, (text + "\n").encode())
 
+    def write_whole_note(self, name: str, text: str) -> None:
+        """Keep one line in ``job/<name>`` durably, written in place (cheaper);
+        read it back with :meth:`read_whole_note`, which ignores a torn one."""
+        write_note_durably(self.job_dir / name, (text + "\n").encode())
+
+    def read_whole_note(self, name: str) -> str:
+        """The line in ``job/<name>``; "" when missing or torn (no final newline)."""
+        try:
+            data = read_small(self.job_dir / name)
+        except FileNotFoundError:
+            return ""
+        return data.decode(errors="replace").strip() if data.endswith(b"\n") else ""
+
     def attachments(self) -> list[Path]:
-        adir = self.msg_dir / "attach"
-        if not adir.is_dir():
-            return []
-        return sorted(p for p in adir.iterdir() if not p.name.startswith("."))
+        """The message's attachments (listed once: they do not change while it runs)."""
+        if self._attachments is None:
+            adir = self.msg_dir / "attach"
+            self._attachments = sorted(p for p in adir.iterdir() if not p.name.startswith(
+                ".")) if adir.is_dir() else []
+        return self._attachments
 
     def layout(self) -> Layout:
         """The state root: ``RQ_ROOT``, else four levels above ``<msg>`` (queue/<q>/run)."""
@@ -81,6 +98,18 @@ class Job:
         unit = float(self.env.get("BACKOFF_UNIT") or BACKOFF_UNIT)
         cap = float(self.env.get("BACKOFF_MAX") or BACKOFF_MAX)
         return int(min(self.count * self.count * unit, cap))
+
+
+def read_small(path: Path) -> bytes:
+    """A file's bytes in plain reads (no buffered file object: fewer syscalls)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def log(text: str) -> None:

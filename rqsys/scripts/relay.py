@@ -125,8 +125,14 @@ class Relay:
     # -- the two phases ----------------------------------------------------------
     def resume(self) -> tuple[str, bool]:
         """(URL prepared by an earlier run or "", whether the far end committed it)."""
-        url = self.job.read_note("relay_id")
+        url = self.job.read_whole_note("relay_id")
         if not url:
+            return "", False
+        try:
+            url_parts(url, 3)
+        except BadRequest:  # written in place: a crash in the middle can leave garbage
+            self.job.say("run", f"job/relay_id holds no message URL ({url[:80]!r}); "
+                         "preparing again")
             return "", False
         try:
             state, info = self.far_state(url)
@@ -150,7 +156,7 @@ class Relay:
             url_parts(str(url), 3)
         except BadRequest as exc:
             raise PeerError(f"prep answered {url!r}, not a message URL") from exc
-        self.job.write_note("relay_id", str(url))
+        self.job.write_whole_note("relay_id", str(url))  # durable before the commit
         self.job.say("run", f"prepared {url}")
         return str(url)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 from typing import Any
 
 MAX_HEAD = 64 * 1024  # bytes of status line and headers
@@ -49,6 +50,8 @@ class HTTPConn:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.https:
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+            else:
+                kernel_timeouts(sock, self.timeout)
             self.sock = sock
         return self.sock
 
@@ -70,12 +73,18 @@ class HTTPConn:
                 body: bytes | None) -> tuple[int, bytes, bool]:
         """(status, body, whether the far end closes the connection after it)."""
         length = len(body) if body is not None else (0 if method == "POST" else None)
-        self.connect().sendall(self.head(method, target, headers, length) + (body or b""))
+        try:
+            self.connect().sendall(self.head(method, target, headers, length) + (body or b""))
+        except BlockingIOError:  # SO_SNDTIMEO ran out
+            raise TimeoutError("timed out") from None
         return self.answer(method)
 
     def send_file(self, src: Any) -> None:
-        """Stream an open file on the connection (``sendfile(2)``; send for TLS)."""
-        self.connect().sendfile(src)
+        """Stream an open file on the connection (``sendfile(2)``; send for TLS),
+        timed out by Python (``socket.sendfile`` waits for ever on a kernel timeout)."""
+        sock = self.connect()
+        sock.settimeout(self.timeout)
+        sock.sendfile(src)
 
     def answer(self, method: str) -> tuple[int, bytes, bool]:
         while True:
@@ -165,10 +174,24 @@ class HTTPConn:
 
     def recv_some(self) -> None:
         assert self.sock is not None
-        data = self.sock.recv(65536)
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:  # SO_RCVTIMEO ran out
+            raise TimeoutError("timed out") from None
         if not data:
             raise Closed("the far end closed the connection")
         self.buf += data
+
+
+def kernel_timeouts(sock: socket.socket, timeout: float) -> None:
+    """Make ``sock`` blocking, timed out by the kernel (SO_RCVTIMEO, SO_SNDTIMEO):
+    with a Python timeout every recv and send is a poll first, two syscalls and,
+    in the relay worker, two hand-overs of the GIL between its threads."""
+    seconds = max(timeout, 0.001)
+    tv = struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    sock.settimeout(None)
 
 
 def content_length(text: str) -> int:

@@ -39,7 +39,9 @@ from rqsys.scripts.rqhttp import Connections
 MAGIC = b"RQRELAY1 "
 MAX_ENV = 1 << 20  # bytes of environment a request may carry
 FDS = 4  # the script's fds 1 (output), 2, 3 (RQ_WRITE) and 4 (RQ_READ)
-SPARE_THREADS = 4  # threads kept waiting for connections after a busy spell
+# Threads kept waiting for connections after a busy spell: as many as the
+# relay queue's workers (16 by default), or each burst starts threads anew.
+SPARE_THREADS = 32
 SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
