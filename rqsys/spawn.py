@@ -18,6 +18,7 @@ import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rqsys.errors import SpawnError
 
@@ -55,6 +56,10 @@ class Child:
         """Signal the script's whole process group (it leads its session)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
+
+    def wait(self) -> tuple[int, int, Any]:
+        """``os.wait4`` of the ended script: (pid, wait status, rusage)."""
+        return os.wait4(self.pid, os.WNOHANG)
 
 
 def script_argv(script: str, exec_prefix: str) -> tuple[str, list[str]]:

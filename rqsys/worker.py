@@ -123,6 +123,9 @@ class Worker:
             return Outcome("que", "requeued: the queue daemon stopped")
         if self.stop_reason == "timeout":
             return Outcome("err", self.stop_text, kind="timeout")
+        if getattr(self.child, "lost", False):  # a relay the relay worker dropped (handoff)
+            return Outcome("que", "requeued: the relay worker went away; the next run "
+                           "starts the relay script")
         cmd = self.terminal
         if cmd is not None and cmd.kind == "err":
             return Outcome("err", cmd.text, kind="err")

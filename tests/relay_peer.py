@@ -14,7 +14,9 @@ answering, N times), ``{"attach_503": N}`` (refuse N uploads),
 ``{"no_state": true}`` (message JSON without ``state``: ask
 ``<msg>/state.json``, which answers ``["ok", state]``), ``{"ignore_prep":
 true}`` (an RQ that queues at once whatever ``_method`` says),
-``{"lose_attachments": true}`` (the commit drops what was uploaded).
+``{"lose_attachments": true}`` (the commit drops what was uploaded),
+``{"stall_commit": N}`` (a commit writes ``DIR/stalled``, waits for
+``DIR/unstall``, then answers 503 without committing, N times).
 """
 
 from __future__ import annotations
@@ -197,6 +199,9 @@ class Peer(BaseHTTPRequestHandler):
         if not (mdir / "state").exists() or (mdir / "state").read_text() != "prep":
             self.answer(200, ["fail", "cannot find message"])
             return
+        if self.fault("stall_commit"):
+            self.stall()
+            return
         (mdir / "state").write_text("que")
         if self.fault("lose_attachments"):
             for path in (mdir / "attach").iterdir():
@@ -208,6 +213,14 @@ class Peer(BaseHTTPRequestHandler):
             self.html_redirect()
             return
         self.answer(200, ["ok", "msg commited"])
+
+    def stall(self) -> None:
+        """Hold the request until the test writes ``unstall`` (30 s at most), then 503."""
+        (self.base / "stalled").write_text("1")
+        deadline = time.monotonic() + 30
+        while not (self.base / "unstall").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.answer(503, ["fail", "stalled"])
 
 
 def corrupt(path: Path) -> str:

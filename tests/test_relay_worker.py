@@ -25,6 +25,7 @@ from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
 
 from rqsys.scripts import relayworker
+from rqsys.scripts.relay import RUN_MARK
 from rqsys.special import special_config
 
 SHIM = Path(relayworker.__file__).resolve().parent.parent / "_native" / "rqrelay"
@@ -167,6 +168,16 @@ def test_environment_must_name_the_message() -> None:
 # ---------------------------------------------------------------- the worker dies
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[tuple[Rqsys, Path, str]]:
+    yield from lab_hosts(tmp_path, RELAY_HOLD_AT="uploaded")
+
+
+@pytest.fixture
+def handing_hosts(tmp_path: Path) -> Iterator[tuple[Rqsys, Path, str]]:
+    yield from lab_hosts(tmp_path)
+
+
+def lab_hosts(tmp_path: Path, **env: str) -> Iterator[tuple[Rqsys, Path, str]]:
+    """a (rqsys serve, its relay queue's env_vars + ``env``) and an RQ peer on b."""
     need(netns_available(), "network namespaces need root and iproute2")
     lab = NetLab()
     try:
@@ -175,7 +186,7 @@ def hosts(tmp_path: Path) -> Iterator[tuple[Rqsys, Path, str]]:
         a = Rqsys(lab, "a", tmp_path / "a")
         cfg = special_config("relay")
         cfg["env_vars"] = {"BACKOFF_UNIT": "0.2", "BACKOFF_MAX": "2", "RELAY_TIMEOUT": "5",
-                           "RELAY_HOLD_AT": "uploaded"}
+                           **env}
         a.layout.create_queue_dir("relay", cfg)
         peer_dir = tmp_path / "peer"
         peer_dir.mkdir()
@@ -206,6 +217,54 @@ def test_worker_killed_mid_relay_the_shim_finishes_it_alone(
     (far,) = sorted((peer_dir / "q" / "work").iterdir())
     assert got["status"].endswith(far.name)
     assert (far / "state").read_text() in ("que", "done")
+
+
+@pytest.mark.parametrize("victim", ["worker", "daemon"])
+def test_handed_relay_survives_its_worker_or_daemon_killed(
+        handing_hosts: tuple[Rqsys, Path, str], victim: str) -> None:
+    a, peer_dir, dest = handing_hosts
+    assert a.proc is not None
+    # Given a relay the daemon handed to the worker (no rqrelay process), its commit stalled
+    (peer_dir / "faults.json").write_text('{"stall_commit": 1}')
+    msg_id = a.call("relay", "create", msg={"dest": dest})["msg_id"]
+    wait_for((peer_dir / "stalled").exists, 30, "the stalled commit")
+    assert not [p for p in descendants(a.proc.pid) if exe(p) == SHIM.resolve()]
+    # When the worker (or the relay queue's daemon) is SIGKILLed, and the far end answers 503
+    pid = worker_pid(a.proc.pid) if victim == "worker" else a.call("relay", "ping")["pid"]
+    os.kill(pid, signal.SIGKILL)
+    (peer_dir / "unstall").write_text("1")
+    # Then the message is relayed, resumed from relay_id: one copy, committed
+    got = wait_for(lambda: (g := a.call("relay", "get", msg_id=msg_id))["state"] == "relayed"
+                   and g, 60, "relayed after the kill")
+    (far,) = sorted((peer_dir / "q" / "work").iterdir())
+    assert got["status"].endswith(far.name) and (far / "state").read_text() == "que"
+    log = next(a.layout.queue_dir("relay").rglob(f"{msg_id}/job/stdio.log")).read_text()
+    assert log.count(RUN_MARK) == 2, log
+    if victim == "worker":  # the daemon saw its hand-over dropped, and started the script
+        assert "the relay worker went away" in json.dumps(got)
+
+
+def descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(pid))
+    found, todo = [], [root]
+    while todo:
+        children = kids.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def exe(pid: int) -> Path | None:
+    try:
+        return Path(f"/proc/{pid}/exe").resolve()
+    except OSError:
+        return None
 
 
 def worker_pid(supervisor: int) -> int:

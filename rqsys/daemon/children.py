@@ -16,7 +16,6 @@ script left behind (and cannot reach a later group that took its number).
 
 from __future__ import annotations
 
-import os
 import select
 import selectors
 import signal
@@ -75,7 +74,7 @@ class Children:
     def _reap(self, worker: Worker) -> None:
         child = worker.child
         child.signal_group(signal.SIGTERM)  # background children left behind
-        pid, wait_status, worker.rusage = os.wait4(child.pid, os.WNOHANG)
+        pid, wait_status, worker.rusage = child.wait()
         if pid == 0:
             return  # not ended after all (cannot happen for a ready pidfd)
         if child.status_r in self._status:

@@ -21,6 +21,7 @@ from rqsys import limits, limits_render, timeline, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
+from rqsys.daemon.handoff import HandOff
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runenv import RunEnvironment
@@ -49,6 +50,7 @@ class Runner:
         self._script_check_at = 0.0
         self._script = ScriptPath()
         self.env = RunEnvironment(ctx)
+        self.handoff = HandOff(self.env)  # relay runs handed to the relay worker, no exec
         self._pid = os.getpid()  # the spawn helper checks its child's parent against it
         self.children = Children(selector, self._on_lines, self._on_exit)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
@@ -110,8 +112,9 @@ class Runner:
         limits = self.limits.for_message(msg)
         try:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
-            child = spawn(words, program, self.env.strings().strings(run), job, out, self._pid,
-                          self.limits.as_limit(limits) if limits else -1)
+            handed = None if limits else self.handoff.start(path, run, job, out)
+            child = handed or spawn(words, program, self.env.strings().strings(run), job, out,
+                                   self._pid, self.limits.as_limit(limits) if limits else -1)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
