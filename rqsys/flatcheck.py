@@ -6,7 +6,9 @@ microseconds for a small socket request or message, on every create); most
 fields of a request are few and simple.  :class:`FlatCheck` checks the
 object's shape itself (its type, which names are allowed, ``required``,
 ``dependentRequired``) and each present field with a validator of that
-field's schema, skipping a field whose schema only names it.  Only its
+field's schema (a plain closure from ``rqsys.fieldcheck`` where the field's
+schema is simple, else its own jsonschema validator), skipping a field
+whose schema only names it.  Only its
 "valid" is trusted: on anything else the caller asks the full validator,
 whose error names the field.  A schema that is not flat (references,
 combinators at the top) gets no FlatCheck.
@@ -17,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
+
+from rqsys.fieldcheck import Predicate, predicate
 
 ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description"})
 SHAPE = frozenset({"type", "properties", "required", "additionalProperties",
@@ -30,8 +34,9 @@ class FlatCheck:
         cls = jsonschema.validators.validator_for(schema)
         self.required = frozenset(schema.get("required", ()))
         self.depends = {k: frozenset(v) for k, v in schema.get("dependentRequired", {}).items()}
-        self.fields = {name: None if set(sub) <= ANNOTATIONS else cls(sub)
-                       for name, sub in schema["properties"].items()}
+        self.fields: dict[str, Predicate | None] = {
+            name: None if set(sub) <= ANNOTATIONS else predicate(sub) or cls(sub).is_valid
+            for name, sub in schema["properties"].items()}
 
     @staticmethod
     def fits(schema: dict[str, Any]) -> bool:
@@ -53,7 +58,7 @@ class FlatCheck:
             if needs is not None and not needs <= data.keys():
                 return False
             field = self.fields[name]
-            if field is not None and not field.is_valid(value):
+            if field is not None and not field(value):
                 return False
         return True
 

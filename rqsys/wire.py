@@ -39,8 +39,11 @@ MAX_FDS = 64
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 
 
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps makes one a call
+
+
 def encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+    return _ENCODE(obj).encode() + b"\n"
 
 
 def decode(line: bytes) -> dict[str, Any]:

@@ -59,8 +59,10 @@ class QueueContext:
         return config.message_url(self.sysconfig, self.name, msg_id)
 
     def check_accepting(self, strict: bool = False) -> None:
-        """QueueDown unless new messages are taken (``strict``: not when PAUSEd either)."""
-        self.refresh_admin()
+        """QueueDown unless new messages are taken (``strict``: not when PAUSEd either).
+        RQ's admin files are read again unless their watch holds (see adminfiles)."""
+        if self.files is None or not self.files.watching:
+            self.refresh_admin()
         if self.stopping:
             raise QueueDown(f"queue {self.name} is stopping")
         if self.admin == "DOWN" or (strict and self.admin == "PAUSE"):

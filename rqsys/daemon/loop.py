@@ -117,6 +117,7 @@ class QueueDaemon:
                                lambda _key, _mask: self.background.run_finished())
         if self.ctx.files is not None:
             self.ctx.files.watch(self.selector, self._admin_files_changed)
+            self.ctx.refresh_admin()  # a file made before the watch began
         # the listener, signals, background pipe, admin files' watch: more are clients, scripts
         self.always_registered = len(self.selector.get_map())
         self.notifier.ready(self.status_line())
@@ -135,7 +136,11 @@ class QueueDaemon:
 
     def _turn(self) -> bool:
         """One turn of the loop; False when the daemon should stop."""
-        for key, mask in self.selector.select(self._timeout()):
+        events = self.selector.select(self._timeout())
+        files = self.ctx.files
+        if len(events) > 1 and files is not None and files.watching:  # admin files' news first
+            events.sort(key=lambda event: event[0].fd != files.fd)
+        for key, mask in events:
             key.data(key, mask)
         self.intake.publish_pending()
         self.runner.enforce_deadlines()
@@ -162,7 +167,7 @@ class QueueDaemon:
     def _shut_down(self) -> None:
         if self.ctx.files is not None:
             self.ctx.files.close(self.selector)
-        self.store.spares.stop()
+        self.store.spares.close()
         self.after.close()
         self.background.close()
         self.observer.close()

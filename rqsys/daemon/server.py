@@ -59,6 +59,7 @@ class Connection:
         self.closing = False
         self.waiting = False  # a request's answer comes later; the next ones wait
         self.peer = _peer(sock)
+        self.events = selectors.EVENT_READ  # as registered in the selector
 
 
 class Server:
@@ -208,8 +209,9 @@ class Server:
             self._close(conn)
             return
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
-        if self.selector.get_key(conn.sock).events != events:
+        if conn.events != events:  # kept on the connection: no selector look-up per answer
             self.selector.modify(conn.sock, events, self._conn_event)
+            conn.events = events
 
     def _close(self, conn: Connection) -> None:
         fd = conn.sock.fileno()

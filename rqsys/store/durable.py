@@ -148,9 +148,9 @@ def write_new(path: str | Path, data: bytes, sync: bool) -> None:
     _write_fd(os.open(path, flags, 0o644), data, sync)
 
 
-def write_msg(path: str, data: bytes, sync: bool) -> None:
+def write_msg(path: str, data: bytes, sync: bool, fd: int = -1) -> None:
     """Write a new message's ``msg``: over the spare's blank one when there
-    is one, else into a new file.
+    is one (``fd``, open for writing, closed here), else into a new file.
 
     A spare's msg already holds MSG_BLANK bytes of spaces, written and synced
     with the spare, and JSON ignores the spaces left after the message.  A
@@ -158,20 +158,22 @@ def write_msg(path: str, data: bytes, sync: bool) -> None:
     size, so fdatasync has only that data to write: no inode, no journal
     commit.
     """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        write_new(path, data, sync)
-        return
+    if fd < 0:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            write_new(path, data, sync)
+            return
     _write_fd(fd, data, sync, data_only=True)
 
 
 def _write_fd(fd: int, data: bytes, sync: bool, data_only: bool = False) -> None:
-    """Write all of ``data`` to ``fd``, fsync (or fdatasync) it if asked, close it."""
+    """Write all of ``data`` at the start of ``fd`` (a spare's msg was left at
+    its end), fsync (or fdatasync) it if asked, close it."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        view, at = memoryview(data), 0
+        while at < len(data):
+            at += os.pwrite(fd, view[at:], at)
         if sync:
             (os.fdatasync if data_only else os.fsync)(fd)
     finally:

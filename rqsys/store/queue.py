@@ -43,6 +43,7 @@ class Staged:
     msg: dict[str, Any]
     attached: bool = False
     origin: str = ""  # who made it, for its timeline: "socket pid 12 uid 0", "http ::1", ...
+    msg_fd: int = -1  # a spare's blank msg, open for writing until published or discarded
 
     def attach_dir(self) -> Path:
         """Make the staged message's ``attach/`` directory."""
@@ -69,11 +70,13 @@ class QueueStore(QueueView):
         may be added before :meth:`publish` writes it): a ready spare for
         ``que``, else a new ``.tmp/<id>.<state>/``."""
         msg_id = self.id_maker.next_id()
-        spare = self.spares.take() if state == "que" else None
-        if spare is None:
-            spare = f"{self._base}/{TMP_DIR}/{msg_id}.{state}"
+        taken = self.spares.take() if state == "que" else None
+        if taken is None:
+            spare, fd = f"{self._base}/{TMP_DIR}/{msg_id}.{state}", -1
             os.mkdir(spare)
-        return Staged(msg_id, spare, dict(msg, msg_id=msg_id))
+        else:
+            spare, fd = taken
+        return Staged(msg_id, spare, dict(msg, msg_id=msg_id), msg_fd=fd)
 
     def publish(self, batch: list[Staged]) -> None:
         """Write staged messages' msg files and make them durable.
@@ -87,7 +90,9 @@ class QueueStore(QueueView):
             return
         single = len(batch) == 1 and not (self.ordered and self._new_inodes(batch[0]))
         for staged in batch:
-            durable.write_msg(f"{staged.tmp}/msg", json.dumps(staged.msg).encode(), sync=single)
+            fd, staged.msg_fd = staged.msg_fd, -1  # write_msg closes it, whatever happens
+            durable.write_msg(f"{staged.tmp}/msg", json.dumps(staged.msg).encode(), single,
+                              fd)
         if not single:
             durable.syncfs(self.qdir)
         elif batch[0].attached:
@@ -120,6 +125,9 @@ class QueueStore(QueueView):
 
     def discard(self, staged: Staged) -> None:
         """Remove a staged message that will not be published."""
+        if staged.msg_fd >= 0:
+            os.close(staged.msg_fd)
+            staged.msg_fd = -1
         shutil.rmtree(staged.tmp, ignore_errors=True)
 
     # -- transitions -------------------------------------------------------

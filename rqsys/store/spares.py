@@ -38,7 +38,7 @@ class SpareMaker:
     def __init__(self, tmp_dir: str, count: int = SPARE_DIRS, batch: int = SPARE_BATCH) -> None:
         self._tmp_dir = tmp_dir
         self._count, self._batch = count, batch
-        self._ready: collections.deque[str] = collections.deque()
+        self._ready: collections.deque[tuple[str, int]] = collections.deque()  # (dir, its msg)
         self._changed = threading.Condition()
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -51,20 +51,29 @@ class SpareMaker:
             self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread and wait for the batch it is making, if any."""
+        """Stop the thread and wait for the batch it is making, if any (the
+        ready spares can still be taken)."""
         with self._changed:
             self._stopped = True
             self._changed.notify()
         if self._thread is not None:
             self._thread.join(SPARE_RETRY * 5)
 
+    def close(self) -> None:
+        """Stop, and close the ready spares' msg files (recovery removes the spares)."""
+        self.stop()
+        with self._changed:
+            while self._ready:
+                os.close(self._ready.popleft()[1])
+
     def __len__(self) -> int:
         """How many spares are ready."""
         with self._changed:
             return len(self._ready)
 
-    def take(self) -> str | None:
-        """A ready spare directory, or None when none is ready."""
+    def take(self) -> tuple[str, int] | None:
+        """A ready spare directory and its blank msg file, still open for
+        writing (the taker closes it), or None when none is ready."""
         with self._changed:
             if not self._ready:
                 return None
@@ -82,11 +91,12 @@ class SpareMaker:
         while (wanted := self._wait_for_demand()) is not None:
             paths = [f"{self._tmp_dir}/{SPARE_PREFIX}{os.getpid()}.{next(seq)}"
                      for _ in range(wanted)]
-            if self._make_batch(paths, self.whole_fs):
-                with self._changed:
-                    self._ready.extend(paths)
-            else:
+            fds = self._make_batch(paths, self.whole_fs)
+            if fds is None:
                 time.sleep(SPARE_RETRY)
+                continue
+            with self._changed:
+                self._ready.extend(zip(paths, fds, strict=True))
 
     def _wait_for_demand(self) -> int | None:
         """How many spares to make next; None once stopped."""
@@ -95,21 +105,22 @@ class SpareMaker:
             return None if self._stopped else self._count - len(self._ready)
 
     @staticmethod
-    def _make_batch(paths: list[str], whole_fs: bool) -> bool:
-        """Make spares; on failure (disk full, queue removed) remove them and say so."""
+    def _make_batch(paths: list[str], whole_fs: bool) -> list[int] | None:
+        """Make spares (their msg files open); on failure (disk full, queue
+        removed) remove them and return None."""
         try:
-            _make(paths, whole_fs)
+            return _make(paths, whole_fs)
         except OSError:
             for path in paths:
                 shutil.rmtree(path, ignore_errors=True)
-            return False
-        return True
+            return None
 
 
-def _make(paths: list[str], whole_fs: bool = False) -> None:
-    """Make spares, then fsync their blank msg files: each spare's entry in
-    ``.tmp/`` and its msg's block are durable before it is handed out, so a
-    create has only its message's bytes to write (see durable.write_msg).
+def _make(paths: list[str], whole_fs: bool = False) -> list[int]:
+    """Make spares, then fsync their blank msg files, which stay open: each
+    spare's entry in ``.tmp/`` and its msg's block are durable before it is
+    handed out, so a create has only its message's bytes to write, through
+    the open file (no path to look up again; see durable.write_msg).
     (Not syncfs: that would flush the whole file system; except on ext4
     without a journal, ``whole_fs``, where only a syncfs writes the block
     group's descriptor, whose count of never-used inodes e2fsck trusts: a
@@ -122,9 +133,11 @@ def _make(paths: list[str], whole_fs: bool = False) -> None:
             durable.syncfs(os.path.dirname(paths[0]))
         else:
             durable.fsync_fds(msg_fds)
-    finally:
+    except BaseException:
         for fd in msg_fds:
             os.close(fd)
+        raise
+    return msg_fds
 
 
 def _make_one(path: str) -> int:
