@@ -63,7 +63,7 @@ class PoolMember:
         self.ids = self.store.id_maker = PoolIds(number, self.store.id_maker)
         selector.register(self.bridge, selectors.EVENT_READ,
                           lambda _key, _mask: self.bridge.run_finished())
-        self.worker.hand_back_local()
+        self.worker.hand_back.start()
         self.log.event("daemon", f"pool {self.settings.pool}: joined as host {number} "
                        f"({', '.join(self.settings.servers)})")
 

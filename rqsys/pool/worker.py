@@ -7,7 +7,8 @@ recorded and flushed the end, and naks with the delay of a ``resend``.
 A message pulled here is *held* (its NATS delivery kept for the ack) from
 the fetch until its end is acked or it is handed back.  What the local
 store does with it is the daemon's usual business (``transitions``); this
-class only watches which held messages are no longer queued or running.
+class only watches which held messages are no longer queued or running, and
+hands their ends to ``rqsys.pool.acks``.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from typing import Any
 from rqsys.errors import NotFound
 from rqsys.message import due_time
 from rqsys.pool import unique
+from rqsys.pool.acks import RETRY, Acks
 from rqsys.pool.bridge import Bridge, why
-from rqsys.pool.files import BadAttachment, PoolFiles, local_files, specs_of
+from rqsys.pool.files import BadAttachment, PoolFiles, specs_of
+from rqsys.pool.handback import HandBack
 from rqsys.pool.link import Link, NatsMsg
 from rqsys.store import Staged
 from rqsys.store.layout import ENDED_STATES, TMP_DIR, check_msg_id
 
 FETCH_WAIT = 1.0  # seconds a fetch waits for a first message (then the loop asks again)
-RETRY = 1.0  # seconds before a failed fetch or ack is tried again (NATS away: no busy loop)
-SOON = 0.05  # seconds: an ack that waits for the store's next flush is looked at again
 
 
 class PoolWorker:
@@ -41,21 +42,20 @@ class PoolWorker:
         self.bridge, self.link = bridge, link
         self.held: dict[str, NatsMsg] = {}
         self.placing: set[str] = set()  # staged, waiting for the group commit
-        self.ended: list[tuple[int, str, NatsMsg]] = []  # flush count at the end, id, delivery
         self.seen: dict[str, str] = {}  # last status line of each running held message
         self.fetching = False
         self.progress_at = 0.0
-        self.fetch_at = self.ack_at = 0.0  # a failed fetch or ack is retried from then
-        self.handing_back = 0  # local messages being published at start: no pull till then
+        self.fetch_at = 0.0  # a failed fetch is retried from then
         self.files = PoolFiles(link)
+        self.acks = Acks(self.store, link, bridge, self.files, self.log)
+        self.hand_back = HandBack(daemon, bridge, self.files)  # at start, before any pull
         self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
         self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
-        self.dropping: dict[str, list[str]] = {}  # objects to remove once the end is acked
 
     # ------------------------------------------------------------ each turn
     def turn(self) -> None:
         self._settle()
-        self._ack_flushed()
+        self.acks.turn()
         now = time.monotonic()
         self._extend(now)
         self._tell_load(now)
@@ -74,8 +74,8 @@ class PoolWorker:
         waits = [self.progress_at - now] if self.held else []
         told, at = self.load
         waits.append(at + (1.0 if len(self.held) != told else self.link.s.ack_wait / 3) - now)
-        if self.ended:
-            waits.append(max(SOON, self.ack_at - now))
+        if (acks := self.acks.wait(now)) is not None:
+            waits.append(acks)
         if not self.fetching and self.fetch_at > now:
             waits.append(self.fetch_at - now)
         return min(waits) if waits else None
@@ -88,7 +88,7 @@ class PoolWorker:
 
     def _pull(self) -> None:
         free = self._free()
-        if (self.fetching or free <= 0 or self.handing_back
+        if (self.fetching or free <= 0 or self.hand_back.pending
                 or time.monotonic() < self.fetch_at):
             return
         self.fetching = True
@@ -238,9 +238,7 @@ class PoolWorker:
         if state == "que":  # a resend: back to the pool with its delay, for any host
             self._resend(msg_id, delivery)
             return
-        self.ended.append((self.store.dirty.flushes, msg_id, delivery))
-        if specs:
-            self.dropping[msg_id] = [s["name"] for s in specs]
+        self.acks.add(msg_id, delivery, specs)
         if state:
             status, msg = self.store.read_status(state, msg_id), self.store.read_msg(state, msg_id)
             self._record(msg_id, msg, state, status, specs)
@@ -255,38 +253,6 @@ class PoolWorker:
         self.ledger.delete(msg_id, lambda _error: None)
         self.bridge.submit(self.link.nak(delivery, delay))
         self._record(msg_id, msg, "que", f"resend in {delay:.0f}s (any host)")
-
-    def _ack_flushed(self) -> None:
-        """Ack the ends the store has flushed to disk since they were recorded."""
-        if time.monotonic() < self.ack_at:
-            return
-        flushes, clean = self.store.dirty.flushes, self.store.dirty.due() is None
-        keep = []
-        for entry in self.ended:
-            if clean or entry[0] < flushes:
-                self.bridge.submit(self.link.ack(entry[2]), self._acked(entry))
-            else:
-                keep.append(entry)
-        self.ended = keep
-
-    def _acked(self, entry: tuple[int, str, NatsMsg]) -> Any:
-        def then(_result: Any, error: BaseException | None) -> None:
-            if error is None:
-                names = self.dropping.pop(entry[1], None)
-                if names:  # acked: no host needs its attachments any more
-                    self.bridge.submit(self.files.drop(entry[1], names))
-                return
-            # Tried again while ack_wait lasts: until then no other host runs it;
-            # after, JetStream has given it out again (a duplicate, or acked unrun here).
-            tries = -min(entry[0], 0) + 1  # the first field counts tries, negated, once failed
-            text = f"pool: ack not confirmed ({why(error)})"
-            if tries * RETRY > self.link.s.ack_wait:
-                self.log.event("err", f"{text}; given up: it will be delivered again", entry[1])
-                return
-            self.log.event("err", f"{text}; trying again in {RETRY:g}s", entry[1])
-            self.ended.append((-tries, entry[1], entry[2]))
-            self.ack_at = time.monotonic() + RETRY
-        return then
 
     # ------------------------------------------------------------ while it runs
     def _extend(self, now: float) -> None:
@@ -314,43 +280,11 @@ class PoolWorker:
                 self.log.event("err", f"pool: {what}: {error}", msg_id)
         return then
 
-    # ------------------------------------------------------------ start and stop
-    def hand_back_local(self) -> None:
-        """At start: messages queued here (pulled and not acked by the last run,
-        or queued before the queue became a pool queue) are published to the
-        pool under their own ids, then removed here.  A pulled one is still in
-        the stream: JetStream drops the copy as a duplicate of its id (within
-        its DUPLICATE_WINDOW).  One whose publish fails stays and runs here."""
-        schedule = self.ledger.schedule
-        for msg_id in schedule.ordered_ids():
-            msg = schedule.remove(msg_id)
-            if msg is not None:
-                record = {"state": "que", "host": "", "status": "",
-                          "url": self.ctx.url(msg_id), "msg": msg}
-                self.handing_back += 1
-                files = local_files(self.store, "que", msg_id)
-                self.bridge.submit(self.files.publish(msg_id, dict(msg, msg_id=msg_id), record,
-                                                      files), self._handed_back(msg_id, msg))
-
-    def _handed_back(self, msg_id: str, msg: dict[str, Any]) -> Any:
-        def then(_result: Any, error: BaseException | None) -> None:
-            self.handing_back -= 1
-            if error is None:
-                self.ledger.delete(msg_id, lambda _error: None)
-                self.log.event("pool", "queued here at start: handed to the pool", msg_id)
-            else:
-                self.ledger.schedule.add(msg_id, msg)
-                self.log.event("err", f"pool: not handed to the pool ({error}); runs here",
-                               msg_id)
-        return then
-
+    # ------------------------------------------------------------ stop
     async def final(self) -> None:
         """On the bridge, at stop: ack every end (the store is flushed), nak the
         rest, and tell the pool this host has stopped (0 in flight)."""
-        for _flushes, msg_id, delivery in self.ended:
-            await self.link.ack(delivery)
-            if msg_id in self.dropping:
-                await self.files.drop(msg_id, self.dropping.pop(msg_id))
+        await self.acks.final()
         for delivery in self.held.values():
             await self.link.nak(delivery, 0)
         await self.link.record_load(0, stopped=True)
