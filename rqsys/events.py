@@ -36,7 +36,17 @@ MESSAGE_IDS = {
 PRIORITY = {"err": 3, "script": 4, "daemon": 6}
 # A sink sees every event of a message: (kind, text, msg_id, fields); the
 # message timeline and the queue's stats are sinks (rqsys.timeline, rqsys.stats).
+# A sink with a ``kinds`` attribute (a set of kinds; see ``listening``) is
+# told only those: most events of a run matter to two or three sinks of six.
 Sink = Callable[[str, str, str, dict[str, Any]], None]
+
+
+def listening(*kinds: str) -> Callable[[Any], Any]:
+    """Mark a sink function as told only events of these ``kinds``."""
+    def mark(sink: Any) -> Any:
+        sink.kinds = frozenset(kinds)
+        return sink
+    return mark
 
 
 class Flushing(Protocol):
@@ -67,6 +77,8 @@ class EventLog:
 
             self._send = sd_journal.send
         self.sinks: list[Sink] = []
+        self._routes: dict[str, list[Sink]] = {}  # kind -> the sinks told of it
+        self._routed: tuple[int, int] = (0, 0)  # the sinks list the routes were made for
 
     def event(self, kind: str, text: str, msg_id: str = "", **fields: Any) -> None:
         self.record(kind, msg_id, text, **fields)
@@ -86,8 +98,20 @@ class EventLog:
     def record(self, kind: str, msg_id: str, text: str = "", **fields: Any) -> None:
         """Tell the sinks only (no log line): what is too frequent or too
         detailed for the journal, such as a script's status lines and rusage."""
-        for sink in self.sinks:
+        sinks = self._routes.get(kind)
+        if sinks is None or self._routed != (id(self.sinks), len(self.sinks)):
+            sinks = self._route(kind)
+        for sink in sinks:
             sink(kind, text, msg_id, fields)
+
+    def _route(self, kind: str) -> list[Sink]:
+        """The sinks that listen to ``kind`` (all but those whose ``kinds``
+        leave it out), made again whenever sinks were added."""
+        if self._routed != (id(self.sinks), len(self.sinks)):
+            self._routes, self._routed = {}, (id(self.sinks), len(self.sinks))
+        sinks = [sink for sink in self.sinks if kind in getattr(sink, "kinds", (kind,))]
+        self._routes[kind] = sinks
+        return sinks
 
     def warn(self, text: str, msg_id: str = "") -> None:
         self.event("script" if msg_id else "daemon", text, msg_id)

@@ -122,6 +122,8 @@ def walk(view: QueueView) -> Groups:
 class FailureGroups:
     """The err messages of one queue by reason: built off the loop, then per event."""
 
+    kinds = frozenset({"err", "deleted", "retried"})  # the events it is told (EventLog)
+
     def __init__(self, view: QueueView, background: Background) -> None:
         self.view, self.background = view, background
         self.current: Groups | None = None  # None: not built (or a prune since)

@@ -128,32 +128,50 @@ class QueueEnviron:
         self._ffi = ffi
         self._base = [ffi.new("char[]", os.fsencode(f"{k}={v}"))
                       for k, v in base.items() if k not in run_keys]
+        # the envp array itself, made once: a run fills in its own slots after the base
+        self._slots = len(run_keys)
+        self._array = ffi.new("char *[]", [*self._base, *[ffi.NULL] * (self._slots + 1)])
+        self._run: list[object] = []  # the run's C strings, alive while the array points at them
 
     def strings(self, run: dict[str, str]) -> list[object]:
         """The C strings of the queue's environment with one run's variables
         (those that often repeat, such as an empty param, from a cache)."""
+        return self._base + self._run_strings(run)
+
+    def array(self, run: dict[str, str]) -> object:
+        """:meth:`strings` as the NULL-terminated ``char *[]`` the helper takes,
+        valid until the next call: the base part is not copied again per run."""
+        strings = self._run_strings(run)
+        if len(strings) > self._slots:
+            return self._ffi.new("char *[]", [*self._base, *strings, self._ffi.NULL])
+        array, at = self._array, len(self._base)
+        for offset, string in enumerate(strings):
+            array[at + offset] = string  # type: ignore[index]
+        array[at + len(strings)] = self._ffi.NULL  # type: ignore[index]
+        self._run = strings
+        return array
+
+    def _run_strings(self, run: dict[str, str]) -> list[object]:
         new, ffi = self._ffi.new, self._ffi
-        return self._base + [new("char[]", os.fsencode(f"{k}={v}")) if k in UNIQUE_PER_RUN
-                             else _c_string(ffi, f"{k}={v}") for k, v in run.items()]
+        return [new("char[]", os.fsencode(f"{k}={v}")) if k in UNIQUE_PER_RUN
+                else _c_string(ffi, f"{k}={v}") for k, v in run.items()]
 
 
-def spawn(argv: list[str], path: str, env: dict[str, str] | list[object], cwd: Path | str,
-          out_fd: int | None, parent: int | None = None, as_limit: int = -1) -> Child:
+def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | object,
+          cwd: Path | str, out_fd: int | None, parent: int | None = None,
+          as_limit: int = -1) -> Child:
     """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed.
 
-    ``env``: a dict, or its C strings (:meth:`QueueEnviron.strings`).
+    ``env``: a dict, its C strings (:meth:`QueueEnviron.strings`) or their
+    array (:meth:`QueueEnviron.array`).
     ``out_fd`` None: the child opens ``stdio.log`` in ``cwd`` itself.
     ``parent``: this process's pid, when the caller keeps it (else looked up).
     ``as_limit``: RLIMIT_AS in bytes for the child (a run's memory_max), or -1.
     """
     from rqsys._native._rqspawn import ffi, lib
 
-    keep = [_c_string(ffi, s) for s in argv]
-    envs = env if isinstance(env, list) else [_c_string(ffi, f"{k}={v}")
-                                              for k, v in env.items()]
     fds = ffi.new("int[3]")
-    args = (os.fsencode(path), ffi.new("char *[]", [*keep, ffi.NULL]),
-            ffi.new("char *[]", [*envs, ffi.NULL]), os.fsencode(cwd),
+    args = (os.fsencode(path), _argv(ffi, argv), _envp(ffi, env), os.fsencode(cwd),
             -1 if out_fd is None else out_fd, os.getpid() if parent is None else parent, fds)
     pid = lib.rq_start(*args) if as_limit < 0 else lib.rq_start_as(*args, as_limit)
     if pid < 0:
@@ -161,6 +179,28 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object], cwd: P
     return Child(pid, fds[2], fds[0], fds[1])
 
 
+def _envp(ffi: Any, env: dict[str, str] | list[object] | object) -> object:
+    if isinstance(env, dict):
+        env = [_c_string(ffi, f"{k}={v}") for k, v in env.items()]
+    if isinstance(env, list):
+        return ffi.new("char *[]", [*env, ffi.NULL])
+    return env  # QueueEnviron.array's
+
+
+# argv -> its char *[] and the strings it points at (an array does not keep
+# them alive): a queue runs the same argv every time
+_ARGVS: dict[tuple[str, ...], tuple[object, list[object]]] = {}
+
+
+def _argv(ffi: Any, argv: list[str]) -> object:
+    key = tuple(argv)
+    made = _ARGVS.get(key)
+    if made is None:
+        if len(_ARGVS) >= 64:
+            _ARGVS.clear()
+        keep = [ffi.new("char[]", os.fsencode(word)) for word in argv]
+        made = _ARGVS[key] = (ffi.new("char *[]", [*keep, ffi.NULL]), keep)
+    return made[0]
 _C_STRINGS: dict[str, object] = {}  # "K=V" -> C string: most of the env repeats every run
 _C_STRINGS_MAX = 4096
 

@@ -69,6 +69,8 @@ def new_slot(start: int) -> dict[str, Any]:
 class QueueStats:
     """One queue's numbers, updated by its daemon's events."""
 
+    kinds = frozenset({*COUNTED, "started", "exit"})  # the events ``observed`` counts
+
     def __init__(self, clock: Any = time.time) -> None:
         self.clock = clock
         self.totals: dict[str, int] = dict.fromkeys(COUNTED, 0)

@@ -19,6 +19,7 @@ counter reset.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -26,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from rqsys.background import Background
-from rqsys.stats import QueueStats, observed
+from rqsys.events import listening
+from rqsys.stats import COUNTED, QueueStats, observed
 from rqsys.store import durable
 
 SNAPSHOT, JOURNAL, OLD = "stats.json", "stats.log", "stats.log.old"
@@ -69,6 +71,7 @@ class StatsFile:
         durable.write_file_durably(self.qdir / SNAPSHOT, data)
         (self.qdir / OLD).unlink(missing_ok=True)
 
+    @listening(*COUNTED, "started", "exit")  # what ``observed`` counts
     def sink(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         event = observed(kind, msg_id, fields, time.time())
         if event is not None:
@@ -76,8 +79,7 @@ class StatsFile:
 
     def _count(self, event: dict[str, Any]) -> None:
         self.stats.apply(event)
-        event["n"] = self.stats.seq
-        self._lines.append(_ENCODE(event) + "\n")
+        self._lines.append(_line(event, self.stats.seq))
 
     def flush(self) -> None:
         """Append this turn's lines to the journal, in one write(2)."""
@@ -140,6 +142,21 @@ class StatsFile:
             os.close(self._fd)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         self._fd = os.open(self.qdir / JOURNAL, flags, 0o644)
+
+
+def _line(event: dict[str, Any], n: int) -> str:
+    """A journal line, ``{"k":..,"t":..[,"v":..],"n":n}``, formatted as text
+    when its values are plain numbers (the encoder cost more than the count)."""
+    value, at = event.get("v"), event["t"]
+    if type(at) is float and type(value) in _NUMBERS and len(event) == 2 + (value is not None):
+        if value is None:
+            return f'{{"k":"{event["k"]}","t":{at!r},"n":{n}}}\n'
+        if math.isfinite(value):
+            return f'{{"k":"{event["k"]}","t":{at!r},"v":{value!r},"n":{n}}}\n'
+    return _ENCODE({**event, "n": n}) + "\n"
+
+
+_NUMBERS = frozenset({float, int, type(None)})
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from rqsys.client import is_local_url, split_message_url
 from rqsys.daemon.afterwatch import Follower, check_remote
 from rqsys.errors import BadRequest, NotFound, RQError
+from rqsys.events import listening
 from rqsys.store import MSG_ID_RE, QueueStore, QueueView
 
 if TYPE_CHECKING:
@@ -158,6 +159,7 @@ class After:
                 self.following.discard(ended[0])
                 self.ended.append(ended)
 
+    @listening(*SATISFIED, "err", "deleted")
     def _sink(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         """This queue's own events: an end of a dependency, a waiting one deleted."""
         if kind == "deleted" and msg_id:

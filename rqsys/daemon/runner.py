@@ -113,7 +113,7 @@ class Runner:
         try:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
             handed = None if limits else self.handoff.start(path, run, job, out)
-            child = handed or spawn(words, program, self.env.strings().strings(run), job, out,
+            child = handed or spawn(words, program, self.env.strings().array(run), job, out,
                                    self._pid, self.limits.as_limit(limits) if limits else -1)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start

@@ -63,6 +63,7 @@ class QueueStore(QueueView):
         self.spares = SpareMaker(f"{self._base}/{TMP_DIR}")
         self.ordered = False  # ext4 without a journal: set by recover() (see dirsync.py)
         self._sizes: dict[str, int] = {}  # ordered: directories' sizes after our last renames
+        self._move_parents: dict[tuple[str, str], tuple[str, ...]] = {}  # see _parents_of
 
     # -- creation (synchronous) -------------------------------------------
     def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
@@ -134,22 +135,35 @@ class QueueStore(QueueView):
     def move(self, msg_id: str, src: str, dest: str, durable: bool = False) -> None:
         """Rename a message directory from one state to another."""
         old, new = self._path(src, msg_id), self._path(dest, msg_id)
+        cut = len(msg_id) + 1
+        parents = self._parents_of(old[:-cut], new[:-cut])
         # ext4 without a journal: dest's block is written inside the rename
         # (chattr +D), its inode here if the entry took a new block
-        size = self._size_before(os.path.dirname(new))
+        size = self._size_before(parents[0])
         try:
             self._rename(old, new, dest in SHARDED_STATES)
         except FileNotFoundError as exc:
             raise NotFound(f"no message {msg_id} in {self.name}/{src}") from exc
         except OSError as exc:
             raise StoreError(f"cannot move {msg_id} {src}->{dest}: {exc}") from exc
-        parents = list(dict.fromkeys([os.path.dirname(new), os.path.dirname(os.path.dirname(new)),
-                                      os.path.dirname(old)]))  # the destination first
         if durable:
-            fsync_dirs(parents)  # the parameter hides the module here
+            fsync_dirs(list(parents))  # the parameter hides the module here
         else:
-            self._synced_if_grown(os.path.dirname(new), size)
+            self._synced_if_grown(parents[0], size)
             self.dirty.add(*parents)
+
+    def _parents_of(self, old_parent: str, new_parent: str) -> tuple[str, ...]:
+        """The directories a move changes, the destination first: its parent,
+        that one's parent (a shard's state directory), the source's parent.
+        Kept per pair: a busy loop moves between the same few thousand times a second."""
+        key = (old_parent, new_parent)
+        parents = self._move_parents.get(key)
+        if parents is None:
+            if len(self._move_parents) > 1024:  # a new hour's shards: drop the old pairs
+                self._move_parents.clear()
+            parents = tuple(dict.fromkeys([new_parent, os.path.dirname(new_parent), old_parent]))
+            self._move_parents[key] = parents
+        return parents
 
     def _size_before(self, path: str) -> int:
         """Ordered: a directory's size before a rename into it (the one
