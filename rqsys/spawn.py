@@ -11,7 +11,6 @@ other fd closed.  The daemon's ends of the pipes come non-blocking.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import shutil
@@ -47,15 +46,26 @@ class Child:
     closed: set[int] = field(default_factory=set)
 
     def close(self) -> None:
-        for fd in (self.pidfd, self.status_r, self.reply_w):
-            if fd not in self.closed:
-                self.closed.add(fd)
-                os.close(fd)
+        """Close our fds; neighbours in one close_range (the reply pipe's end
+        and the pidfd usually are: the helper makes them one after the other)."""
+        fds = sorted({self.pidfd, self.status_r, self.reply_w} - self.closed)
+        self.closed.update(fds)
+        while fds:
+            last = 1
+            while last < len(fds) and fds[last] == fds[0] + last:
+                last += 1
+            if last == 1:
+                os.close(fds[0])
+            else:
+                os.closerange(fds[0], fds[0] + last)
+            del fds[:last]
 
     def signal_group(self, sig: int) -> None:
         """Signal the script's whole process group (it leads its session)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is gone already
 
     def wait(self) -> tuple[int, int, Any]:
         """``os.wait4`` of the ended script: (pid, wait status, rusage)."""

@@ -104,11 +104,13 @@ class QueueStats:
         self.totals[kind] += 1
         minute[kind] += 1
         hour[kind] += 1
-        day = self.days.setdefault(day_name(at),
-                                   dict.fromkeys(COUNTED, 0))
+        name = day_name(at)
+        day = self.days.get(name)
+        if day is None:  # a new day (no new dict made per event to find the old one)
+            day = self.days[name] = dict.fromkeys(COUNTED, 0)
+            if len(self.days) > DAYS_KEPT:
+                del self.days[min(self.days)]
         day[kind] += 1
-        if len(self.days) > DAYS_KEPT:
-            del self.days[min(self.days)]
 
     def _measure(self, what: str, seconds: float, *slots: dict[str, Any]) -> None:
         i = bucket(seconds)

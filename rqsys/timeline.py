@@ -127,12 +127,16 @@ def _line(at: float, kind: str, fields: dict[str, Any], text: str, host: str) ->
     of riders), or a field named like the line's own keys, take the encoder."""
     parts = [f'{{"t":{at!r},"ev":{_QUOTE(kind)}']
     for key, value in fields.items():
-        name = _KEYS.get(key) or _key(key)
+        prefix = _PREFIXES.get(key) or _prefix(key)
         kind_of = type(value)
-        if name in _RESERVED or kind_of not in _PLAIN or (
-                kind_of is float and not math.isfinite(value)):
+        if prefix is _OWN:
             return _json_line(at, kind, fields, text, host)
-        parts.append(f',{_QUOTE(name)}:{_QUOTE(value) if kind_of is str else repr(value)}')
+        if kind_of is str:
+            parts += (prefix, _QUOTE(value))
+        elif kind_of is int or (kind_of is float and math.isfinite(value)):
+            parts += (prefix, repr(value))
+        else:
+            return _json_line(at, kind, fields, text, host)
     if text:
         parts.append(f',"text":{_QUOTE(text)}')
     if host:
@@ -141,7 +145,16 @@ def _line(at: float, kind: str, fields: dict[str, Any], text: str, host: str) ->
     return "".join(parts)
 
 
-_PLAIN = frozenset({str, int, float})  # repr is JSON's for these (finite floats)
+_PREFIXES: dict[str, str] = {}  # field name -> ``,"its key":`` (a few names, made once)
+
+
+_OWN = "own"  # the prefix of a field named like the line's own keys (the dict path)
+
+
+def _prefix(field: str) -> str:
+    name = _KEYS.get(field) or _key(field)
+    prefix = _PREFIXES[field] = _OWN if name in _RESERVED else f",{_QUOTE(name)}:"
+    return prefix
 
 
 def _json_line(at: float, kind: str, fields: dict[str, Any], text: str, host: str) -> str:

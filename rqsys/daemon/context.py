@@ -28,6 +28,8 @@ class QueueContext:
     admin_files: str = "UP"  # RQ's config/<q>.down and config/<q>.pause, as last read
     stopping: bool = False
     files: AdminFiles | None = None
+    _url_prefix: tuple[Any, str] = field(default=(None, ""), init=False, repr=False,
+                                         compare=False)  # (the sysconfig it is of, the prefix)
 
     @classmethod
     def load(cls, layout: Layout, name: str) -> QueueContext:
@@ -55,8 +57,13 @@ class QueueContext:
         self.config = cfg
 
     def url(self, msg_id: str) -> str:
-        """A message's full id: its URL."""
-        return config.message_url(self.sysconfig, self.name, msg_id)
+        """A message's full id: its URL (the part before the id made once per
+        system config: a run asks three times)."""
+        made = self._url_prefix
+        if made[0] is not self.sysconfig:
+            made = self._url_prefix = (self.sysconfig,
+                                       config.message_url(self.sysconfig, self.name, ""))
+        return made[1] + msg_id
 
     def check_accepting(self, strict: bool = False) -> None:
         """QueueDown unless new messages are taken (``strict``: not when PAUSEd either).

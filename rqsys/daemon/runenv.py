@@ -45,16 +45,16 @@ class RunEnvironment:
 
     def of_run(self, msg_id: str, msg: dict[str, Any], real: str, job: str) -> dict[str, str]:
         """One run's own variables (RUN_KEYS); ``real`` is the resolved script path."""
-        env = {
+        get = msg.get
+        return {
             "RQ_REALSCRIPT": real,
             "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self.ctx.url(msg_id), "RQ_MSG_DIR": job,
             "RQ_COUNT": str(msg["count"]),
-            "RQ_FORCE_REMOTE": "1" if msg.get("force_remote") else "0",
-            "RQ_ORIG_MSG_ID": str(msg.get("orig_msg_id", "")),
+            "RQ_FORCE_REMOTE": "1" if get("force_remote") else "0",
+            "RQ_ORIG_MSG_ID": str(get("orig_msg_id", "")),
+            "RQ_PARAM1": str(get("param1", "")), "RQ_PARAM2": str(get("param2", "")),
+            "RQ_PARAM3": str(get("param3", "")), "RQ_PARAM4": str(get("param4", "")),
         }
-        for n in range(1, 5):
-            env[f"RQ_PARAM{n}"] = str(msg.get(f"param{n}", ""))
-        return env
 
 
 def _version() -> str:
