@@ -15,7 +15,7 @@ import sys
 import time
 
 from bench_queue import Daemon, judge, make_queue, report
-from scratch import make_scratch
+from scratch import scratch_layout
 
 from rqsys.client import QueueClient
 from rqsys.store import Layout
@@ -49,10 +49,7 @@ def main() -> int:
     """``bench_bulk.py [BULK_N SINGLE_N ROUNDS]`` (smaller counts for a quick look)."""
     bulk_n, single_n, rounds = (int(a) for a in sys.argv[1:4]) if len(sys.argv) > 3 else (
         BULK_N, SINGLE_N, ROUNDS)
-    scratch = make_scratch("bulk-")
-    layout = Layout(scratch / "root", scratch / "root" / "sock")
-    layout.make_dirs()
-    layout.socket_dir.mkdir()
+    scratch, layout = scratch_layout("bulk-")
     make_queue(layout, "bulk", "echo done >&3")
     daemon = Daemon(layout, "bulk")
     try:

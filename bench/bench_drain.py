@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from bench_queue import Daemon, make_queue, report
-from scratch import make_scratch
+from scratch import scratch_layout
 
 from rqsys.client import QueueClient
 from rqsys.store import Layout
@@ -322,10 +322,7 @@ def _report_slots(slots: int, base: float, spooler: float | None, got: dict[str,
 
 
 def main() -> int:
-    scratch = make_scratch("drain-")
-    layout = Layout(scratch / "root", scratch / "root" / "sock")
-    layout.make_dirs()
-    layout.socket_dir.mkdir()
+    scratch, layout = scratch_layout("drain-")
     try:
         for slots in SLOTS:
             bench_slots(layout, scratch, slots)

@@ -20,7 +20,7 @@ import sys
 import time
 
 from bench_queue import Daemon, make_queue
-from scratch import make_scratch
+from scratch import scratch_layout
 
 from rqsys.store import Layout
 
@@ -81,10 +81,7 @@ def chain(layout: Layout, queues: list[str], after: bool) -> float:
 
 
 def main() -> int:
-    scratch = make_scratch("gates-")
-    layout = Layout(scratch / "root", scratch / "root" / "sock")
-    layout.make_dirs()
-    layout.socket_dir.mkdir()
+    scratch, layout = scratch_layout("gates-")
     try:
         rate_figures(layout)
         for name in ("c1", "c2", "plain"):

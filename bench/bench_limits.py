@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench_drain import rqsys_drain
 from bench_queue import Daemon, make_queue, report
-from scratch import make_scratch
+from scratch import scratch_layout
 
 from rqsys import scopes
 from rqsys.store import Layout
@@ -72,10 +72,7 @@ def drain_both(layout: Layout) -> dict[str, float]:
 
 
 def run_here() -> int:
-    scratch = make_scratch("limits-")
-    layout = Layout(scratch / "root", scratch / "root" / "sock")
-    layout.make_dirs()
-    layout.socket_dir.mkdir()
+    scratch, layout = scratch_layout("limits-")
     try:
         rates = drain_both(layout)
     finally:

@@ -14,7 +14,7 @@ import sys
 import time
 
 from bench_queue import Daemon, make_queue
-from scratch import make_scratch
+from scratch import scratch_layout
 
 from rqsys.client import QueueClient
 from rqsys.store import Layout
@@ -32,10 +32,7 @@ def rate(layout: Layout, msgs: list[dict]) -> float:
 
 
 def main() -> int:
-    scratch = make_scratch("unique-")
-    layout = Layout(scratch / "root", scratch / "root" / "sock")
-    layout.make_dirs()
-    layout.socket_dir.mkdir()
+    scratch, layout = scratch_layout("unique-")
     make_queue(layout, "u", 'echo "done" >&3')
     daemon = Daemon(layout, "u")
     try:

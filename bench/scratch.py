@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rqsys.store import Layout
+
 PROBE_FILES = 100
 NORMAL_FILE_MS = 0.05  # making a file costs less than this on a settled disk
 TRIES = 6
@@ -53,6 +55,16 @@ def make_scratch(prefix: str) -> Path:
           + ("" if best[0] < NORMAL_FILE_MS else " (slowed by recent deletions: see scratch.py)"),
           flush=True)
     return best[1]
+
+
+def scratch_layout(prefix: str) -> tuple[Path, Layout]:
+    """A new scratch directory (``make_scratch``) and an rqsys root in it,
+    its directories and socket directory made."""
+    scratch = make_scratch(prefix)
+    layout = Layout(scratch / "root", scratch / "root" / "sock")
+    layout.make_dirs()
+    layout.socket_dir.mkdir()
+    return scratch, layout
 
 
 def file_cost_ms(directory: Path) -> float:

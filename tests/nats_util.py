@@ -8,12 +8,12 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import need
+from conftest import need, wait_for
 
 from rqsys.store import Layout
 
@@ -100,6 +100,25 @@ def solo(tmp_path: Path) -> Iterator[LocalNats]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def pool_queue(solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
+               daemon: Callable[..., Any]) -> Callable[..., Any]:
+    """pool_queue(pool, script=OK, **config): the daemon of queue ``pq``, a
+    queue of pool ``pool`` (one replica) on the ``solo`` nats-server."""
+    def start(pool: str, script: str = OK, **config: Any) -> Any:
+        use_nats(layout, solo.url)
+        make_queue("pq", script, pool={"name": pool, "replicas": 1}, **config)
+        return daemon("pq")
+    return start
+
+
+def pause_pulls(pq: Any) -> None:
+    """Pause a pool queue and wait until no pull of its is out: what is
+    created stays in the pool until it resumes."""
+    pq.call("adminoper", oper="pause")
+    wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
 
 
 def use_nats(layout: Layout, *servers: str) -> None:

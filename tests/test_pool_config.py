@@ -17,7 +17,7 @@ from typing import Any
 import nats_util
 import pytest
 from conftest import DaemonProcess, need, wait_for
-from nats_util import OK, LocalNats, free_port, nats_available, use_nats
+from nats_util import OK, LocalNats, free_port, nats_available, pause_pulls, use_nats
 
 from rqsys import config
 from rqsys.errors import ConfigError
@@ -28,6 +28,7 @@ RESEND_ONCE = ('if [ "$RQ_COUNT" = 0 ]; then echo "resend 0-once more" >&3; exit
                'echo "done second run, count $RQ_COUNT" >&3\n')
 
 solo = nats_util.solo  # the fixture (one nats-server on loopback)
+pool_queue = nats_util.pool_queue  # the fixture (a pool queue on it)
 
 
 @pytest.mark.parametrize(("pool", "field"), [
@@ -108,13 +109,9 @@ def test_bad_credentials_fail_the_start(tmp_path: Path, layout: Layout,
         server.stop()
 
 
-def test_pool_queue_on_one_server(solo: LocalNats, layout: Layout,
-                                  make_queue: Callable[..., Path],
-                                  daemon: Callable[..., DaemonProcess]) -> None:
+def test_pool_queue_on_one_server(pool_queue: Callable[..., DaemonProcess]) -> None:
     # Given a pool queue with one nats-server
-    use_nats(layout, solo.url)
-    make_queue("pq", OK, pool={"name": "p3", "replicas": 1}, num_workers=2)
-    pq = daemon("pq")
+    pq = pool_queue("p3", num_workers=2)
     # When messages are created, each is answered with a pool id of host 1
     ids = [pq.call("create", msg={"dest": "pq", "param1": f"m{n}"})["msg_id"]
            for n in range(5)]
@@ -130,12 +127,8 @@ def test_pool_queue_on_one_server(solo: LocalNats, layout: Layout,
         pq.call("get", msg_id=other)
 
 
-def test_resend_goes_back_to_the_pool(solo: LocalNats, layout: Layout,
-                                      make_queue: Callable[..., Path],
-                                      daemon: Callable[..., DaemonProcess]) -> None:
-    use_nats(layout, solo.url)
-    make_queue("pq", RESEND_ONCE, pool={"name": "p4", "replicas": 1})
-    pq = daemon("pq")
+def test_resend_goes_back_to_the_pool(pool_queue: Callable[..., DaemonProcess]) -> None:
+    pq = pool_queue("p4", RESEND_ONCE)
     msg_id = pq.call("create", msg={"dest": "pq"})["msg_id"]
     got = wait_for(lambda: (g := pq.call("get", msg_id=msg_id))["state"] == "done" and g,
                    15, "done after a resend")
@@ -144,12 +137,9 @@ def test_resend_goes_back_to_the_pool(solo: LocalNats, layout: Layout,
 
 
 def test_a_bad_message_in_the_stream_does_not_stop_the_queue(
-        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
-        daemon: Callable[..., DaemonProcess]) -> None:
+        solo: LocalNats, pool_queue: Callable[..., DaemonProcess]) -> None:
     # Given a pool queue, and something that is not an rqsys message in its stream
-    use_nats(layout, solo.url)
-    make_queue("pq", OK, pool={"name": "p5", "replicas": 1})
-    pq = daemon("pq")
+    pq = pool_queue("p5")
     publish_raw(solo.url, "rq.pool.p5", b'{"no": "id"}')
     # When a good message follows, it runs; the bad one was dropped, with the reason
     msg_id = pq.call("create", msg={"dest": "pq", "param1": "good"})["msg_id"]
@@ -240,15 +230,12 @@ def tamper(url: str, bucket: str, name: str, data: bytes | None, how: str = "put
 
 
 def test_attachments_travel_through_the_object_store(
-        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
-        daemon: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+        solo: LocalNats, pool_queue: Callable[..., DaemonProcess], tmp_path: Path) -> None:
     import hashlib
 
     from rqsys.errors import BadRequest
 
-    use_nats(layout, solo.url)
-    make_queue("pq", MD5_OF_A, pool={"name": "p9", "replicas": 1})
-    pq = daemon("pq")
+    pq = pool_queue("p9", MD5_OF_A)
     data = tmp_path / "a"
     data.write_bytes(bytes(range(256)) * 1500)  # 384 kB: several chunks
     md5 = hashlib.md5(data.read_bytes()).hexdigest()
@@ -279,8 +266,7 @@ def test_attachments_travel_through_the_object_store(
     assert got["status"] == md5
     assert pq.call("commit", msg_id=prep)["already"] == "done"
     # A missing or replaced object ends its message with the reason; it never runs
-    pq.call("adminoper", oper="pause")
-    wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
+    pause_pulls(pq)
     gone, changed, corrupt = send(), send(), send()
     tamper(solo.url, "rq-pool-p9", f"{gone}/a", None)
     tamper(solo.url, "rq-pool-p9", f"{changed}/a", b"another file")

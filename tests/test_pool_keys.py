@@ -13,20 +13,16 @@ from typing import Any
 import nats_util
 import pytest
 from conftest import DaemonProcess, wait_for
-from nats_util import OK, LocalNats, use_nats
+from nats_util import LocalNats, pause_pulls
 
 from rqsys.pool.ids import PoolIds, host_of
-from rqsys.store import Layout
 
 solo = nats_util.solo  # the fixture (one nats-server on loopback)
+pool_queue = nats_util.pool_queue  # the fixture (a pool queue on it)
 
 
-def test_a_pool_queue_refuses_what_it_cannot_do(solo: LocalNats, layout: Layout,
-                                                make_queue: Callable[..., Path],
-                                                daemon: Callable[..., DaemonProcess]) -> None:
-    use_nats(layout, solo.url)
-    make_queue("pq", OK, pool={"name": "p7", "replicas": 1})
-    pq = daemon("pq")
+def test_a_pool_queue_refuses_what_it_cannot_do(pool_queue: Callable[..., DaemonProcess]) -> None:
+    pq = pool_queue("p7")
     for args, refused in (
             ({"single": True, "msg": {"dest": "pq", "unique_key": "k"}},
              "queue pq is a pool queue \\(p7\\): single and unique_key together"),
@@ -58,15 +54,11 @@ def unique_entry(url: str, bucket: str, msg: dict[str, Any]) -> dict[str, Any] |
     return asyncio.run(get())
 
 
-def test_unique_keys_are_held_in_the_pool(solo: LocalNats, layout: Layout,
-                                          make_queue: Callable[..., Path],
-                                          daemon: Callable[..., DaemonProcess]) -> None:
-    use_nats(layout, solo.url)
-    make_queue("pq", OK, pool={"name": "p10", "replicas": 1})
-    pq = daemon("pq")
+def test_unique_keys_are_held_in_the_pool(
+        solo: LocalNats, pool_queue: Callable[..., DaemonProcess]) -> None:
+    pq = pool_queue("p10")
     # Given a message holding key k in the pool (waiting: the queue is paused)
-    pq.call("adminoper", oper="pause")
-    wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
+    pause_pulls(pq)
     msg = {"dest": "pq", "unique_key": "k"}
     first = pq.call("create", msg=msg)
     assert unique_entry(solo.url, "rq-pool-p10", msg) == {"id": first["msg_id"], "until": None}
@@ -93,15 +85,10 @@ def test_unique_keys_are_held_in_the_pool(solo: LocalNats, layout: Layout,
     assert unique_entry(solo.url, "rq-pool-p10", held) == {"id": later["msg_id"], "until": None}
 
 
-def test_single_is_held_in_the_pool_while_queued(
-        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
-        daemon: Callable[..., DaemonProcess]) -> None:
-    use_nats(layout, solo.url)
-    make_queue("pq", OK, pool={"name": "p12", "replicas": 1})
-    pq = daemon("pq")
+def test_single_is_held_in_the_pool_while_queued(pool_queue: Callable[..., DaemonProcess]) -> None:
+    pq = pool_queue("p12")
     # Given a single message queued in the pool (the queue paused: nobody takes it)
-    pq.call("adminoper", oper="pause")
-    wait_for(lambda: pq.call("pool")["waiting_pulls"] == 0, 10, "no pull out")
+    pause_pulls(pq)
     first = pq.call("create", msg={"dest": "pq", "param1": "x"}, single=True)
     # When another single create has the same params: that message, nothing new
     assert pq.call("create", msg={"dest": "pq", "param1": "x"}, single=True) == first
@@ -125,15 +112,12 @@ echo "done $(md5sum < ../attach/a | cut -c1-32) from $RQ_ORIG_MSG_ID" >&3
 
 
 def test_clones_and_dups_go_to_the_pool_with_their_files(
-        solo: LocalNats, layout: Layout, make_queue: Callable[..., Path],
-        daemon: Callable[..., DaemonProcess], tmp_path: Path) -> None:
+        pool_queue: Callable[..., DaemonProcess], tmp_path: Path) -> None:
     import hashlib
 
     from rqsys.errors import NotFound
 
-    use_nats(layout, solo.url)
-    make_queue("pq", DUP_ONCE, pool={"name": "p11", "replicas": 1})
-    pq = daemon("pq")
+    pq = pool_queue("p11", DUP_ONCE)
     data = tmp_path / "a"
     data.write_bytes(b"attached " * 1000)
     md5 = hashlib.md5(data.read_bytes()).hexdigest()
