@@ -157,7 +157,10 @@ class Relay:
         except BadRequest as exc:
             raise PeerError(f"prep answered {url!r}, not a message URL") from exc
         self.job.write_whole_note("relay_id", str(url))  # durable before the commit
-        self.job.say("run", f"prepared {url}")
+        if self.job.attachments():  # uploads take a while: worth a status line
+            self.job.say("run", f"prepared {url}")
+        else:  # the commit follows at once: only the log (a status line costs the daemon)
+            self.job.log(f"run prepared {url}")
         return str(url)
 
     def upload_attachments(self, url: str) -> None:

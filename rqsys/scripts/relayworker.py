@@ -42,6 +42,7 @@ FDS = 4  # the script's fds 1 (output), 2, 3 (RQ_WRITE) and 4 (RQ_READ)
 # Threads kept waiting for connections after a busy spell: as many as the
 # relay queue's workers (16 by default), or each burst starts threads anew.
 SPARE_THREADS = 32
+UID = os.getuid()  # only processes of this user are served
 SHORT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -166,8 +167,8 @@ def peer_pid(conn: socket.socket) -> int:
     """The connecting process's pid; BadRequest for another user's process."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, _gid = struct.unpack("3i", creds)
-    if uid != os.getuid():
-        raise BadRequest(f"uid {uid} is not this worker's ({os.getuid()})")
+    if uid != UID:
+        raise BadRequest(f"uid {uid} is not this worker's ({UID})")
     return pid
 
 
