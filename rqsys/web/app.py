@@ -113,7 +113,8 @@ def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str
     """A waitress server on ``sock`` (inherited) or on ``addr:port``; each answer
     is sent by its task's thread, a small one in one write (``onewrite``)."""
     options: dict[str, Any] = {"threads": THREADS, "max_request_body_size": MAX_UPLOAD,
-                               "ident": "rqsys", "channel_timeout": 300}
+                               "ident": "rqsys", "channel_timeout": 300,
+                               "channel_request_lookahead": onewrite.LOOKAHEAD}
     if sock is not None:
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             # waitress sets this only on sockets it binds; accepted ones inherit it
