@@ -11,7 +11,8 @@ import pytest
 from daemon_util import drain
 
 from rqsys.background import SYNC, Background
-from rqsys.daemon import bulkmove, bulkretry
+from rqsys.daemon import bulkdelete, bulkmove, bulkretry
+from rqsys.daemon.bulkdelete import Deletion
 from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.bulkretry import BulkRetry
 from rqsys.daemon.context import QueueContext
@@ -137,8 +138,8 @@ def test_a_bulk_move_waits_for_a_retry_batch(ledger, layout, make_queue, daemon)
     land(ledger, chosen)  # the batch moved it back to que: no longer an err message
     drain(ledger.background)
     assert got == [(2, 1, None)]
-    assert ledger.store.find(ids[0]) == "que" and dest.call("counts")["counts"]["done"] + \
-        dest.call("counts")["counts"]["que"] + dest.call("counts")["counts"]["run"] == 2
+    there = dest.call("counts")["counts"]
+    assert ledger.store.find(ids[0]) == "que" and there["que"] + there["run"] + there["done"] == 2
     assert ledger.counts()["err"] == 0
 
 
@@ -149,4 +150,24 @@ def test_a_bulk_move_passing_over_thousands_of_steps_does_not_recurse(ledger, la
     got: list[tuple[int, int, BaseException | None]] = []
     Mover(QueueContext(layout, "q"), ledger.store, ledger, ledger.background).run(
         many, "dest", "err", lambda *a: got.append(a))
+    assert got == [(0, 1500, None)]
+
+
+def test_a_bulk_delete_of_err_messages_waits_for_a_retry_batch(ledger):
+    ids = failed(ledger, 3)
+    chosen = ledger.retry_marked([ids[0]])
+    got: list[tuple[int, int, BaseException | None]] = []
+    Deletion(ledger, ids, "err", lambda *a: got.append(a)).step()
+    assert got == [] and ledger.store.find(ids[1]) == "err"  # the step waits for the batch
+    land(ledger, chosen)  # back in que: no longer what the delete was asked for
+    drain(ledger.background)
+    assert got == [(2, 1, None)]
+    assert ledger.store.find(ids[0]) == "que" and ledger.counts()["err"] == 0
+
+
+def test_a_bulk_delete_passing_over_thousands_of_steps_does_not_recurse(ledger, monkeypatch):
+    monkeypatch.setattr(bulkdelete, "STEP", 1)
+    many = [f"20260101.0000.00.{i % 1000:03d}.{i}" for i in range(1500)]  # none here
+    got: list[tuple[int, int, BaseException | None]] = []
+    Deletion(ledger, many, "err", lambda *a: got.append(a)).step()
     assert got == [(0, 1500, None)]

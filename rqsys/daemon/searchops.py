@@ -6,9 +6,9 @@ SQLite connection) and is answered from the loop when it ends.  ``bulk``
 (retry or delete every message matching a search) finds the ids the same way,
 then retries them in batches whose renames and fsyncs run on a background
 lane (``rqsys.daemon.bulkretry``), so the loop serves every other client
-meanwhile, and answers once the last batch is durable.  A delete step is
-``CHUNK`` messages, each synced on its own; the next waits for them.  A
-failure group's retry or delete goes through the same.
+meanwhile, and answers once the last batch is durable; a delete goes in
+steps too (``rqsys.daemon.bulkdelete``).  A failure group's retry or delete
+goes through the same.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from rqsys import searchquery
 from rqsys.background import Background
+from rqsys.daemon.bulkdelete import Deletion
 from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.bulkretry import BulkRetry
 from rqsys.daemon.context import QueueContext
@@ -29,7 +30,6 @@ from rqsys.searchindex import SearchIndex
 from rqsys.store import QUEUE_NAME_RE, QueueStore
 
 LANE = "search"
-CHUNK = 50  # messages deleted a step
 ACTIONS = ("retry", "delete", "move")
 SCHEMAS: dict[str, dict[str, Any]] = {
     "search": request(**searchquery.SCHEMA),
@@ -53,35 +53,7 @@ class Batches:
         if action == "retry":
             BulkRetry(self.ledger, self.background, ids, finish).start()
         else:
-            self._step(ids, 0, state, [0, 0], finish)
-
-    def _step(self, ids: list[str], start: int, state: str, tally: list[int],
-              finish: Finish) -> None:
-        """A delete step: ``CHUNK`` messages, each synced on its own; the next
-        waits for them."""
-        if start >= len(ids):
-            finish(tally[0], tally[1], None)
-            return
-        self._delete(ids[start:start + CHUNK], state, tally, lambda _e: self._step(
-            ids, start + CHUNK, state, tally, finish))
-
-    def _delete(self, batch: list[str], state: str, tally: list[int],
-                durable: Callable[[BaseException | None], None]) -> None:
-        left = [len(batch)]
-
-        def one(error: BaseException | None) -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                durable(None)  # a delete that failed to sync is retried at the next start
-        for msg_id in batch:
-            try:
-                if state and self.ledger.store.find(msg_id) != state:
-                    raise BadRequest(f"{msg_id} is no longer in {state}")
-                self.ledger.delete(msg_id, one)
-                tally[0] += 1
-            except RQError:  # gone or running meanwhile: passed over
-                tally[1] += 1
-                one(None)
+            Deletion(self.ledger, ids, state, finish).step()
 
 
 class SearchOps:

@@ -1,0 +1,64 @@
+"""A bulk delete (a search's matches, or a failure group), ``STEP`` messages
+a step: each is synced on its own, and the next step starts once they are
+durable, so the loop serves every other client in between.
+
+A step first waits until none of its messages is busy (in a retry batch),
+then decides each where it is then: one no longer in the searched state
+(the index lags the store by a moment; the store decides), gone or running
+is passed over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rqsys.daemon.transitions import Transitions
+from rqsys.errors import BadRequest, RQError
+
+STEP = 50  # messages deleted a step
+Finish = Callable[[int, int, "BaseException | None"], None]  # (deleted, passed over, error)
+
+
+class Deletion:
+    """One bulk delete of a list of ids, answered through ``finish``."""
+
+    def __init__(self, ledger: Transitions, ids: list[str], state: str,
+                 finish: Finish) -> None:
+        self.ledger, self.ids, self.state, self.finish = ledger, ids, state, finish
+        self.next = 0  # the first id of the next step
+        self.deleted = self.passed = 0
+        self.left = 0  # deletes of this step not durable yet
+
+    def step(self) -> None:
+        """The next step with a message to delete (a loop, not a recursion:
+        100,000 passed over are 2,000 steps); after the last, the answer."""
+        while self.next < len(self.ids):
+            batch = self.ids[self.next:self.next + STEP]
+            if self.ledger.wait_until_free(batch, self.step):
+                return  # a retry batch has some: decided where it leaves them
+            self.next += STEP
+            if self._start(batch):
+                return  # the next step once these are durable
+        self.finish(self.deleted, self.passed, None)
+
+    def _start(self, batch: list[str]) -> bool:
+        """Start a step's deletes; True if some will call back."""
+        self.left = 1  # held until all are started
+        for msg_id in batch:
+            try:
+                if self.state and self.ledger.store.find(msg_id) != self.state:
+                    raise BadRequest(f"{msg_id} is no longer in {self.state}")
+                self.ledger.delete(msg_id, self._durable)
+            except RQError:  # gone or running meanwhile: passed over
+                self.passed += 1
+                continue
+            self.deleted += 1
+            self.left += 1
+        self.left -= 1
+        return self.left > 0
+
+    def _durable(self, _error: BaseException | None) -> None:
+        """One delete is durable (one that failed to sync is redone at the next start)."""
+        self.left -= 1
+        if self.left == 0:
+            self.step()
