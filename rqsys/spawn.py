@@ -136,6 +136,7 @@ class QueueEnviron:
         from rqsys._native._rqspawn import ffi
 
         self._ffi = ffi
+        reset_only_changed_signals()  # made once the daemon has set its handlers
         self._base = [ffi.new("char[]", os.fsencode(f"{k}={v}"))
                       for k, v in base.items() if k not in run_keys]
         # the envp array itself, made once: a run fills in its own slots after the base
@@ -187,6 +188,23 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | objec
     if pid < 0:
         raise ExecFailed(path, -pid)
     return Child(pid, fds[2], fds[0], fds[1])
+
+
+def reset_only_changed_signals() -> None:
+    """Tell the helper which signals are not at their default disposition
+    now (handled or ignored): the child resets those alone, not all 64.
+    Called when a queue's environment is made, after the daemon set its
+    handlers; without it (or with an older helper) every one is reset."""
+    from rqsys._native._rqspawn import lib
+
+    setter = getattr(lib, "rq_reset_signals", None)
+    if setter is None:
+        return
+    mask = 0
+    for sig in signal.valid_signals():
+        if 0 < sig <= 64 and signal.getsignal(sig) != signal.SIG_DFL:
+            mask |= 1 << (sig - 1)
+    setter(mask)
 
 
 def _envp(ffi: Any, env: dict[str, str] | list[object] | object) -> object:

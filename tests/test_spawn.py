@@ -71,3 +71,29 @@ def test_child_makes_a_missing_job_dir_and_opens_stdio_log_there(tmp_path):
     child.close()
     assert status == 0
     assert (job / "stdio.log").read_text() == "out\nerr\n"
+
+
+def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
+    """With the helper told which signals are not at their default, the
+    script still starts with none ignored or caught and none blocked."""
+    from rqsys.spawn import reset_only_changed_signals
+
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGPIPE, signal.SIGUSR2)}
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, lambda *_: None)
+    try:
+        reset_only_changed_signals()
+        child = spawn(["/bin/sh", "-c", "exec cat /proc/self/status >&3"],  # cat sets none
+                      "/bin/sh", {}, tmp_path, None)
+        _pid, status = os.waitpid(child.pid, 0)
+        seen = os.read(child.status_r, 65536).decode()
+        child.close()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        reset_only_changed_signals()
+    assert status == 0
+    masks = dict(line.split(":\t") for line in seen.splitlines()
+                 if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+    assert masks == {"SigBlk": "0000000000000000", "SigIgn": "0000000000000000",
+                     "SigCgt": "0000000000000000"}, seen

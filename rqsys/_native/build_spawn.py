@@ -13,6 +13,7 @@ ffibuilder.cdef(
                     const char *cwd, int out, int parent, int fds[3], long long as_limit);
     int syncfs(int fd);
     int rq_set_pdeathsig(int sig);
+    void rq_reset_signals(unsigned long long mask);
     """
 )
 ffibuilder.set_source(

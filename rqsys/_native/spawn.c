@@ -40,10 +40,22 @@ struct child {
     volatile int *child_errno;
 };
 
-/* Move fd above the five fds the child will use, so dup2 cannot clobber it. */
+/* Move fd above the five fds the child will use, so dup2 cannot clobber it
+ * (one already above them, as a daemon's usually are, stays where it is). */
 static int lift(int fd)
 {
-    return fd < 0 ? fd : fcntl(fd, F_DUPFD, RQ_FD_FLOOR);
+    return fd < 0 || fd > 4 ? fd : fcntl(fd, F_DUPFD, RQ_FD_FLOOR);
+}
+
+/* The signals whose disposition the child resets to SIG_DFL (bit sig-1):
+ * every one unless told which are not at their default (rq_reset_signals):
+ * a sigaction each is most of the child's system calls before exec, and
+ * the daemon waits for its exec (CLONE_VFORK). */
+static volatile unsigned long long reset_mask = ~0ULL;
+
+void rq_reset_signals(unsigned long long mask)
+{
+    reset_mask = mask;
 }
 
 static void close_from(int first)
@@ -61,8 +73,10 @@ static void reset_signals(void)
 {
     struct sigaction dfl = {0};
     dfl.sa_handler = SIG_DFL;
+    unsigned long long mask = reset_mask;
     for (int sig = 1; sig < _NSIG; sig++)
-        sigaction(sig, &dfl, NULL);
+        if (sig > 64 || (mask >> (sig - 1)) & 1)
+            sigaction(sig, &dfl, NULL);
 }
 
 /* The child's stdout and stderr: ``out``, or (out < 0) stdio.log in its cwd. */
