@@ -34,6 +34,7 @@ ENQUEUE_ROUNDS = 10  # baseline and daemon alternate in short rounds
 E2E_ROUNDS = 4
 E2E_N = 2000
 LATENCY_N = 200
+STRACE_N = 500  # creates counted under strace (it slows them: not in the rates)
 STARTUP_N = 100_000
 RESULTS: list[tuple[str, str]] = []
 
@@ -157,17 +158,55 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each thread of a process: "loop" (the main
+    thread), its named threads, "other" for the rest (spares)."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = "loop" if task.name == str(pid) else (task / "comm").read_text().strip()
+            secs = cpu_seconds_of(task / "stat")
+        except OSError:
+            continue  # a thread that just ended
+        key = name if name == "loop" or name.startswith("rq-") else "other"
+        out[key] = out.get(key, 0.0) + secs
+    return out
+
+
+def cpu_seconds_of(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def syscalls_per_create(layout: Layout, daemon: Daemon) -> None:
+    """The daemon's system calls per create, every thread (strace -c), 1 client."""
+    import bench_drain  # it imports this module: here, not at the top
+
+    out = layout.root / "create.strace"
+    tracer = bench_drain._strace(daemon.proc.pid, out)
+    if tracer is None:
+        return
+    socket_enqueue(layout, 1, STRACE_N)
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(60)
+    per = bench_drain.syscalls_per_message(out, STRACE_N)
+    if per is not None:
+        report("queue daemon syscalls per create, 1 client (strace)", f"{per:8.1f} calls")
+        bench_drain._print_table(out, STRACE_N)
+
+
 def bench_enqueue(layout: Layout, scratch: Path) -> None:
     make_queue(layout, "enq", "echo done >&3")
     daemon = Daemon(layout, "enq")
     daemon.call("adminoper", oper="pause")
     n = ENQUEUE_N // ENQUEUE_ROUNDS
-    cpu = [0.0]
+    cpu: dict[str, float] = {}
 
     def one_client(_round: int) -> float:
-        before = cpu_seconds(daemon.proc.pid)
+        before = thread_seconds(daemon.proc.pid)
         got = socket_enqueue(layout, 1, n)
-        cpu[0] += cpu_seconds(daemon.proc.pid) - before
+        for name, secs in thread_seconds(daemon.proc.pid).items():
+            cpu[name] = cpu.get(name, 0.0) + secs - before.get(name, 0.0)
         return got
 
     try:
@@ -175,13 +214,17 @@ def bench_enqueue(layout: Layout, scratch: Path) -> None:
                              one_client)
         b16, many, r16 = paired(4, lambda r: bare_durable_loop(scratch / f"c{r}", n),
                                 lambda r: socket_enqueue(layout, 16, n * 4))
+        syscalls_per_create(layout, daemon)
     finally:
         daemon.stop()
     report("bare write+fsync+rename+fsync(dir) loop", f"{b1:8.0f} msgs/s")
     report("durable enqueue over the socket, 1 client", f"{one:8.0f} msgs/s "
            f"({r1:.0%} of bare, target >= 60%)", judge(r1, 0.60))
+    creates = ENQUEUE_ROUNDS * n
     report("queue daemon CPU per create, 1 client",
-           f"{cpu[0] / (ENQUEUE_ROUNDS * n) * 1e6:8.0f} us")
+           f"{sum(cpu.values()) / creates * 1e6:8.0f} us")
+    for name in sorted(cpu):
+        report(f"  of which thread {name}", f"{cpu[name] / creates * 1e6:8.0f} us")
     report("durable enqueue over the socket, 16 clients", f"{many:8.0f} msgs/s "
            f"({r16:.0%} of bare {b16:.0f}/s, target > 100%)", judge(r16, 1.0))
 
