@@ -1,6 +1,6 @@
 """Relay throughput between two rqsys hosts in network namespaces.
 
-Figures: small messages relayed per second (a's relay queue, 16 workers, its
+Figures: small messages relayed per second (a's relay queue, 32 workers, its
 default, to b's web) handed by a's queue daemon to the relay worker (no
 exec), beside, in the same run, the same relay through an ``rqrelay`` script
 per message (alternated, best of two each), as a Python process per message (the
@@ -33,7 +33,7 @@ from netns import NetLab, Rqsys, netns_available, wait_until  # noqa: E402
 from rqsys.client import QueueClient  # noqa: E402
 from rqsys.special import RELAY_QUEUE, SPECIAL_QUEUES, special_config  # noqa: E402
 
-SMALL = 400
+SMALL = 1000  # a run of 32 slots takes a few seconds: fewer would measure its ramp
 SMALL_PER_PROCESS = 60  # the per-process path is slow: fewer messages
 ROUNDS = 2  # of each worker path, alternated
 BIG_MB = 1024
