@@ -14,7 +14,11 @@ wobble), how much of each message's wall time the loop thread was busy, and,
 when strace is installed, the daemon's system calls per message (every
 thread, not the scripts; under strace each script's SIGCHLD, which the
 kernel otherwise discards, interrupts a sleeping thread's futex wait, so
-about 0.7 futex calls a message are strace's own).  ``BENCH_DIR=<dir>``
+about 0.7 futex calls a message are strace's own), and, when valgrind is
+installed, the daemon's user-space instructions per message under
+callgrind: a count the machine's load does not move, unlike CPU time,
+which a busy 2-core machine inflates by half (``BENCH_INSTR=0``: not
+measured; it takes about half a minute per worker count).  ``BENCH_DIR=<dir>``
 runs it on another file system (a journalled ext4 beside this machine's
 unjournalled root: see docs/BENCHMARKS.md for the ``chattr +D`` cost).
 """
@@ -29,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench_queue import Daemon, make_queue, report
 from scratch import scratch_layout
@@ -40,6 +45,7 @@ N = 800  # task-spooler's server takes at most 1,000 clients, one per queued job
 ROUNDS = 3  # each figure is the median of this many gated drains
 SLOTS = (2, 8)
 STRACE_N = 1000
+INSTR_N = 300  # messages drained under callgrind (about 50x slower)
 TICK = os.sysconf("SC_CLK_TCK")
 INDEX = "rq-search"  # the search index's thread (rqsys.searchindex names it)
 SHOW_TABLE = os.environ.get("BENCH_SYSCALLS", "") == "table"  # each call per message
@@ -203,6 +209,42 @@ def _strace(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
     return tracer
 
 
+def instructions(layout: Layout, scratch: Path, slots: int) -> float | None:
+    """The daemon's user-space instructions per message over a gated drain
+    of INSTR_N, every thread, counted by callgrind from the resume to the
+    last end (None without valgrind, or with BENCH_INSTR=0)."""
+    if shutil.which("valgrind") is None or os.environ.get("BENCH_INSTR") == "0":
+        return None
+    name, out = f"instr{slots}", scratch / f"callgrind-{slots}.out"
+    make_queue(layout, name, "echo done >&3", num_workers=slots)
+    daemon = Daemon(layout, name, prefix=("valgrind", "--tool=callgrind", "-q",
+                                          "--instr-atstart=no", f"--callgrind-out-file={out}"))
+    try:
+        _gated(daemon, layout, name, 50, lambda _on: None)  # warm: spares, caches
+        _gated(daemon, layout, name, INSTR_N, lambda on: subprocess.run(
+            ["callgrind_control", "-i", "on" if on else "off", str(daemon.proc.pid)],
+            check=True, capture_output=True))
+    finally:
+        daemon.stop()
+    totals = [int(line.split()[1]) for line in out.read_text(errors="replace").splitlines()
+              if line.startswith("totals:")]
+    return sum(totals) / INSTR_N if totals else None
+
+
+def _gated(daemon: Daemon, layout: Layout, name: str, n: int, count: Any) -> None:
+    """A gated drain of n, ``count(True)`` at the resume, ``count(False)`` at the end."""
+    with QueueClient(layout, name) as client:
+        client.call("adminoper", oper="pause")
+        done = client.call("counts")["counts"]["done"]
+        for _ in range(n):
+            client.call("create", msg={})
+        count(True)
+        client.call("adminoper", oper="up")
+        while client.call("counts")["counts"]["done"] < done + n:
+            time.sleep(0.1)
+        count(False)
+
+
 def _traced_by(pid: int, tid: str, tracer: int) -> bool:
     status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
     return f"TracerPid:\t{tracer}\n" in status
@@ -273,6 +315,10 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     _report_index(slots, got, {k: statistics.median(run[k] for run in olds) for k in olds[0]})
     if SHOW_TABLE:
         _print_table(traced, STRACE_N)
+    instr = instructions(layout, scratch, slots)
+    if instr is not None:
+        report(f"rqsys daemon instructions per message, {slots}",
+               f"{instr / 1000:8.0f} kinstr (user space, callgrind: steady under load)")
 
 
 def _unfolded_daemon(layout: Layout, name: str) -> Daemon:

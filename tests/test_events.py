@@ -1,0 +1,39 @@
+"""The daemons' EventLog: which sinks hear which events, and its journal entries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rqsys.events import EventLog, listening
+
+
+def test_sinks_hear_only_the_kinds_they_listen_to() -> None:
+    log = EventLog("q", journal=False)
+    heard: dict[str, list[str]] = {"all": [], "ends": [], "late": []}
+    log.sinks.append(lambda kind, *_: heard["all"].append(kind))
+
+    @listening("done", "err")
+    def ends(kind: str, *_: Any) -> None:
+        heard["ends"].append(kind)
+
+    log.sinks.append(ends)
+    for kind in ("started", "status", "done"):
+        log.record(kind, "m1")
+    log.sinks.append(lambda kind, *_: heard["late"].append(kind))  # routes made again
+    log.record("err", "m1")
+    assert heard == {"all": ["started", "status", "done", "err"], "ends": ["done", "err"],
+                     "late": ["err"]}
+
+
+def test_journal_entries_name_their_code_without_a_stack_walk() -> None:
+    """journal.send walks the stack for CODE_* unless given them: given here,
+    with what the walk would find (this module's ``event``)."""
+    log = EventLog("q", journal=False)
+    sent: list[tuple[str, dict[str, Any]]] = []
+    log._send = lambda line, **fields: sent.append((line, fields))
+    log.event("done", "ok", "m1", RQ_COUNT=0)
+    line, fields = sent[0]
+    assert line == "q: m1: done: ok"
+    assert fields["CODE_FUNC"] == "event" and fields["CODE_FILE"].endswith("rqsys/events.py")
+    assert isinstance(fields["CODE_LINE"], int)
+    assert fields["RQ_MSG_ID"] == "m1" and fields["RQ_COUNT"] == "0"
