@@ -55,6 +55,30 @@ class Flushing(Protocol):
     def flush(self) -> None: ...
 
 
+class _Sinks(list):  # type: ignore[type-arg]
+    """An EventLog's sinks: a change forgets the routes made from them."""
+
+    def __init__(self, routes: dict[str, list[Sink]]) -> None:
+        super().__init__()
+        self._routes = routes
+
+    def append(self, sink: Sink) -> None:
+        self._routes.clear()
+        super().append(sink)
+
+    def __iadd__(self, sinks: Any) -> _Sinks:  # type: ignore[misc]
+        self._routes.clear()
+        return super().__iadd__(sinks)
+
+    def extend(self, sinks: Any) -> None:
+        self._routes.clear()
+        super().extend(sinks)
+
+    def remove(self, sink: Sink) -> None:
+        self._routes.clear()
+        super().remove(sink)
+
+
 def journal_available() -> bool:
     """True when stderr is connected to journald (systemd sets JOURNAL_STREAM)."""
     return bool(os.environ.get("JOURNAL_STREAM")) and os.path.exists(
@@ -76,9 +100,8 @@ class EventLog:
             from systemd import journal as sd_journal
 
             self._send = sd_journal.send
-        self.sinks: list[Sink] = []
         self._routes: dict[str, list[Sink]] = {}  # kind -> the sinks told of it
-        self._routed: tuple[int, int] = (0, 0)  # the sinks list the routes were made for
+        self.sinks: list[Sink] = _Sinks(self._routes)
 
     def event(self, kind: str, text: str, msg_id: str = "", **fields: Any) -> None:
         self.record(kind, msg_id, text, **fields)
@@ -99,19 +122,11 @@ class EventLog:
         """Tell the sinks only (no log line): what is too frequent or too
         detailed for the journal, such as a script's status lines and rusage."""
         sinks = self._routes.get(kind)
-        if sinks is None or self._routed != (id(self.sinks), len(self.sinks)):
-            sinks = self._route(kind)
+        if sinks is None:
+            sinks = self._routes[kind] = [sink for sink in self.sinks
+                                          if kind in getattr(sink, "kinds", (kind,))]
         for sink in sinks:
             sink(kind, text, msg_id, fields)
-
-    def _route(self, kind: str) -> list[Sink]:
-        """The sinks that listen to ``kind`` (all but those whose ``kinds``
-        leave it out), made again whenever sinks were added."""
-        if self._routed != (id(self.sinks), len(self.sinks)):
-            self._routes, self._routed = {}, (id(self.sinks), len(self.sinks))
-        sinks = [sink for sink in self.sinks if kind in getattr(sink, "kinds", (kind,))]
-        self._routes[kind] = sinks
-        return sinks
 
     def warn(self, text: str, msg_id: str = "") -> None:
         self.event("script" if msg_id else "daemon", text, msg_id)

@@ -9,7 +9,7 @@ from rqsys.events import EventLog, listening
 
 def test_sinks_hear_only_the_kinds_they_listen_to() -> None:
     log = EventLog("q", journal=False)
-    heard: dict[str, list[str]] = {"all": [], "ends": [], "late": []}
+    heard: dict[str, list[str]] = {"all": [], "ends": [], "late": [], "later": []}
     log.sinks.append(lambda kind, *_: heard["all"].append(kind))
 
     @listening("done", "err")
@@ -21,8 +21,10 @@ def test_sinks_hear_only_the_kinds_they_listen_to() -> None:
         log.record(kind, "m1")
     log.sinks.append(lambda kind, *_: heard["late"].append(kind))  # routes made again
     log.record("err", "m1")
-    assert heard == {"all": ["started", "status", "done", "err"], "ends": ["done", "err"],
-                     "late": ["err"]}
+    log.sinks += [lambda kind, *_: heard["later"].append(kind)]
+    log.record("err", "m1")
+    assert heard == {"all": ["started", "status", "done", "err", "err"],
+                     "ends": ["done", "err", "err"], "late": ["err", "err"], "later": ["err"]}
 
 
 def test_journal_entries_name_their_code_without_a_stack_walk() -> None:
