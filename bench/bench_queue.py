@@ -224,7 +224,8 @@ def bench_enqueue(layout: Layout, scratch: Path) -> None:
     report("queue daemon CPU per create, 1 client",
            f"{sum(cpu.values()) / creates * 1e6:8.0f} us")
     for name in sorted(cpu):
-        report(f"  of which thread {name}", f"{cpu[name] / creates * 1e6:8.0f} us")
+        report(f"queue daemon CPU per create, thread {name}",
+               f"{cpu[name] / creates * 1e6:8.0f} us")
     report("durable enqueue over the socket, 16 clients", f"{many:8.0f} msgs/s "
            f"({r16:.0%} of bare {b16:.0f}/s, target > 100%)", judge(r16, 1.0))
 

@@ -66,6 +66,7 @@ class IdMaker:
         self._clock = clock
         self._last_ms = 0
         self._n = 0
+        self._stamp = (-1, "")  # (second, its text): a busy queue makes many ids a second
 
     def next_id(self) -> str:
         """The next id: now, or one more than the last in the same millisecond."""
@@ -75,8 +76,9 @@ class IdMaker:
         else:
             self._n += 1  # same millisecond, or the clock went back
         secs, ms = divmod(self._last_ms, 1000)
-        stamp = time.strftime("%Y%m%d.%H%M.%S", time.gmtime(secs))
-        return f"{stamp}.{ms:03d}.{self._n}"
+        if self._stamp[0] != secs:
+            self._stamp = (secs, time.strftime("%Y%m%d.%H%M.%S", time.gmtime(secs)))
+        return f"{self._stamp[1]}.{ms:03d}.{self._n}"
 
 
 @dataclass(frozen=True)
