@@ -177,7 +177,8 @@ def handing_hosts(tmp_path: Path) -> Iterator[tuple[Rqsys, Path, str]]:
 
 
 def lab_hosts(tmp_path: Path, **env: str) -> Iterator[tuple[Rqsys, Path, str]]:
-    """a (rqsys serve, its relay queue's env_vars + ``env``) and an RQ peer on b."""
+    """a (rqsys serve, its relay queue's env_vars + ``env``, stop_grace 1 s) and
+    an RQ peer on b."""
     need(netns_available(), "network namespaces need root and iproute2")
     lab = NetLab()
     try:
@@ -187,6 +188,7 @@ def lab_hosts(tmp_path: Path, **env: str) -> Iterator[tuple[Rqsys, Path, str]]:
         cfg = special_config("relay")
         cfg["env_vars"] = {"BACKOFF_UNIT": "0.2", "BACKOFF_MAX": "2", "RELAY_TIMEOUT": "5",
                            **env}
+        cfg["stop_grace"] = 1
         a.layout.create_queue_dir("relay", cfg)
         peer_dir = tmp_path / "peer"
         peer_dir.mkdir()
@@ -242,6 +244,24 @@ def test_handed_relay_survives_its_worker_or_daemon_killed(
     assert log.count(RUN_MARK) == 2, log
     if victim == "worker":  # the daemon saw its hand-over dropped, and started the script
         assert "the relay worker went away" in json.dumps(got)
+
+
+def test_handed_relay_that_times_out_is_err_and_never_committed(
+        handing_hosts: tuple[Rqsys, Path, str]) -> None:
+    a, peer_dir, dest = handing_hosts
+    # Given a handed relay whose commit the far end stalls, past the message's timeout
+    (peer_dir / "faults.json").write_text('{"stall_commit": 1}')
+    msg_id = a.call("relay", "create", msg={"dest": dest, "timeout": 1})["msg_id"]
+    try:
+        # Then the daemon stops it (TERM: the worker is asked; KILL after stop_grace)
+        got = wait_for(lambda: (g := a.call("relay", "get", msg_id=msg_id))["state"] == "err"
+                       and g, 30, "the timed-out relay in err")
+    finally:
+        (peer_dir / "unstall").write_text("1")
+    assert got["status"] == "timed out after 1 s"
+    # And the worker let it go: the far copy stays prepared, never committed
+    (far,) = sorted((peer_dir / "q" / "work").iterdir())
+    assert (far / "state").read_text() == "prep"
 
 
 def descendants(root: int) -> list[int]:

@@ -39,12 +39,15 @@ from rqsys.spawn import Child
 SHIM = "rqrelay"
 MAGIC = b"RQRELAY1 "
 EXIT_LINE_MAX = 32
+NO_PROCESS = 0  # the "pid" of a hand-over (the worker's listener is systemd or the supervisor)
+ENDED = -1  # wait4's pid for a hand-over that ended (0 would say "still running")
 LOST = signal.SIGKILL  # the wait status of a hand-over that ended without an exit code
 
 
 class HandedChild(Child):
     """A relay handed to the worker, in the shape of a started script: ``pidfd``
-    is the connection, ``pid`` the worker's (in RQ's exit texts and the log)."""
+    is the connection, ``pid`` 0 (no process of its own: the log's RQ_PID and
+    RQ's exit texts say 0; nothing signals it, ``signal_group`` is the connection's)."""
 
     sock: socket.socket
     msg_id: str
@@ -61,17 +64,18 @@ class HandedChild(Child):
             self.sock.shutdown(socket.SHUT_RDWR if sig == signal.SIGKILL else socket.SHUT_WR)
 
     def wait(self) -> tuple[int, int, Any]:
-        """(pid, wait status, no rusage): ``exit N`` as exit status N."""
+        """As ``os.wait4`` of an ended child (its first item non-zero: ENDED):
+        ``exit N`` as exit status N, and no rusage."""
         try:
             line = self.sock.recv(EXIT_LINE_MAX)
         except OSError:
             line = b""
         words = line.split()
         if len(words) == 2 and words[0] == b"exit" and words[1].isdigit():
-            return self.pid, min(int(words[1]), 255) << 8, None
+            return ENDED, min(int(words[1]), 255) << 8, None
         self.lost = True  # stopped by us (the verdict says so first), or the worker died
         self.again.add(self.msg_id)
-        return self.pid, LOST, None
+        return ENDED, LOST, None
 
 
 class HandOff:
@@ -124,8 +128,6 @@ class HandOff:
                 "4i", log, log, status_w, reply_r))], socket.MSG_DONTWAIT)
             if sent != len(data):
                 raise BlockingIOError("the worker's socket took part of the request")
-            pid = struct.unpack("3i", sock.getsockopt(
-                socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
         except OSError:
             for fd in (status_r, reply_w):
                 os.close(fd)
@@ -135,7 +137,7 @@ class HandOff:
                 os.close(fd)
         os.set_blocking(status_r, False)
         os.set_blocking(reply_w, False)
-        child = HandedChild(pid, sock.fileno(), status_r, reply_w)
+        child = HandedChild(NO_PROCESS, sock.fileno(), status_r, reply_w)
         child.sock = sock
         return child
 
