@@ -88,11 +88,12 @@ static int open_output(int out)
 }
 
 /* The pipes are made non-blocking for the daemon's ends; the script's ends
- * are other open files, so clearing the flag on them leaves ours as they are. */
+ * are other open files, so clearing the flag on them leaves ours as they are.
+ * O_NONBLOCK is the only status flag pipe2 gave them (F_SETFL leaves the
+ * access mode alone), so no F_GETFL first: one call fewer in the vfork. */
 static int blocking(int fd)
 {
-    int flags = fcntl(fd, F_GETFL);
-    return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fcntl(fd, F_SETFL, 0);
 }
 
 /* cwd is the run's job/ directory, made here when a spare did not bring it. */
