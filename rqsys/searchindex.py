@@ -141,14 +141,18 @@ class SearchIndex:
 
     def _next_batch(self) -> list[Event] | None:
         """The next events, up to BATCH; after the first, what comes within
-        GATHER seconds joins it (one transaction for a burst, not one each)."""
+        GATHER seconds joins it (one transaction for a burst, not one each).
+        The thread sleeps through GATHER rather than waiting on the queue:
+        one wake-up a batch, not one for each loop turn's put."""
         first = self.todo.get()
         if first is None:
             return None
-        batch, until = list(first), time.monotonic() + GATHER
-        while len(batch) < BATCH and (left := until - time.monotonic()) > 0:
+        batch = list(first)
+        if len(batch) < BATCH:
+            time.sleep(GATHER)
+        while len(batch) < BATCH:
             try:
-                item = self.todo.get(timeout=left)
+                item = self.todo.get_nowait()
             except queue.Empty:
                 break
             if item is None:
