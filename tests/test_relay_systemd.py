@@ -69,7 +69,7 @@ def test_relay_goes_through_the_relay_worker(box: Container) -> None:
     msg_id = out.rsplit("/", 1)[1]
     relay = QueueStore(box.path("/var/lib/rq/queue/relay"))
     wait_for(lambda: _ended(relay, msg_id, "relayed", "err"), 60, "the relay to end")
-    # Then rqrelay handed it to the worker, which socket activation started
+    # Then the daemon handed it to the worker, which socket activation started
     state = relay.find(msg_id)
     log = (relay.msg_dir(state, msg_id) / "job" / "stdio.log").read_text()
     assert state == "relayed", f"{relay.read_status(state, msg_id)}\n{log}"
