@@ -38,6 +38,7 @@ from rqsys.scripts.rqhttp import Connections
 
 MAGIC = b"RQRELAY1 "
 MAX_ENV = 1 << 20  # bytes of environment a request may carry
+RECV_SIZE = 1 << 16  # bytes of the request read with its fds
 FDS = 4  # the script's fds 1 (output), 2, 3 (RQ_WRITE) and 4 (RQ_READ)
 # Threads kept waiting for connections after a busy spell: as many as the
 # relay queue's workers (16 by default), or each burst starts threads anew.
@@ -174,7 +175,8 @@ def peer_pid(conn: socket.socket) -> int:
 
 def read_request(conn: socket.socket) -> tuple[dict[str, str], list[int]]:
     """The environment and the fds an rqrelay process sent."""
-    data, fds, _flags, _addr = socket.recv_fds(conn, 64, FDS)
+    # the daemon sends head and environment in one sendmsg: one recv takes both
+    data, fds, _flags, _addr = socket.recv_fds(conn, RECV_SIZE, FDS)
     try:
         head, newline, rest = data.partition(b"\n")
         size = parse_head(head + newline)
