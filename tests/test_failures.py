@@ -46,6 +46,7 @@ def rq(layout, *args):
     ("cannot open /srv/in/77.csv: no such file", "cannot open PATH: no such file"),
     ("relay to http://h:3333/q/a/20250101.0000.00.000.1 refused", "relay to URL refused"),
     ("job 20250101.0000.00.000.12 hash deadbeef99 x", "job ID hash HEX x"),
+    ("x" * 100_000, "x" * 300),  # one long word: cut before it is masked (fast)
 ])
 def test_reasons_mask_what_varies(text, reason):
     assert normalise(text) == reason
@@ -304,3 +305,17 @@ def test_a_group_action_first_after_a_start_waits_for_the_walk(layout, make_queu
         proc.client().call("group", group="0123456789ab", action="delete")
     assert proc.call("group", group=key, action="delete")["count"] == 3
     assert proc.call("counts")["counts"]["err"] == 0
+
+
+def test_the_walk_reads_each_status_whole_and_a_missing_one_as_blank(layout):
+    layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
+    store = store_of(layout, "q")
+    blank, long = _ids(2)
+    (_err_on_disk(store, blank, "") / "status").unlink()
+    _err_on_disk(store, long, "x" * 100_000 + " 42")
+    (store.state_dir("err") / "not-a-message").mkdir()
+    groups = failures.walk(store)
+    assert sorted((g["reason"][:3], g["count"]) for g in groups.listing()) == [
+        ("", 1), ("xxx", 1)]
+    assert groups.members(failures.group_key("")) == [blank]
+    assert len(groups.listing()[0]["example"]) + len(groups.listing()[1]["example"]) == 100_003
