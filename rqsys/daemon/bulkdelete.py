@@ -10,38 +10,23 @@ is passed over.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from rqsys.daemon.bulksteps import Finish, Steps
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest, RQError
 
 STEP = 50  # messages deleted a step
-Finish = Callable[[int, int, "BaseException | None"], None]  # (deleted, passed over, error)
 
 
-class Deletion:
+class Deletion(Steps):
     """One bulk delete of a list of ids, answered through ``finish``."""
 
     def __init__(self, ledger: Transitions, ids: list[str], state: str,
                  finish: Finish) -> None:
-        self.ledger, self.ids, self.state, self.finish = ledger, ids, state, finish
-        self.next = 0  # the first id of the next step
-        self.deleted = self.passed = 0
+        super().__init__(ledger, ids, finish, STEP)
+        self.state = state
         self.left = 0  # deletes of this step not durable yet
 
-    def step(self) -> None:
-        """The next step with a message to delete (a loop, not a recursion:
-        100,000 passed over are 2,000 steps); after the last, the answer."""
-        while self.next < len(self.ids):
-            batch = self.ids[self.next:self.next + STEP]
-            if self.ledger.wait_until_free(batch, self.step):
-                return  # a retry batch has some: decided where it leaves them
-            self.next += STEP
-            if self._start(batch):
-                return  # the next step once these are durable
-        self.finish(self.deleted, self.passed, None)
-
-    def _start(self, batch: list[str]) -> bool:
+    def act(self, batch: list[str]) -> bool:
         """Start a step's deletes; True if some will call back."""
         self.left = 1  # held until all are started
         for msg_id in batch:
@@ -52,7 +37,7 @@ class Deletion:
             except RQError:  # gone or running meanwhile: passed over
                 self.passed += 1
                 continue
-            self.deleted += 1
+            self.done += 1
             self.left += 1
         self.left -= 1
         return self.left > 0

@@ -14,12 +14,12 @@ A crash between the two halves of a step leaves a message in both queues
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rqsys import tunables
 from rqsys.background import Background, peer_lane
 from rqsys.client import QueueClient
+from rqsys.daemon.bulksteps import Finish, Steps
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import RQError
@@ -27,7 +27,6 @@ from rqsys.store import QueueStore
 
 STEP = 50
 DROPPED = ("msg_id", "count", "url", "due")  # the copy is a new message, due now
-Finish = Callable[[int, int, "BaseException | None"], None]
 
 
 class Mover:
@@ -60,31 +59,23 @@ class Mover:
                                     by=f"moved from {self.ctx.name}")["results"])
 
 
-class Move:
+class Move(Steps):
     """One bulk move of a list of ids to ``dest``, answered through ``finish``."""
 
     def __init__(self, mover: Mover, ids: list[str], dest: str, state: str,
                  finish: Finish) -> None:
-        self.mover, self.ledger = mover, mover.ledger
-        self.ids, self.dest, self.state, self.finish = ids, dest, state, finish
-        self.next = 0  # the first id of the next step
-        self.moved = self.passed = 0
+        super().__init__(mover.ledger, ids, finish, STEP)
+        self.mover, self.dest, self.state = mover, dest, state
 
-    def step(self) -> None:
-        """The next step with a message to copy (a loop, not a recursion:
-        100,000 passed over are 2,000 steps); after the last, the answer."""
-        while self.next < len(self.ids):
-            batch = self.ids[self.next:self.next + STEP]
-            if self.ledger.wait_until_free(batch, self.step):
-                return  # a retry batch has some: chosen where it leaves them
-            self.next += STEP
-            chosen = [(i, m) for i in batch
-                      if (m := self.mover.copy(i, self.dest, self.state)) is not None]
-            self.passed += len(batch) - len(chosen)
-            if chosen:
-                self._send(chosen)
-                return
-        self.finish(self.moved, self.passed, None)
+    def act(self, batch: list[str]) -> bool:
+        """Send the step's copies; True if there are some (the step's deletes
+        call back once durable)."""
+        chosen = [(i, m) for i in batch
+                  if (m := self.mover.copy(i, self.dest, self.state)) is not None]
+        self.passed += len(batch) - len(chosen)
+        if chosen:
+            self._send(chosen)
+        return bool(chosen)
 
     def _send(self, chosen: list[tuple[str, Any]]) -> None:
         """The copies to the other queue, on its peer lane (off the loop)."""
@@ -97,7 +88,7 @@ class Move:
                  error: BaseException | None) -> None:
         """On the loop: the other queue has them (those it took are deleted here)."""
         if error is not None:
-            self.finish(self.moved, self.passed, error)
+            self.finish(self.done, self.passed, error)
             return
         made = [old for (old, _m), got in zip(chosen, results, strict=True) if "msg_id" in got]
         self.passed += len(chosen) - len(made)
@@ -117,7 +108,7 @@ class Move:
         for msg_id in made:
             try:
                 self.ledger.delete(msg_id, one)
-                self.moved += 1
+                self.done += 1
             except RQError:  # it started meanwhile: its copy stays too
                 self.passed += 1
                 one(None)

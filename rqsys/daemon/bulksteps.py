@@ -1,0 +1,38 @@
+"""The stepping of a bulk action (a move or a delete of many messages): a
+step of the list at a time, each waiting until none of its messages is busy
+(in a retry batch, so it is decided where the batch leaves it), the next
+once the step's work has called back; the answer after the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rqsys.daemon.transitions import Transitions
+
+Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed over, error)
+
+
+class Steps:
+    """A list of ids worked through ``size`` at a time; ``act`` is the step's work."""
+
+    def __init__(self, ledger: Transitions, ids: list[str], finish: Finish, size: int) -> None:
+        self.ledger, self.ids, self.finish, self.size = ledger, ids, finish, size
+        self.next = 0  # the first id of the next step
+        self.done = self.passed = 0
+
+    def step(self) -> None:
+        """The next step with work to do (a loop, not a recursion: 100,000
+        passed over are 2,000 steps); after the last, the answer."""
+        while self.next < len(self.ids):
+            batch = self.ids[self.next:self.next + self.size]
+            if self.ledger.wait_until_free(batch, self.step):
+                return  # a retry batch has some: decided where it leaves them
+            self.next += self.size
+            if self.act(batch):
+                return  # it calls step() once its work is durable
+        self.finish(self.done, self.passed, None)
+
+    def act(self, batch: list[str]) -> bool:
+        """Start a step's work; True if it will call :meth:`step` when done."""
+        raise NotImplementedError
