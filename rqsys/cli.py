@@ -9,7 +9,6 @@ directory and the queue sockets.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 from collections.abc import Callable
@@ -64,6 +63,8 @@ def _client_for_dest(layout: Layout, dest: str, force_remote: bool = False) -> Q
 
 
 def _md5_of(fd: int) -> str:
+    import hashlib  # here: the queue daemon starts through this module (libcrypto: 3.5 MiB)
+
     digest = hashlib.md5()
     while chunk := os.read(fd, 1 << 20):
         digest.update(chunk)

@@ -21,7 +21,6 @@ as it did in the store: exactly the live updates, whatever the walk saw.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import time
@@ -57,6 +56,8 @@ def normalise(text: str) -> str:
 
 
 def group_key(reason: str) -> str:
+    import hashlib  # here: OpenSSL's libcrypto is 3.5 MiB of a daemon's RSS, for err only
+
     return hashlib.sha1(reason.encode()).hexdigest()[:12]
 
 

@@ -90,3 +90,11 @@ def test_the_message_schema_takes_the_fast_path_with_the_same_verdicts() -> None
     # and config.validate still names the field of a bad one
     with pytest.raises(Exception, match="max_count"):
         config.validate("message", {"max_count": "3"}, "message")
+
+
+def test_every_op_schema_compiles() -> None:
+    # Given the full validators compiled lazily (on a request the fast path does not pass)
+    checker = schema.Checker(schema.OPS)
+    # Then each op's schema is itself a valid JSON Schema, as at start before
+    for op in schema.OPS:
+        assert checker.validator(op).is_valid({"op": op}) == (not schema.OPS[op]["required"][1:])

@@ -3,8 +3,11 @@
 Written here rather than in ``rqsys/schemas/`` so that ids, attachment names
 and states are checked with the very patterns and lists the store uses (one
 copy of each).  A message's own fields are checked by ``message.json`` when
-it is made (``rqsys.message.new_message``).  The validators are compiled
-once, at import.  An error names the field: ``invalid message id: '..'``.
+it is made (``rqsys.message.new_message``).  An op's full validator is
+compiled on its first use, once: only a request the fast path below does not
+pass needs one, and compiling every op's at start took some 20 ms and 1.5
+MiB of an idle daemon (``tests/test_daemon_schema.py`` compiles them all).
+An error names the field: ``invalid message id: '..'``.
 
 A request of a flat schema (what :func:`request` makes) is first asked of
 ``rqsys.flatcheck`` (a field the schema only names, such as ``create``'s
@@ -76,18 +79,16 @@ def _compile(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-_COMPILED = {op: _compile(schema) for op, schema in OPS.items()}
 _FLAT = {op: flat_check(schema) for op, schema in OPS.items()}
 
 
 class Checker:
-    """Checks requests against their op's schema (extra ops' schemas compiled here)."""
+    """Checks requests against their op's schema (full validators compiled on first use)."""
 
     def __init__(self, schemas: Mapping[str, dict[str, Any]]) -> None:
-        ours = {op for op, s in schemas.items() if s is OPS.get(op)}
-        self._validators = {op: _COMPILED[op] if op in ours else _compile(s)
-                            for op, s in schemas.items()}
-        self._flat = {op: _FLAT[op] if op in ours else flat_check(s)
+        self._schemas = dict(schemas)
+        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        self._flat = {op: _FLAT[op] if s is OPS.get(op) else flat_check(s)
                       for op, s in schemas.items()}
 
     def check(self, op: str, args: dict[str, Any]) -> None:
@@ -95,9 +96,16 @@ class Checker:
         flat = self._flat[op]
         if flat is not None and flat.passes(args):
             return
-        error = jsonschema.exceptions.best_match(self._validators[op].iter_errors(args))
+        error = jsonschema.exceptions.best_match(self.validator(op).iter_errors(args))
         if error is not None:
             raise BadRequest(_describe(op, error))
+
+    def validator(self, op: str) -> jsonschema.protocols.Validator:
+        """``op``'s full validator, compiled (and its schema checked) the first time."""
+        found = self._validators.get(op)
+        if found is None:
+            found = self._validators[op] = _compile(self._schemas[op])
+        return found
 
 
 def _describe(op: str, error: jsonschema.ValidationError) -> str:

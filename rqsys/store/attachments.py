@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import itertools
 import os
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ class Upload:
 
 def file_md5(path: Path | str) -> str:
     """The hex MD5 of a file's content (attachments are checked against it)."""
+    import hashlib  # here: OpenSSL's libcrypto is 3.5 MiB of a daemon's RSS, for attachments only
+
     digest = hashlib.md5(usedforsecurity=False)
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
