@@ -2,7 +2,7 @@
 in ``rqsys.cli_rqsys``, and ``python -m rqsys.cli`` runs it.
 
 ``rq`` prints ``ok <x>`` or ``fail <why>`` in RQ's shapes and exits with the
-codes below; both take ``--root DIR`` (or RQ_ROOT) to find the state
+codes of ``rqsys.cli_common``; both take ``--root DIR`` (or RQ_ROOT) to find the state
 directory and the queue sockets.
 """
 
@@ -15,14 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys import cli_jobs, cli_observe
+from rqsys.cli_common import RET_FAIL, RET_OK, RET_UNAVAILABLE, RET_USAGE  # noqa: F401
+from rqsys.cli_common import after_verb as _after_verb
+from rqsys.cli_common import root_option as _root_option
 from rqsys.client import QueueClient, find_message, queue_for_dest
 from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.store import ADMIN_OPERS, Layout
-
-RET_OK = 0  # the request succeeded
-RET_FAIL = 1  # the queue answered fail (bad message, unknown id, queue down, ...)
-RET_USAGE = 2  # bad command line (argparse's own code)
-RET_UNAVAILABLE = 3  # the queue daemon could not be reached
 
 MSG_FIELDS = ("src", "param1", "param2", "param3", "param4", "orig_msg_id")
 NUMBER_FIELDS = ("due", "count", "max_count", "timeout", "retry_max", "priority")
@@ -230,20 +228,6 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
               "pool queues here, with their pools' depth, in flight, redeliveries"),
 }
 SENDING = {"sendmesg", "prepmesg", "single_que"}
-
-
-ROOT_HELP = "state directory (default $RQ_ROOT or /var/lib/rq)"
-
-
-def _root_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", default=os.environ.get("RQ_ROOT"), help=ROOT_HELP)
-
-
-def _after_verb() -> argparse.ArgumentParser:
-    """--root accepted after the verb too (``rqsys serve --root DIR``)."""
-    parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--root", default=argparse.SUPPRESS, help=ROOT_HELP)
-    return parent
 
 
 def rq_parser() -> argparse.ArgumentParser:

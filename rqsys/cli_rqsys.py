@@ -2,7 +2,9 @@
 relay-worker) and admin verbs (passwd, install-units, install-system).
 
 Each subcommand imports its module only when run, so the daemons start fast;
-``--root`` and the exit codes are shared with ``rq`` (``rqsys.cli``).
+``--root`` and the exit codes are shared with ``rq`` (``rqsys.cli_common``),
+whose verbs (``rqsys.cli``) it never imports.  ``python -m rqsys.cli_rqsys``
+runs it (the supervisor starts its children so).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rqsys.cli import RET_FAIL, RET_OK, _after_verb, _root_option
+from rqsys.cli_common import RET_FAIL, RET_OK
+from rqsys.cli_common import after_verb as _after_verb
+from rqsys.cli_common import root_option as _root_option
 from rqsys.errors import RQError
 from rqsys.store import Layout
 
@@ -150,3 +154,7 @@ RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "passwd": run_passwd,
     "install-system": run_install_system,
 }
+
+
+if __name__ == "__main__":
+    sys.exit(rqsys_main())

@@ -91,7 +91,7 @@ class Supervisor:
         self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
 
     def _base_argv(self) -> list[str]:
-        return [sys.executable, "-m", "rqsys.cli", "--root", str(self.layout.root)]
+        return [sys.executable, "-m", "rqsys.cli_rqsys", "--root", str(self.layout.root)]
 
     def _extra_programs(self) -> list[Program]:
         """The web front end and rq-scan, as systemd would run them."""

@@ -8,18 +8,26 @@ from __future__ import annotations
 import subprocess
 import sys
 
-START = "import sys, rqsys.cli, rqsys.cli_rqsys, rqsys.daemon; print(' '.join(sorted(sys.modules)))"
+PRINT = "; print(' '.join(sorted(sys.modules)))"
 
 
-def _modules_at_start() -> set[str]:
-    done = subprocess.run([sys.executable, "-c", START], capture_output=True, text=True,
+def _modules_at_start(entry: str) -> set[str]:
+    code = f"import sys, {entry}, rqsys.daemon" + PRINT
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=60)
     return set(done.stdout.split())
 
 
+def test_rqsys_queue_imports_none_of_the_rq_verbs() -> None:
+    # Given the modules `rqsys queue NAME` (rq@NAME.service, `rqsys serve`'s children) loads
+    loaded = _modules_at_start("rqsys.cli_rqsys")
+    # Then none of rq's client verbs, listings or follow come in
+    assert not {"rqsys.cli", "rqsys.cli_jobs", "rqsys.cli_observe", "rqsys.cli_follow"} & loaded
+
+
 def test_the_queue_daemon_starts_without_libcrypto_falcon_or_the_web() -> None:
-    # Given the modules `rqsys queue NAME` (through rqsys.cli) loads before its loop runs
-    loaded = _modules_at_start()
+    # Given the modules the daemon loads before its loop runs, even through `-m rqsys.cli`
+    loaded = _modules_at_start("rqsys.cli, rqsys.cli_rqsys")
     # Then hashlib (OpenSSL's libcrypto: 3.5 MiB resident) waits for an attachment or an
     # err's group, and nothing of the web front end comes in
     assert not {"hashlib", "_hashlib", "ssl", "falcon", "waitress"} & loaded
