@@ -73,6 +73,9 @@ def test_child_makes_a_missing_job_dir_and_opens_stdio_log_there(tmp_path):
     assert (job / "stdio.log").read_text() == "out\nerr\n"
 
 
+GLIBC_SIGNALS = 3 << 31  # bits of signals 32 and 33
+
+
 def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
     """With the helper told which signals are not at their default, the
     script still starts with none ignored or caught and none blocked."""
@@ -93,7 +96,9 @@ def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
             signal.signal(sig, handler)
         reset_only_changed_signals()
     assert status == 0
-    masks = dict(line.split(":\t") for line in seen.splitlines()
-                 if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
-    assert masks == {"SigBlk": "0000000000000000", "SigIgn": "0000000000000000",
-                     "SigCgt": "0000000000000000"}, seen
+    # glibc keeps signals 32 and 33 to itself (its sigaction refuses them, and
+    # its own posix_spawn leaves them ignored in the child): an earlier test
+    # of the session may have left them ignored, which no script can see
+    masks = {line.split(":")[0]: int(line.split()[1], 16) & ~GLIBC_SIGNALS
+             for line in seen.splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt"))}
+    assert masks == {"SigBlk": 0, "SigIgn": 0, "SigCgt": 0}, seen

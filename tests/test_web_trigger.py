@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,6 +74,10 @@ def test_a_closing_connection_still_wakes_the_main_thread(served):
     before = len(pulls)
     # When the request asks to close, Then the main thread is told (it must close it)
     assert get(conn, Connection="close") == b'{"ok": true}'
+    # (the worker thread pulls after it has sent the answer the client just read)
+    deadline = time.monotonic() + 10
+    while len(pulls) <= before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(pulls) > before
 
 
