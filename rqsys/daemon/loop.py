@@ -121,6 +121,7 @@ class QueueDaemon:
         # the listener, signals, background pipe, admin files' watch: more are clients, scripts
         self.always_registered = len(self.selector.get_map())
         self.notifier.ready(self.status_line())
+        self.observer.index_after_ready()
         self.log.flush()  # start-up's events (recovered, ...), before the first wait
 
     # ---------------------------------------------------------------- the loop
