@@ -7,13 +7,20 @@ with attachments: they are not carried), sends them to
 the other queue's daemon as one ``create_many`` on that daemon's peer lane
 (off the loop; a hung peer holds up only this move), and once they are
 durable there deletes the originals; the next step starts once those deletes
-are durable.  A message the other queue refuses stays here, passed over.
+are durable.  From the moment a step is decided until the other queue has
+answered, its messages are busy (``Ledger.hold_moving``): a queued one is
+out of the que, so it neither starts nor rides along here while its copy is
+made.  One the other queue refuses, or all of a step whose send failed, are
+released: a queued one back in the que in its place, startable again.
 A crash between the two halves of a step leaves a message in both queues
-(never in neither): the copy is made before the original goes.
+(never in neither): the copy is made before the original goes; the hold is
+in memory only, so the next start queues the original again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from rqsys import tunables
@@ -74,6 +81,7 @@ class Move(Steps):
                   if (m := self.mover.copy(i, self.dest, self.state)) is not None]
         self.passed += len(batch) - len(chosen)
         if chosen:
+            self.ledger.hold_moving([i for i, _m in chosen])
             self._send(chosen)
         return bool(chosen)
 
@@ -88,9 +96,14 @@ class Move(Steps):
                  error: BaseException | None) -> None:
         """On the loop: the other queue has them (those it took are deleted here)."""
         if error is not None:
+            for msg_id, _m in chosen:
+                self.ledger.release_moving(msg_id)
             self.finish(self.done, self.passed, error)
             return
         made = [old for (old, _m), got in zip(chosen, results, strict=True) if "msg_id" in got]
+        for (msg_id, _m), got in zip(chosen, results, strict=True):
+            if "msg_id" not in got:  # refused there: it stays here, startable again
+                self.ledger.release_moving(msg_id)
         self.passed += len(chosen) - len(made)
         self._delete(made)
 
@@ -106,9 +119,14 @@ class Move(Steps):
             self.step()
             return
         for msg_id in made:
-            try:
-                self.ledger.delete(msg_id, one)
-                self.done += 1
-            except RQError:  # it started meanwhile: its copy stays too
-                self.passed += 1
-                one(None)
+            self.ledger.release_moving(msg_id, partial(self._delete_one, msg_id, one))
+
+    def _delete_one(self, msg_id: str, then: Callable[[BaseException | None], None]) -> None:
+        """The original of a copy the other queue took (held until now, so it
+        cannot have started; gone meanwhile, by a crash-free prune, say: passed)."""
+        try:
+            self.ledger.delete(msg_id, then)
+            self.done += 1
+        except RQError:
+            self.passed += 1
+            then(None)

@@ -46,6 +46,7 @@ class Ledger:
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
         self._after_busy: dict[str, list[Callable[[], None]]] = {}  # client requests waiting
         self._held: dict[str, list[tuple[str, Msg]]] = {}  # a resent primary's riders
+        self._moving: dict[str, Msg] = {}  # queued ones a bulk move sends: out of the que
         self._counts = dict.fromkeys(COUNTED, 0)
         self._blank: set[str] = set()  # placed here, never run: its status file is blank
         self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
@@ -112,6 +113,30 @@ class Ledger:
                 then()
         self._after_busy.setdefault(busy[0], []).append(freed)
         return True
+
+    def hold_moving(self, msg_ids: list[str]) -> None:
+        """A bulk move's step, sent to the other queue: busy until it answers
+        (a client's request of one waits); the queued out of the que meanwhile,
+        so none starts, rides along or is coalesced here while its copy is made."""
+        for msg_id in msg_ids:
+            self._busy[msg_id] = "being moved"
+            msg = self.schedule.remove(msg_id)
+            if msg is not None:
+                self._moving[msg_id] = msg
+
+    def release_moving(self, msg_id: str, then: Callable[[], None] | None = None) -> None:
+        """The other queue answered for ``msg_id``.  ``then`` (the delete of one
+        it took) runs first, before the requests that waited; without it the
+        message stays here: a queued one back in the que, in its place (its
+        msg, due and priority unchanged)."""
+        msg = self._moving.pop(msg_id, None)
+        del self._busy[msg_id]
+        if then is not None:
+            then()
+        elif msg is not None:
+            self.schedule.add(msg_id, msg)
+        for request in self._after_busy.pop(msg_id, []):
+            request()
 
     def _free(self, msg_id: str) -> None:
         """The rewrite is durable: the message may move again; run what waited."""

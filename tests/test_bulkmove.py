@@ -1,0 +1,112 @@
+"""A bulk move of queued messages with real daemons: while a step's copies
+are on their way to the other queue (its daemon frozen with SIGSTOP) the
+originals cannot start here, and afterwards each message is in exactly one
+queue; those the other queue refuses, or all when it cannot be reached,
+run here afterwards."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
+from conftest import wait_for
+from daemon_util import send, settle, write_gate
+
+from rqsys.errors import NotFound, RQError
+
+MOVING = 3
+
+
+def script(gate):
+    return f"""
+    if [ "$RQ_PARAM1" = block ]; then
+        while [ ! -e "{gate}" ]; do sleep 0.02; done
+    fi
+    echo "done ran $RQ_PARAM1" >&3
+    """
+
+
+@contextmanager
+def stopped(proc):
+    """The daemon process frozen (SIGSTOP) until the block ends."""
+    proc.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        proc.proc.send_signal(signal.SIGCONT)
+
+
+def queued_behind_a_blocker(q):
+    """q's one worker held by a running message; MOVING tagged ones queued
+    behind it (found by the search index)."""
+    blocker = send(q, param1="block")
+    settle(q, blocker, states=("run",))
+    ids = [send(q, param1=f"m{n}", tags=["moving"], timeout=60) for n in range(MOVING)]
+    wait_for(lambda: q.call("search", state="que", tag="moving")["total"] == MOVING,
+             10, "the index to list the queued ones")
+    return blocker, ids
+
+
+@pytest.fixture
+def q(make_queue, daemon, tmp_path):
+    gate = tmp_path / "gate"
+    make_queue("q", script(gate), num_workers=1, timeout=120)
+    proc = daemon("q")
+    proc.gate = gate
+    return proc
+
+
+def test_queued_ones_do_not_start_while_their_copies_are_sent(q, make_queue, daemon):
+    make_queue("q2", 'echo "done ran there" >&3')
+    q2 = daemon("q2")
+    blocker, ids = queued_behind_a_blocker(q)
+    answer = {}
+    with stopped(q2):
+        # Given a bulk move whose step is sent to a frozen peer
+        mover = threading.Thread(target=lambda: answer.update(q.call(
+            "bulk", action="move", dest="q2", state="que", tag="moving")))
+        mover.start()
+        wait_for(lambda: q.call("counts")["counts"]["que"] == 0, 10,
+                 "the step to hold its messages")
+        # When q's worker is free again and a later message runs to its end
+        write_gate(q.gate)
+        assert settle(q, blocker)["state"] == "done"
+        probe = send(q, param1="probe")
+        assert settle(q, probe)["status"] == "ran probe"
+        # Then none of the held ones started meanwhile
+        assert [q.call("status", msg_id=i)["state"] for i in ids] == ["que"] * MOVING
+    mover.join(20)
+    assert not mover.is_alive() and answer["count"] == MOVING, answer
+    # And afterwards each is in the other queue only
+    for msg_id in ids:
+        with pytest.raises(NotFound):
+            q.call("status", msg_id=msg_id)
+    wait_for(lambda: q2.call("counts")["counts"]["done"] == MOVING, 10, "the copies to run")
+    assert q.call("counts")["counts"]["done"] == 2  # the blocker and the probe
+
+
+def test_refused_ones_run_here_afterwards(q, make_queue, daemon):
+    make_queue("q2", 'echo "done ran there" >&3', timeout=5)  # refuses timeout 60
+    q2 = daemon("q2")
+    blocker, ids = queued_behind_a_blocker(q)
+    got = q.call("bulk", action="move", dest="q2", state="que", tag="moving")
+    assert (got["count"], got["passed_over"]) == (0, MOVING), got
+    write_gate(q.gate)
+    assert [settle(q, i)["status"] for i in ids] == [f"ran m{n}" for n in range(MOVING)]
+    assert q2.call("counts")["counts"] == dict.fromkeys(q2.call("counts")["counts"], 0)
+    settle(q, blocker)
+
+
+def test_an_unreachable_queue_leaves_them_to_run_here(q, make_queue):
+    make_queue("q3", 'echo "done ran there" >&3')  # installed, its daemon not started
+    blocker, ids = queued_behind_a_blocker(q)
+    began = time.monotonic()
+    with pytest.raises(RQError, match="q3"):
+        q.client().call("bulk", action="move", dest="q3", state="que", tag="moving")
+    assert time.monotonic() - began < 10
+    write_gate(q.gate)
+    assert [settle(q, i)["status"] for i in ids] == [f"ran m{n}" for n in range(MOVING)]
+    settle(q, blocker)
