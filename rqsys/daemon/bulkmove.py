@@ -47,10 +47,11 @@ class Mover:
         Move(self, ids, dest, state, finish).step()
 
     def copy(self, msg_id: str, dest: str, state: str) -> dict[str, Any] | None:
-        """The message as the other queue gets it (None: passed over)."""
+        """The message as the other queue gets it (None: passed over: one
+        running, or riding along with a running one, stays here)."""
         try:
             where = self.store.find(msg_id)
-            if (state and where != state) or where == "run" or msg_id in self.ledger.running:
+            if (state and where != state) or where == "run" or self.ledger.busy(msg_id):
                 return None
             if self.store.attachments(where, msg_id):
                 return None  # attachments are not carried: it stays here
