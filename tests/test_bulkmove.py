@@ -54,7 +54,8 @@ def queued_behind_a_blocker(q):
 def q(make_queue, daemon, tmp_path):
     gate = tmp_path / "gate"
     make_queue("q", script(gate), num_workers=1, timeout=120, coalesce_params=[1])
-    proc = daemon("q")
+    # the send to a frozen peer waits however long a busy machine takes to run the probe
+    proc = daemon("q", env={"RQ_DUP_TIMEOUT": "60"})
     proc.gate = gate
     return proc
 
