@@ -34,7 +34,6 @@ once that process is gone (``cancel``).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 from pathlib import Path
@@ -78,6 +77,7 @@ class Relay:
     def __init__(self, job: Job, conns: Connections | None = None,
                  cancel: Cancel | None = None) -> None:
         self.job = job
+        self.in_worker = cancel is not None  # only the relay worker watches a process
         self.cancel: Cancel = cancel or threading.Event()
         self.target = target_queue_url(str(job.msg.get("dest", "")), job.host)
         self.peer = Peer(self.target, float(job.env.get("RELAY_TIMEOUT") or 60), conns)
@@ -85,7 +85,7 @@ class Relay:
         self.known_prep = False  # the far end has shown the message in prep
 
     def run(self) -> int:
-        where = ", in the relay worker" if self.job.pid != os.getpid() else ""
+        where = ", in the relay worker" if self.in_worker else ""  # no getpid a message
         self.job.log(f"{RUN_MARK} {self.target} "
                      f"(RQ_COUNT {self.job.env.get('RQ_COUNT', '?')}{where})")
         self.check_loop()
