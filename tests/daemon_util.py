@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,3 +89,13 @@ def drain(background, timeout: float = 10.0) -> None:
         assert left > 0, "background jobs did not end in time"
         if select.select([background], [], [], left)[0]:
             background.run_finished()
+
+
+@contextmanager
+def stopped(proc: Any) -> Iterator[None]:
+    """The daemon process frozen (SIGSTOP) until the block ends."""
+    proc.proc.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        proc.proc.send_signal(signal.SIGCONT)

@@ -6,14 +6,12 @@ run here afterwards; one riding along with a running one is passed over."""
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 from conftest import wait_for
-from daemon_util import send, settle, write_gate
+from daemon_util import send, settle, stopped, write_gate
 
 from rqsys.errors import NotFound, RQError
 
@@ -27,16 +25,6 @@ def script(gate):
     fi
     echo "done ran $RQ_PARAM1" >&3
     """
-
-
-@contextmanager
-def stopped(proc):
-    """The daemon process frozen (SIGSTOP) until the block ends."""
-    proc.proc.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        proc.proc.send_signal(signal.SIGCONT)
 
 
 def queued_behind_a_blocker(q):

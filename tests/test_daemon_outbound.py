@@ -6,13 +6,11 @@ its timeout (``fail`` on the script's fd 4; a logged webhook)."""
 from __future__ import annotations
 
 import hashlib
-import signal
 import time
-from contextlib import contextmanager
 
 import pytest
 from conftest import wait_for
-from daemon_util import send, settle
+from daemon_util import send, settle, stopped
 
 TIMEOUT = 3  # seconds: RQ_DUP_TIMEOUT / RQ_WEBHOOK_TIMEOUT of the daemon under test
 QUICK = 0.1  # seconds: what "at once" means here (a stuck loop would take TIMEOUT)
@@ -27,16 +25,6 @@ SCRIPT = """
         echo "done quick" >&3
     fi
 """
-
-
-@contextmanager
-def stopped(proc):
-    """The daemon process frozen (SIGSTOP) until the block ends."""
-    proc.proc.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        proc.proc.send_signal(signal.SIGCONT)
 
 
 def answers_at_once(proc, tmp_path):
