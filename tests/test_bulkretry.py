@@ -171,3 +171,23 @@ def test_a_bulk_delete_passing_over_thousands_of_steps_does_not_recurse(ledger, 
     got: list[tuple[int, int, BaseException | None]] = []
     Deletion(ledger, many, "err", lambda *a: got.append(a)).step()
     assert got == [(0, 1500, None)]
+
+
+def test_ordered_ext4_fsyncs_que_at_once_when_a_rename_grows_it(ledger, monkeypatch):
+    """Without a journal (``ordered``) the err entry is gone from the disk
+    inside the rename: que/ must have its new block mapped on disk before
+    the next rename, as a single move does, not only at the batch's end."""
+    ids = failed(ledger, 150)  # ~36 bytes an entry: que/'s first 4 KiB block overflows
+    que = str(ledger.store.state_dir("que"))
+    renamed, synced = [], []
+    real_rename = retrybatch.durable.rename
+    monkeypatch.setattr(retrybatch.durable, "rename",
+                        lambda old, new: (real_rename(old, new), renamed.append(new))[0])
+    monkeypatch.setattr(retrybatch.durable, "fsync_path",
+                        lambda path: synced.append((path, len(renamed))))
+    monkeypatch.setattr(retrybatch.durable, "fsync_dirs", lambda paths: None)
+    ledger.store.ordered = True
+    assert len(retrybatch.retry_batch(ledger.store, ids)) == 150
+    # the fsync followed the rename that grew que/, within the batch
+    assert [path for path, _ in synced] == [que]
+    assert 0 < synced[0][1] < len(renamed)

@@ -24,22 +24,45 @@ def retry_batch(store: QueueStore, msg_ids: list[str]) -> Moved:
     """err → que for each of ``msg_ids`` still in err with a readable msg
     (the others are passed over); durable once it returns."""
     err, que = str(store.state_dir("err")), str(store.state_dir("que"))
+    rename = _Renamer(store.ordered)
     moved: Moved = []
     for msg_id in msg_ids:
         try:
-            durable.rename(f"{err}/{msg_id}", f"{que}/{msg_id}")
+            rename(err, que, msg_id)
         except OSError:
             continue  # gone meanwhile: passed over
         try:
             msg = store.read_msg("que", msg_id)  # as queued (its count its msg's own)
         except RQError:
-            durable.rename(f"{que}/{msg_id}", f"{err}/{msg_id}")  # unreadable: it stays in err
+            rename(que, err, msg_id)  # unreadable: it stays in err
             continue
         _clear_status(f"{que}/{msg_id}/status")
         moved.append((msg_id, msg))
     if msg_ids:
         durable.fsync_dirs([que, err])  # the destination first
     return moved
+
+
+class _Renamer:
+    """Renames between two state directories.  On ext4 without a journal
+    (``ordered``) a destination that grew a block has its inode fsynced at
+    once, as ``QueueStore.move`` does (durable.sync_if_grown): the source's
+    entry is gone from the disk inside the rename (``chattr +D``).  The sizes
+    are this batch's own; the loop's remembered ones may go stale, which
+    only costs it a needless fsync."""
+
+    def __init__(self, ordered: bool) -> None:
+        self.sizes: dict[str, int] | None = {} if ordered else None
+
+    def __call__(self, src: str, dest: str, msg_id: str) -> None:
+        if self.sizes is None:
+            durable.rename(f"{src}/{msg_id}", f"{dest}/{msg_id}")
+            return
+        size = self.sizes.get(dest)
+        if size is None:
+            size = durable.dir_size(dest)
+        durable.rename(f"{src}/{msg_id}", f"{dest}/{msg_id}")
+        self.sizes[dest] = durable.sync_if_grown(dest, size)
 
 
 def _clear_status(path: str) -> None:
