@@ -188,3 +188,28 @@ def test_relay_id_holding_no_message_url_is_prepared_again(tmp_path: Path) -> No
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_relay_id_naming_another_message_is_prepared_again(tmp_path: Path) -> None:
+    # Given a relay_id note that is a whole URL, but another message's (a stale
+    # block of a freed note, after a power cut without a journal)
+    make_job(tmp_path, {"dest": "http://b.example/q/x"})
+    job_dir = next(tmp_path.rglob("job"))
+    other = "http://b.example/q/x/20260101.0000.00.000.9"
+    (job_dir / "relay_id").write_bytes(other.encode() + b"\n")
+    read, write = os.pipe()
+    try:
+        job = Job({"RQ_MSG_DIR": str(job_dir), "RQ_HOST": HOST}, out=write, write=write)
+        relay = Relay(job)
+        relay.far_state = lambda url: ("done", {"orig_msg_id": "http://c/q/y/1"})  # type: ignore
+        # When the relay resumes, Then it prepares again: that one's end is not ours
+        assert relay.resume() == ("", False)
+        assert b"another message's" in os.read(read, 4096)
+        # and a far message that is ours (or says nothing of its origin) is taken
+        relay.far_state = lambda url: ("done", {"orig_msg_id": relay.orig_msg_id()})  # type: ignore
+        assert relay.resume() == (other, True)
+        relay.far_state = lambda url: ("done", {})  # type: ignore
+        assert relay.resume() == (other, True)
+    finally:
+        os.close(read)
+        os.close(write)

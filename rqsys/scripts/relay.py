@@ -118,9 +118,13 @@ class Relay:
         """The message as the far end gets it (this hop added to relay_via)."""
         msg = {k: self.job.msg[k] for k in KEPT_FIELDS if k in self.job.msg}
         via = list(self.job.msg.get("relay_via") or [])
-        msg.update(dest=self.target, orig_msg_id=self.job.msg.get("orig_msg_id")
-                   or self.job.full_id, relay_via=[*via, self.job.host])
+        msg.update(dest=self.target, orig_msg_id=self.orig_msg_id(),
+                   relay_via=[*via, self.job.host])
         return msg
+
+    def orig_msg_id(self) -> str:
+        """The id the far message carries back to its first queue."""
+        return str(self.job.msg.get("orig_msg_id") or self.job.full_id)
 
     # -- the two phases ----------------------------------------------------------
     def resume(self) -> tuple[str, bool]:
@@ -138,6 +142,11 @@ class Relay:
             state, info = self.far_state(url)
         except PeerUnknown:
             self.job.say("run", f"far end no longer knows {url}; preparing again")
+            return "", False
+        theirs = info.get("orig_msg_id")
+        if theirs and theirs != self.orig_msg_id():  # a stale block's URL (no journal)
+            self.job.say("run", f"job/relay_id names {url}, another message's "
+                         f"({theirs}); preparing again")
             return "", False
         if state in COMMITTED_STATES:
             return url, True
