@@ -144,22 +144,19 @@ class QueueEnviron:
         self._array = ffi.new("char *[]", [*self._base, *[ffi.NULL] * (self._slots + 1)])
         self._run: list[object] = []  # the run's C strings, alive while the array points at them
 
-    def strings(self, run: dict[str, str]) -> list[object]:
-        """The C strings of the queue's environment with one run's variables
-        (those that often repeat, such as an empty param, from a cache)."""
-        return self._base + self._run_strings(run)
-
     def array(self, run: dict[str, str]) -> object:
-        """:meth:`strings` as the NULL-terminated ``char *[]`` the helper takes,
-        valid until the next call: the base part is not copied again per run."""
+        """The NULL-terminated ``char *[]`` the helper takes: the queue's
+        environment with one run's variables (those that often repeat, such
+        as an empty param, from a cache), valid until the next call: the base
+        part is not copied again per run."""
         strings = self._run_strings(run)
-        if len(strings) > self._slots:
-            return self._ffi.new("char *[]", [*self._base, *strings, self._ffi.NULL])
+        if len(strings) > self._slots:  # more than RUN_KEYS: a caller's bug
+            raise ValueError(f"{len(strings)} run variables, room for {self._slots}")
         array, at = self._array, len(self._base)
         for offset, string in enumerate(strings):
             array[at + offset] = string  # type: ignore[index]
         array[at + len(strings)] = self._ffi.NULL  # type: ignore[index]
-        self._run = strings
+        self._run = strings  # alive while the array points at them
         return array
 
     def _run_strings(self, run: dict[str, str]) -> list[object]:

@@ -118,9 +118,9 @@ class HandOff:
 
     def _hand(self, sock: socket.socket, environ: bytes, job: str,
               out: int | None) -> HandedChild:
+        log = out if out is not None else _open_log(job)  # first: it may raise (ENOSPC)
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
-        log = out if out is not None else _open_log(job)
         try:
             head = MAGIC + b"%d\n" % len(environ)
             data = head + environ
