@@ -84,7 +84,11 @@ class HTTPConn:
         timed out by Python (``socket.sendfile`` waits for ever on a kernel timeout)."""
         sock = self.connect()
         sock.settimeout(self.timeout)
-        sock.sendfile(src)
+        try:
+            sock.sendfile(src)
+        finally:
+            if not self.https:  # back to the kernel's timeouts for the kept-alive rest
+                sock.settimeout(None)
 
     def answer(self, method: str) -> tuple[int, bytes, bool]:
         while True:
