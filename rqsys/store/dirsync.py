@@ -30,9 +30,20 @@ def unjournalled_ext4(path: Path | str) -> bool:
 
     ext4 names each mounted file system in ``/sys/fs/ext4/<device>/``, whose
     ``journal_task`` reads ``<none>`` when there is no journal; the device is
-    found from the path's ``st_dev`` through ``/sys/dev/block``.
+    found from the path's ``st_dev`` through ``/sys/dev/block``.  Asked once
+    per device: a store asks it at every new shard and durable note.
     """
     dev = os.stat(path).st_dev
+    known = _UNJOURNALLED.get(dev)
+    if known is None:
+        known = _UNJOURNALLED[dev] = _ask_sysfs(dev)
+    return known
+
+
+_UNJOURNALLED: dict[int, bool] = {}  # st_dev -> its answer (a mount does not change it)
+
+
+def _ask_sysfs(dev: int) -> bool:
     block = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
     try:
         with open(f"/sys/fs/ext4/{os.path.basename(block)}/journal_task") as f:

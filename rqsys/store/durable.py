@@ -126,20 +126,10 @@ def write_note_durably(path: Path, data: bytes) -> None:
     or empty, so ``data`` ends in a newline and its reader takes it only whole
     (and checks what it says: without a journal its blocks may hold garbage)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    dev = os.fstat(fd).st_dev
     _write_fd(fd, data, sync=True, data_only=True)
     fsync_path(path.parent)
-    if _unjournalled(dev, path.parent):  # the new inode's block group too
+    if dirsync.unjournalled_ext4(path.parent):  # the new inode's block group too
         syncfs(path.parent)
-
-
-_UNJOURNALLED: dict[int, bool] = {}  # st_dev -> on ext4 without a journal (asked once)
-
-
-def _unjournalled(dev: int, path: Path) -> bool:
-    if dev not in _UNJOURNALLED:
-        _UNJOURNALLED[dev] = dirsync.unjournalled_ext4(path)
-    return _UNJOURNALLED[dev]
 
 
 def write_new(path: str | Path, data: bytes, sync: bool) -> None:
