@@ -97,6 +97,21 @@ def test_an_error_of_the_lane_is_the_answer_and_frees_the_batch(ledger, monkeypa
     assert ledger.busy(ids[0]) == "" and ledger.counts()["err"] == 2
 
 
+
+def test_a_batch_the_disk_stops_after_its_renames_leaves_them_queued(ledger, monkeypatch):
+    ids = failed(ledger, 3)
+
+    def sync_fails(paths):
+        raise OSError("EIO")
+    monkeypatch.setattr(retrybatch.durable, "fsync_dirs", sync_fails)
+    retried, passed, error = run(ledger, ids)
+    # the answer is the error, and the daemon's state follows the directories:
+    # what is in que/ is queued (not stranded as err until a restart)
+    assert "EIO" in str(error) and (retried, passed) == (3, 0)
+    assert [ledger.store.find(i) for i in ids] == ["que"] * 3
+    assert ledger.counts()["err"] == 0 and ledger.counts()["que"] == 3
+    assert all(ledger.busy(i) == "" for i in ids)
+
 # ------------------------------------------------- other bulk actions wait for a batch
 def land(t: Transitions, chosen: list[str], moved: bool = True) -> None:
     """A retry batch's lane job and its callback, run by the test when it likes

@@ -54,8 +54,10 @@ class BulkRetry:
 
     def _landed(self, chosen: list[str], moved: Any, error: BaseException | None) -> None:
         """On the loop: a batch is durable (or failed: its messages stay in err,
-        except those a crash-free rename moved; the next start finds them in que)."""
+        except those it had moved, which join the que as the others)."""
         self.pending -= 1
+        if isinstance(error, retrybatch.BatchFailed):
+            moved = error.moved
         moved = moved or []
         self.ledger.retry_moved(chosen, moved)
         self.retried += len(moved)

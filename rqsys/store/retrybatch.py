@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rqsys.errors import RQError
+from rqsys.errors import RQError, StoreError
 from rqsys.store import durable
 from rqsys.store.queue import QueueStore
 
@@ -22,10 +22,29 @@ Moved = list[tuple[str, dict[str, Any]]]  # (id, its msg) of each message now in
 
 def retry_batch(store: QueueStore, msg_ids: list[str]) -> Moved:
     """err → que for each of ``msg_ids`` still in err with a readable msg
-    (the others are passed over); durable once it returns."""
+    (the others are passed over); durable once it returns.  Raises
+    :class:`BatchFailed`, naming the messages already in que/, if the disk
+    fails on the way (their renames may not be durable: the caller's answer
+    is the error, but its state follows the directories)."""
+    moved: Moved = []
+    try:
+        _move(store, msg_ids, moved)
+    except OSError as exc:
+        raise BatchFailed(f"retry stopped after {len(moved)} of a batch: {exc}", moved) from exc
+    return moved
+
+
+class BatchFailed(StoreError):
+    """A batch the disk stopped; ``moved`` are in que/ all the same."""
+
+    def __init__(self, text: str, moved: Moved) -> None:
+        super().__init__(text)
+        self.moved = moved
+
+
+def _move(store: QueueStore, msg_ids: list[str], moved: Moved) -> None:
     err, que = str(store.state_dir("err")), str(store.state_dir("que"))
     rename = _Renamer(store.ordered)
-    moved: Moved = []
     for msg_id in msg_ids:
         try:
             rename(err, que, msg_id)
@@ -40,7 +59,6 @@ def retry_batch(store: QueueStore, msg_ids: list[str]) -> Moved:
         moved.append((msg_id, msg))
     if msg_ids:
         durable.fsync_dirs([que, err])  # the destination first
-    return moved
 
 
 class _Renamer:
