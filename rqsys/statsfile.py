@@ -28,7 +28,7 @@ from typing import Any
 
 from rqsys.background import Background
 from rqsys.events import listening
-from rqsys.stats import COUNTED, QueueStats, observed
+from rqsys.stats import QueueStats, observed
 from rqsys.store import durable
 
 SNAPSHOT, JOURNAL, OLD = "stats.json", "stats.log", "stats.log.old"
@@ -71,7 +71,7 @@ class StatsFile:
         durable.write_file_durably(self.qdir / SNAPSHOT, data)
         (self.qdir / OLD).unlink(missing_ok=True)
 
-    @listening(*COUNTED, "started", "exit")  # what ``observed`` counts
+    @listening(*QueueStats.kinds)  # what ``observed`` counts
     def sink(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         event = observed(kind, msg_id, fields, time.time())
         if event is not None:
