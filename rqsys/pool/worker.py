@@ -42,6 +42,7 @@ class PoolWorker:
         self.bridge, self.link = bridge, link
         self.held: dict[str, NatsMsg] = {}
         self.placing: set[str] = set()  # staged, waiting for the group commit
+        self.singles: dict[str, str] = {}  # placing -> its single key, let go once stored here
         self.seen: dict[str, str] = {}  # last status line of each running held message
         self.fetching = False
         self.progress_at = 0.0
@@ -169,9 +170,8 @@ class PoolWorker:
         self.held[msg_id] = delivery
         self.placing.add(msg_id)
         single = (delivery.headers or {}).get(unique.SINGLE_HEADER)
-        if single:  # taken: no longer queued, a new single message may be made
-            self.bridge.submit(unique.release(self.link.kv, single, msg_id, 0),
-                               self._recorded(msg_id, "single not let go"))
+        if single:  # let go once stored here (no longer queued in the pool: _placed)
+            self.singles[msg_id] = single
         # Its timeline says which delivery this is: a redelivery is a second run
         staged = Staged(msg_id, tmp, msg, origin=f"pool {self.link.s.pool} delivery {count + 1}")
         if not specs:
@@ -196,6 +196,7 @@ class PoolWorker:
                 return
             self.store.discard(staged)
             self.placing.discard(msg_id)
+            self.singles.pop(msg_id, None)  # handed back: still queued in the pool
             delivery, _specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
             self.log.event("err", f"pool: attachments not fetched "
                            f"({why(error)}): handed back", msg_id)
@@ -215,10 +216,15 @@ class PoolWorker:
     def _placed(self, msg_id: str, refused: str = "") -> Any:
         def then(error: BaseException | None) -> None:
             self.placing.discard(msg_id)
-            if error is not None:
+            single = self.singles.pop(msg_id, None)
+            if error is not None:  # still queued in the pool: its single key stays
                 self.log.event("err", f"pool: not stored here, handed back: {error}", msg_id)
                 self.bridge.submit(self.link.nak(self.held.pop(msg_id), 1.0))
-            elif refused:  # before this turn starts anything
+                return
+            if single:  # taken: a new single message may be made
+                self.bridge.submit(unique.release(self.link.kv, single, msg_id, 0),
+                                   self._recorded(msg_id, "single not let go"))
+            if refused:  # before this turn starts anything
                 self.ledger.fail_queued(msg_id, refused, kind="attachment")
         return then
 
