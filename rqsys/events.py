@@ -33,7 +33,7 @@ MESSAGE_IDS = {
     "script": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a19",
     "daemon": "5d0a6b1e2c3f4b7e9a1d8c2b4f6e0a1a",
 }
-PRIORITY = {"err": 3, "script": 4, "daemon": 6}
+PRIORITY = {"err": 3, "script": 4, "warning": 4, "daemon": 6}
 # A sink sees every event of a message: (kind, text, msg_id, fields); the
 # message timeline and the queue's stats are sinks (rqsys.timeline, rqsys.stats).
 # A sink with a ``kinds`` attribute (a set of kinds; see ``listening``) is

@@ -100,3 +100,33 @@ def test_without_a_journal_new_inodes_are_made_durable_by_a_syncfs(layout, monke
     finally:
         store.spares.stop()
     assert store.spares.whole_fs == store.ordered
+
+
+def _write_cache_of_root_disk() -> str:
+    """``/``'s disk's write_cache, found another way: lsblk names the disk
+    (the parent of a partition) and /sys/block/<disk> holds its queue."""
+    source = subprocess.run(["findmnt", "-no", "SOURCE", "/"], capture_output=True,
+                            text=True).stdout.strip()
+    parent = subprocess.run(["lsblk", "-no", "PKNAME", source], capture_output=True,
+                            text=True).stdout.strip()
+    disk = parent or os.path.basename(source)
+    with open(f"/sys/block/{disk}/queue/write_cache") as f:
+        return f.read().strip()
+
+
+def test_a_volatile_write_cache_is_read_from_the_disk_under_a_path(tmp_path):
+    assert dirsync.volatile_write_cache(tmp_path) == (_write_cache_of_root_disk() == "write back")
+    assert not dirsync.volatile_write_cache("/proc")  # no block device under it
+
+
+def test_the_daemon_warns_once_when_plus_d_cannot_order_a_power_cut(make_queue, daemon, layout):
+    make_queue("q", "echo done >&3\n")
+    proc = daemon("q")
+    qdir = layout.queue_dir("q")
+    unordered = _journalless_ext4(qdir) and _write_cache_of_root_disk() == "write back"
+    warned = [x for x in proc.stderr_text().splitlines() if "volatile write cache" in x]
+    assert len(warned) == (1 if unordered else 0)
+    if unordered:
+        assert "q: warning: the store is on ext4 without a journal" in warned[0]
+        assert "docs/DURABILITY.md" in warned[0]
+    assert proc.stop() == 0

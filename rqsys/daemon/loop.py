@@ -38,12 +38,15 @@ from rqsys.pool import member_for
 from rqsys.scheduler import Schedule
 from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import WEBHOOK_QUEUE
-from rqsys.store import Layout, QueueStore
+from rqsys.store import Layout, QueueStore, dirsync
 from rqsys.systemd import Notifier, default_idle_timeout
 from rqsys.unixsock import listen_unix
 
 ExtraOps = Mapping[str, tuple[Handler, dict[str, Any]]]
 WEBHOOK_LANE = peer_lane(WEBHOOK_QUEUE)
+UNORDERED_DISK = ("the store is on ext4 without a journal, on a disk with a volatile write "
+                  "cache: a power cut can lose messages moved just before it; put it on "
+                  "a journalling file system (docs/DURABILITY.md)")
 
 
 class QueueDaemon:
@@ -104,6 +107,7 @@ class QueueDaemon:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.observer.load()
         self.ledger.load()
+        self._warn_unordered_disk()
         self.after.load()
         self.ctx.admin_oper = self.store.admin_state()
         if self.pool is not None:
@@ -123,6 +127,12 @@ class QueueDaemon:
         self.notifier.ready(self.status_line())
         self.observer.index_after_ready()
         self.log.flush()  # start-up's events (recovered, ...), before the first wait
+
+    def _warn_unordered_disk(self) -> None:
+        """Say once when renames are ordered by ``chattr +D`` on a disk whose
+        volatile cache may reorder them in a power cut (docs/DURABILITY.md)."""
+        if self.store.ordered and dirsync.volatile_write_cache(self.store.qdir):
+            self.log.event("warning", UNORDERED_DISK)
 
     # ---------------------------------------------------------------- the loop
     def run(self) -> int:

@@ -52,6 +52,24 @@ def _ask_sysfs(dev: int) -> bool:
         return False
 
 
+def volatile_write_cache(path: Path | str) -> bool:
+    """True when the disk under ``path`` says it has a volatile write cache
+    (``queue/write_cache`` reads ``write back``).  ``+D``'s synchronous
+    directory writes carry no cache flush, so such a disk can still put a
+    rename's source block down before its destination's when its power goes
+    (docs/DURABILITY.md); the daemon warns of it once at start.  A
+    partition's queue is its disk's."""
+    dev = os.stat(path).st_dev
+    block = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for queue in (f"{block}/queue", f"{block}/../queue"):
+        try:
+            with open(f"{queue}/write_cache") as f:
+                return f.read().strip() == "write back"
+        except OSError:
+            continue  # a partition (no queue/ of its own), or no sysfs
+    return False
+
+
 def set_dirsync(path: Path | str) -> None:
     """Make updates of directory ``path`` synchronous (``chattr +D``); new
     subdirectories (the hour's shards) inherit it."""
