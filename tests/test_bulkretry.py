@@ -79,6 +79,20 @@ def test_batches_move_on_the_lane_and_join_the_schedule(ledger, monkeypatch):
             "que", msg_id)["param1"]
 
 
+def test_a_single_retry_sets_the_status_aside_as_a_bulk_one_does(ledger):
+    one, many = failed(ledger, 2)
+    answered: list[BaseException | None] = []
+    assert ledger.retry([one], answered.append) == 1
+    assert run(ledger, [many]) == (1, 0, None)
+    drain(ledger.background)
+    assert answered == [None]
+    for msg_id in (one, many):  # the same verb leaves the same files
+        assert ledger.store.read_status("que", msg_id) == ""
+        assert not (ledger.store.msg_dir("que", msg_id) / "status").exists()
+        assert (ledger.store.msg_dir("que", msg_id) / "status.last").read_text() == (
+            "database down")
+
+
 def test_an_unreadable_message_stays_in_err(ledger):
     good, bad = failed(ledger, 2)
     (ledger.store.msg_dir("err", bad) / "msg").write_text("{not json")
@@ -95,7 +109,6 @@ def test_an_error_of_the_lane_is_the_answer_and_frees_the_batch(ledger, monkeypa
     retried, passed, error = run(ledger, ids)
     assert (retried, passed, str(error)) == (0, 2, "disk gone")
     assert ledger.busy(ids[0]) == "" and ledger.counts()["err"] == 2
-
 
 
 def test_a_batch_the_disk_stops_after_its_renames_leaves_them_queued(ledger, monkeypatch):

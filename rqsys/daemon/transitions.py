@@ -19,7 +19,7 @@ changes.
     que  → err                   fail_queued   a message it waits for failed (``after``),
                                                a pool message's file did not arrive whole
     que  → que                   run_now       due now (rewrite first)
-    err  → que                   retry         a client's retry of a failed message
+    err  → que                   retry         a client's retry of a failed message (``retries``)
     any  → gone                  delete, prune, end (destroyed while running)
 
 Durability is the store's table (``rqsys.store``): a rewrite of ``msg`` that
@@ -36,7 +36,8 @@ import functools
 import time
 from typing import Any
 
-from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Ledger, Msg, Offload, Riders, guard
+from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Msg, Offload, Riders, guard
+from rqsys.daemon.retries import Retries
 from rqsys.errors import BadRequest, RQError
 from rqsys.store import Staged, pruning
 from rqsys.store.durable import fsync_dirs
@@ -45,8 +46,9 @@ from rqsys.worker import Outcome
 __all__ = ["COUNTED", "MOVES", "Done", "Ended", "Msg", "Offload", "Riders", "Transitions"]
 
 
-class Transitions(Ledger):
-    """Every state change of the daemon's messages (its picture: ``Ledger``)."""
+class Transitions(Retries):
+    """Every state change of the daemon's messages (its picture: ``Ledger``;
+    err → que, a client's retry: ``Retries``)."""
 
     # ------------------------------------------------------------ start-up
     def load(self) -> None:
@@ -231,7 +233,7 @@ class Transitions(Ledger):
         """que → err: a queued message that cannot run (what it waits for failed;
         ``kind`` "attachment": a pool message's file did not arrive whole)."""
         guard(self.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
-        self.store.write_status("que", msg_id, text)  # (a retry blanks it again)
+        self.store.write_status("que", msg_id, text)  # (a retry sets it aside)
         self._move(msg_id, "que", "err")
         self._counts["err"] += 1
         self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind)
@@ -254,57 +256,6 @@ class Transitions(Ledger):
             self._free(msg_id)
 
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
-
-    def retry(self, msg_ids: list[str], done: Done, strict: bool = True) -> int:
-        """err → que: each runs again as it was (its count kept, its status
-        blank); ``done`` once the moves are durable.  Not ``strict``: those
-        no longer in err are passed over.  How many moved.  (A bulk retry
-        moves its batches off the loop: ``retry_marked``, ``retry_moved``.)"""
-        moved = 0
-        for msg_id in msg_ids:
-            if msg_id in self._busy:
-                state = "busy"
-            elif self.store.msg_dir("err", msg_id).is_dir():  # most are (a bulk retry)
-                state = "err"
-            else:
-                state = self.store.find(msg_id)
-            if state != "err":
-                if strict:
-                    raise BadRequest(f"message {msg_id} is in {state}, not err")
-                continue
-            self._move(msg_id, "err", "que")
-            self._counts["err"] -= 1
-            self.store.write_status("que", msg_id, "")
-            msg = self.store.read_msg("que", msg_id)
-            self.schedule.add(msg_id, msg)
-            self.unique.hold_again(msg_id, msg, time.time())
-            self.queued(msg_id, msg)
-            self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
-            moved += 1
-        dirs = [self.store.state_dir("err"), self.store.state_dir("que")]
-        self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
-        return moved
-
-    def retry_marked(self, msg_ids: list[str]) -> list[str]:
-        """A bulk retry's batch, before its disk half (``rqsys.store.retrybatch``)
-        runs off the loop: those no running or busy message, marked busy
-        (a client's delete of one waits), so nothing else moves them meanwhile."""
-        chosen = [i for i in msg_ids if i not in self._busy and i not in self.running]
-        for msg_id in chosen:
-            self._busy[msg_id] = "being retried"
-        return chosen
-
-    def retry_moved(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
-        """err → que, the disk half durable: the moved join the schedule as
-        ``retry`` adds one; every one of ``chosen`` is free again."""
-        for msg_id, msg in moved:
-            self._counts["err"] -= 1
-            self.schedule.add(msg_id, msg)
-            self.unique.hold_again(msg_id, msg, time.time())
-            self.queued(msg_id, msg)
-            self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
-        for msg_id in chosen:
-            self._free(msg_id)
 
     def delete(self, msg_id: str, done: Done) -> None:
         """prep | que | done | err | relayed → gone (a running one is destroyed

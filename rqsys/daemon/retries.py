@@ -1,0 +1,74 @@
+"""err → que: a client's retry of failed messages, one at a time or a bulk
+retry's batch, as one transition of ``rqsys.daemon.transitions``.
+
+Both kinds leave the message the same: its count kept, its last run's status
+set aside as ``status.last`` (``retrybatch.set_status_aside``), so its status
+reads blank as RQ's retried message's does, while the failure's text stays
+beside its timeline for whoever looks into it; and both join the que through
+``_requeued``.  A single retry moves on the loop; a bulk one moves its batches
+off the loop (``rqsys.daemon.bulkretry``: ``retry_marked``, ``retry_moved``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from rqsys.daemon.ledger import Done, Ledger, Msg
+from rqsys.errors import BadRequest
+from rqsys.store import retrybatch
+from rqsys.store.durable import fsync_dirs
+
+
+class Retries(Ledger):
+    """The retry transitions; ``Transitions`` builds on them."""
+
+    def retry(self, msg_ids: list[str], done: Done, strict: bool = True) -> int:
+        """err → que: each runs again as it was; ``done`` once the moves are
+        durable.  Not ``strict``: those no longer in err are passed over.
+        How many moved."""
+        moved = 0
+        for msg_id in msg_ids:
+            state = self._retry_state(msg_id)
+            if state != "err":
+                if strict:
+                    raise BadRequest(f"message {msg_id} is in {state}, not err")
+                continue
+            self._move(msg_id, "err", "que")
+            retrybatch.set_status_aside(self.store.msg_path("que", msg_id))
+            self._requeued(msg_id, self.store.read_msg("que", msg_id))
+            moved += 1
+        dirs = [self.store.state_dir("err"), self.store.state_dir("que")]
+        self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
+        return moved
+
+    def _retry_state(self, msg_id: str) -> str:
+        if msg_id in self._busy:
+            return "busy"
+        if self.store.msg_dir("err", msg_id).is_dir():  # most are (a bulk retry)
+            return "err"
+        return self.store.find(msg_id)
+
+    def retry_marked(self, msg_ids: list[str]) -> list[str]:
+        """A bulk retry's batch, before its disk half (``rqsys.store.retrybatch``)
+        runs off the loop: those no running or busy message, marked busy
+        (a client's delete of one waits), so nothing else moves them meanwhile."""
+        chosen = [i for i in msg_ids if i not in self._busy and i not in self.running]
+        for msg_id in chosen:
+            self._busy[msg_id] = "being retried"
+        return chosen
+
+    def retry_moved(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
+        """err → que, the disk half durable: the moved join the schedule as
+        ``retry`` adds one; every one of ``chosen`` is free again."""
+        for msg_id, msg in moved:
+            self._requeued(msg_id, msg)
+        for msg_id in chosen:
+            self._free(msg_id)
+
+    def _requeued(self, msg_id: str, msg: Msg) -> None:
+        """The picture follows a message retried into que/."""
+        self._counts["err"] -= 1
+        self.schedule.add(msg_id, msg)
+        self.unique.hold_again(msg_id, msg, time.time())
+        self.queued(msg_id, msg)
+        self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
