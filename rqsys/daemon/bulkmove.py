@@ -125,9 +125,5 @@ class Move(Steps):
     def _delete_one(self, msg_id: str, then: Callable[[BaseException | None], None]) -> None:
         """The original of a copy the other queue took (held until now, so it
         cannot have started; gone meanwhile, by a crash-free prune, say: passed)."""
-        try:
-            self.ledger.delete(msg_id, then)
-            self.done += 1
-        except RQError:
-            self.passed += 1
+        if not self.delete(msg_id, then):
             then(None)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rqsys.daemon.transitions import Transitions
+from rqsys.daemon.transitions import Done, Transitions
+from rqsys.errors import BadRequest, RQError
 
 Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed over, error)
 
@@ -32,6 +33,20 @@ class Steps:
             if self.act(batch):
                 return  # it calls step() once its work is durable
         self.finish(self.done, self.passed, None)
+
+    def delete(self, msg_id: str, then: Done, state: str = "") -> bool:
+        """Delete one message of a step, counted as done (``then`` once it is
+        durable); one gone, running or no longer in ``state`` meanwhile is
+        counted as passed over, ``then`` not called.  Whether it was deleted."""
+        try:
+            if state and self.ledger.store.find(msg_id) != state:
+                raise BadRequest(f"{msg_id} is no longer in {state}")
+            self.ledger.delete(msg_id, then)
+        except RQError:
+            self.passed += 1
+            return False
+        self.done += 1
+        return True
 
     def act(self, batch: list[str]) -> bool:
         """Start a step's work; True if it will call :meth:`step` when done."""
