@@ -20,7 +20,7 @@ from rqsys.daemon.transitions import Transitions
 from rqsys.errors import NotFound
 from rqsys.events import EventLog
 from rqsys.scheduler import Schedule
-from rqsys.store import QueueStore, retrybatch
+from rqsys.store import QueueStore, pruning, retrybatch
 from rqsys.worker import Outcome
 
 
@@ -151,6 +151,25 @@ def test_a_prune_deletes_an_acknowledged_err_message_after_its_batch(ledger, mov
     for msg_id in ids[1:]:
         with pytest.raises(NotFound):
             ledger.store.find(msg_id)
+
+
+def test_a_prune_checks_no_ack_per_busy_id(ledger, monkeypatch):
+    ids = failed(ledger, 3)
+    for msg_id in ids:
+        (ledger.store.msg_dir("err", msg_id) / "ack").write_text("")
+    chosen = ledger.retry_marked([ids[0]])
+    ledger.retry_marked([f"20260101.0000.00.{n:03}.1" for n in range(200)])  # busy elsewhere
+    checked: list[str] = []
+    real = pruning.is_acked
+    monkeypatch.setattr(pruning, "is_acked", lambda s, st, i: checked.append(i) or real(s, st, i))
+    done: list[BaseException | None] = []
+    removed = ledger.prune(time.time(), 3, None, done.append)
+    # one walk of err/ decides all three, the busy one left for its batch
+    assert sorted(checked) == sorted(ids) and removed["err"] == 2
+    land(ledger, chosen, moved=False)
+    drain(ledger.background)
+    assert done == [None] and removed["err"] == 3 and ledger.counts()["err"] == 0
+    assert checked.count(ids[0]) == 2  # and once more when its batch has landed
 
 
 def test_a_bulk_move_waits_for_a_retry_batch(ledger, layout, make_queue, daemon):

@@ -32,7 +32,6 @@ waits until the rewrite is durable (a moment), then runs.
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -283,7 +282,7 @@ class Transitions(Retries):
         removal = pruning.Removal(self.store)
         removed = {state: pruning.ended(self.store, state, now - days * 86400, removal)
                    for state in ("done", "relayed")}
-        removed["err"] = pruning.acked(self.store, "err", removal, self._busy)
+        removed["err"], late = pruning.acked(self.store, "err", removal, self._busy)
         if prep_days is not None:
             prep = pruning.untouched(self.store, "prep", now - prep_days * 86400, removal)
             for msg_id in prep:
@@ -292,17 +291,16 @@ class Transitions(Retries):
         for state, count in removed.items():
             self._counts[state] -= count
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
-        finished = _prune_busy(self, removed, done)
+        finished = _prune_late(self, late, removed, done)
         self._slow(removal.finish, lambda _result, error: finished(error))
         return removed
 
 
-def _prune_busy(t: Transitions, removed: dict[str, int], done: Done) -> Done:
-    """The acknowledged err messages a prune met busy (in a retry batch):
-    each is deleted once its batch has landed, if still in err then (and
-    counted in ``removed``); ``done`` once they and the rest are durable."""
-    late = [i for i in t.busy_ids() if pruning.is_acked(t.store, "err", i)]
-    left, errors = [len(late) + 1], []
+def _prune_late(t: Transitions, late: list[str], removed: dict[str, int], done: Done) -> Done:
+    """The acknowledged err messages a prune met busy (in a retry batch): once
+    their batches have landed, one batch of deletes of those still in err
+    then (counted in ``removed``); ``done`` once they and the rest are durable."""
+    left, errors = [2], []  # the rest's removal, and the late ones as one batch
 
     def one(error: BaseException | None) -> None:
         errors.extend([error] if error is not None else [])
@@ -310,16 +308,18 @@ def _prune_busy(t: Transitions, removed: dict[str, int], done: Done) -> Done:
         if left[0] == 0:
             done(errors[0] if errors else None)
 
-    def landed(msg_id: str) -> None:
-        if not pruning.is_acked(t.store, "err", msg_id):
-            one(None)  # retried: in que now, not pruned
-            return
-        try:
-            t.delete(msg_id, one)
+    def landed() -> None:
+        for msg_id in late:
+            if not pruning.is_acked(t.store, "err", msg_id):
+                continue  # retried: in que now, not pruned
+            left[0] += 1  # before: its ``one`` may come at once
+            try:
+                t.delete(msg_id, one)
+            except RQError:  # gone or busy again meanwhile: left for the next prune
+                left[0] -= 1
+                continue
             removed["err"] += 1
-        except RQError:  # gone or busy again meanwhile: left for the next prune
-            one(None)
-    for msg_id in late:
-        if not t.wait_until_free([msg_id], functools.partial(landed, msg_id)):
-            landed(msg_id)
+        one(None)
+    if not t.wait_until_free(late, landed):
+        landed()
     return one

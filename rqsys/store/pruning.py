@@ -83,13 +83,19 @@ def _shard(store: QueueStore, state: str, shard: Path, before: float,
 
 
 def acked(store: QueueStore, state: str, removal: Removal,
-          busy: Container[str] = ()) -> int:
+          busy: Container[str] = ()) -> tuple[int, list[str]]:
     """Take the messages of ``state`` that hold an ``ack`` file, but for the
-    ``busy`` (a background lane may be renaming them); how many."""
-    ids = [i for i in store.ids(state) if i not in busy and is_acked(store, state, i)]
-    for msg_id in ids:
+    ``busy`` (a background lane may be renaming them): how many were taken,
+    and the busy ones that hold one, found in the same walk (no check of
+    each busy id after it: a bulk retry has hundreds busy)."""
+    taken: list[str] = []
+    late: list[str] = []
+    for msg_id in store.ids(state):
+        if is_acked(store, state, msg_id):
+            (late if msg_id in busy else taken).append(msg_id)
+    for msg_id in taken:
         removal.take(store.msg_dir(state, msg_id), msg_id)
-    return len(ids)
+    return len(taken), late
 
 
 def is_acked(store: QueueStore, state: str, msg_id: str) -> bool:
