@@ -7,8 +7,9 @@ fields of a request are few and simple.  :class:`FlatCheck` checks the
 object's shape itself (its type, which names are allowed, ``required``,
 ``dependentRequired``) and each present field with a validator of that
 field's schema (a plain closure from ``rqsys.fieldcheck`` where the field's
-schema is simple, else its own jsonschema validator), skipping a field
-whose schema only names it.  Only its
+schema is simple, else an exact check from ``rqsys.schemaexact``, else its
+own jsonschema validator, imported only then), skipping a field whose
+schema only names it.  Only its
 "valid" is trusted: on anything else the caller asks the full validator,
 whose error names the field.  A schema that is not flat (references,
 combinators at the top) gets no FlatCheck.
@@ -18,9 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
-
 from rqsys.fieldcheck import Predicate, predicate
+from rqsys.schemaexact import Undecided, compile_schema
 
 ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description"})
 SHAPE = frozenset({"type", "properties", "required", "additionalProperties",
@@ -31,11 +31,10 @@ class FlatCheck:
     """The fast path of one flat object schema."""
 
     def __init__(self, schema: dict[str, Any]) -> None:
-        cls = jsonschema.validators.validator_for(schema)
         self.required = frozenset(schema.get("required", ()))
         self.depends = {k: frozenset(v) for k, v in schema.get("dependentRequired", {}).items()}
         self.fields: dict[str, Predicate | None] = {
-            name: None if set(sub) <= ANNOTATIONS else predicate(sub) or cls(sub).is_valid
+            name: None if set(sub) <= ANNOTATIONS else predicate(sub) or _field(schema, sub)
             for name, sub in schema["properties"].items()}
 
     @staticmethod
@@ -61,6 +60,24 @@ class FlatCheck:
             if field is not None and not field(value):
                 return False
         return True
+
+
+def _field(schema: dict[str, Any], sub: dict[str, Any]) -> Predicate:
+    """A field's check when it is not simple: exact (an undecided value is
+    not trusted), else jsonschema's (of the draft ``schema`` names)."""
+    exact = compile_schema({"$schema": schema["$schema"], **sub} if "$schema" in schema else sub)
+    if exact is not None:
+        return lambda value: _decided(exact, value)
+    import jsonschema  # here: only a field neither plain nor exact needs it
+
+    return jsonschema.validators.validator_for(schema)(sub).is_valid  # type: ignore[no-any-return]
+
+
+def _decided(check: Predicate, value: Any) -> bool:
+    try:
+        return check(value)
+    except Undecided:
+        return False
 
 
 def flat_check(schema: dict[str, Any]) -> FlatCheck | None:

@@ -19,15 +19,16 @@ anything else goes to the full validator, whose error is the answer.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from rqsys import tunables
 from rqsys.daemon.tags import TAG_PATTERN
 from rqsys.errors import BadRequest
 from rqsys.flatcheck import flat_check
 from rqsys.store import ADMIN_OPERS, ATTACH_NAME_RE, MSG_ID_RE, STATES
+
+if TYPE_CHECKING:
+    import jsonschema
 
 MSG_ID = {"title": "message id", "type": "string", "pattern": MSG_ID_RE.pattern}
 ATTACH_NAME = {"title": "attachment name", "type": "string", "pattern": ATTACH_NAME_RE.pattern,
@@ -74,6 +75,8 @@ OPS: dict[str, dict[str, Any]] = {
 
 
 def _compile(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    import jsonschema  # here: a daemon whose requests all pass the fast path never needs it
+
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
@@ -96,6 +99,8 @@ class Checker:
         flat = self._flat[op]
         if flat is not None and flat.passes(args):
             return
+        import jsonschema
+
         error = jsonschema.exceptions.best_match(self.validator(op).iter_errors(args))
         if error is not None:
             raise BadRequest(_describe(op, error))
