@@ -31,6 +31,7 @@ import os
 import signal
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from rqsys.daemon.runenv import RunEnvironment
@@ -51,7 +52,7 @@ class HandedChild(Child):
 
     sock: socket.socket
     msg_id: str
-    again: set[str]  # the HandOff's: messages whose next run starts the script
+    dropped: Callable[[str], None]  # the HandOff's: its next run starts the script
     lost: bool = False  # ended without an exit code
 
     def close(self) -> None:
@@ -74,15 +75,16 @@ class HandedChild(Child):
         if len(words) == 2 and words[0] == b"exit" and words[1].isdigit():
             return ENDED, min(int(words[1]), 255) << 8, None
         self.lost = True  # stopped by us (the verdict says so first), or the worker died
-        self.again.add(self.msg_id)
+        self.dropped(self.msg_id)
         return ENDED, LOST, None
 
 
 class HandOff:
     """Hands the relay queue's runs to the worker when its script is rqrelay."""
 
-    def __init__(self, env: RunEnvironment) -> None:
+    def __init__(self, env: RunEnvironment, present: Callable[[str], bool]) -> None:
         self.env = env
+        self.present = present  # whether a message is still queued or running here
         self.again: set[str] = set()  # messages whose next run starts the script
         self._shared: dict[str, str] | None = None
         self._block = b""  # the shared environment, encoded once per configuration
@@ -107,8 +109,16 @@ class HandOff:
         except OSError:
             sock.close()
             return None
-        child.msg_id, child.again = msg_id, self.again
+        child.msg_id, child.dropped = msg_id, self._dropped
         return child
+
+    def _dropped(self, msg_id: str) -> None:
+        """The worker dropped ``msg_id``'s run: its next run starts the script.
+        Those it holds that have left the queue meanwhile (deleted, moved, or
+        ended in err after a later run) are let go first, so it holds at most
+        the queue's messages; a rare event, so the sweep costs no run."""
+        self.again = {i for i in self.again if self.present(i)}
+        self.again.add(msg_id)
 
     def _environ(self, shared: dict[str, str], run: dict[str, str]) -> bytes:
         if shared is not self._shared:

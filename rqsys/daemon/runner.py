@@ -50,7 +50,7 @@ class Runner:
         self._script_check_at = 0.0
         self._script = ScriptPath()
         self.env = RunEnvironment(ctx)
-        self.handoff = HandOff(self.env)  # relay runs handed to the relay worker, no exec
+        self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
         self._pid = os.getpid()  # the spawn helper checks its child's parent against it
         self.children = Children(selector, self._on_lines, self._on_exit)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
