@@ -148,16 +148,21 @@ class QueueView:
         return newest_mtime(self.msg_dir(state, msg_id), ("status",))
 
     def read_all(self, state: str) -> Iterator[tuple[str, dict[str, Any] | StoreError]]:
-        """(id, msg or the error reading it) for every message of a flat state.
+        """(id, msg or the error reading it) for every message of a flat state
+        (for loading que/ at start-up)."""
+        for dfd, msg_id in self.ids_at(state):
+            yield msg_id, _read_json_at(dfd, f"{msg_id}/msg")
 
-        For loading que/ at start-up: openat() relative to the state
-        directory and one read each, as 100,000 messages must load in seconds.
-        """
+    def ids_at(self, state: str) -> Iterator[tuple[int, str]]:
+        """(the state directory's descriptor, id) of each message of a flat
+        state, for walks that read relative to it (openat and one read each,
+        as 100,000 messages must be read in seconds); FileNotFoundError
+        without the directory.  The descriptor is closed after the last."""
         dfd = os.open(self.state_dir(state), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for msg_id in os.listdir(dfd):
                 if MSG_ID_RE.match(msg_id):
-                    yield msg_id, _read_json_at(dfd, f"{msg_id}/msg")
+                    yield dfd, msg_id
         finally:
             os.close(dfd)
 
@@ -182,6 +187,14 @@ def newest_mtime(path: Path, inside: tuple[str, ...]) -> float:
 def ids_in(path: Path) -> list[str]:
     """The message ids in one directory (a flat state or a shard)."""
     return [i for i in listdir(path) if MSG_ID_RE.match(i)]
+
+
+def read_whole(fd: int) -> bytes:
+    """All of an open file, from its offset (one read for a small one)."""
+    chunks = [os.read(fd, 1 << 16)]
+    while len(chunks[-1]) == 1 << 16:
+        chunks.append(os.read(fd, 1 << 16))
+    return b"".join(chunks)
 
 
 def _read_count(path: Path) -> int:
@@ -210,13 +223,11 @@ def _read_json_at(dfd: int, relpath: str) -> dict[str, Any] | StoreError:
     except OSError as exc:
         return StoreError(f"{relpath}: {exc.strerror}")
     try:
-        chunks = [os.read(fd, 1 << 16)]
-        while len(chunks[-1]) == 1 << 16:
-            chunks.append(os.read(fd, 1 << 16))
+        whole = read_whole(fd)
     finally:
         os.close(fd)
     try:
-        data = json.loads(b"".join(chunks))
+        data = json.loads(whole)
     except ValueError as exc:
         return StoreError(f"{relpath}: unreadable message: {exc}")
     return data if isinstance(data, dict) else StoreError(f"{relpath}: not a JSON object")
