@@ -88,7 +88,17 @@ def _write(db: sqlite3.Connection, view: QueueView, msg_id: str, row: Pending) -
 
 def _end(db: sqlite3.Connection, view: QueueView, msg_id: str, row: Pending) -> None:
     """An indexed message that ended: its new values, and its text only if it
-    changed (an UPDATE of text rewrites the full-text entry)."""
+    changed (an UPDATE of text rewrites the full-text entry).  First one
+    UPDATE that leaves the text alone, guarded by the text being what
+    ``row_text`` makes of the row with the new status (most runs: a bare
+    ``done`` keeps a blank status); only when it is not is the row read."""
+    status = row.cols.get("status")
+    extra = {"ended": row.cols["ended_at"]}
+    if status is not None:
+        extra["status"] = status
+    if _update(db, msg_id, row, extra, (_SAME_TEXT.format("status" if status is None else "?"),
+                                        () if status is None else (status,))):
+        return
     found = db.execute("SELECT params, tags, status, text FROM msgs WHERE id=?",
                        (msg_id,)).fetchone()
     if found is None:  # its creation was not indexed (it moved on before it was read)
@@ -103,8 +113,14 @@ def _end(db: sqlite3.Connection, view: QueueView, msg_id: str, row: Pending) -> 
     _update(db, msg_id, row, extra)
 
 
-def _update(db: sqlite3.Connection, msg_id: str, row: Pending, extra: dict[str, Any]) -> None:
-    """One UPDATE of what the batch changed in an indexed message's row."""
+# the row's text already row_text(params, tags, <the status>): tags are stored joined by spaces
+_SAME_TEXT = " AND text = params || ' ' || CASE WHEN tags = '' THEN '' ELSE tags || ' ' END || {}"
+
+
+def _update(db: sqlite3.Connection, msg_id: str, row: Pending, extra: dict[str, Any],
+            where: tuple[str, tuple[Any, ...]] = ("", ())) -> bool:
+    """One UPDATE of what the batch changed in an indexed message's row (and
+    matched ``where``, more conditions and their values); False if none was."""
     sets: list[str] = []
     values: list[Any] = []
     for sql, key in (("state=?", "state"), ("started=coalesce(started, ?)", "started_at"),
@@ -116,5 +132,7 @@ def _update(db: sqlite3.Connection, msg_id: str, row: Pending, extra: dict[str, 
     for name, value in extra.items():
         sets.append(f"{name}=?")
         values.append(value)
-    if sets:
-        db.execute(f"UPDATE msgs SET {', '.join(sets)} WHERE id=?", [*values, msg_id])
+    if not sets:
+        return True
+    sql = f"UPDATE msgs SET {', '.join(sets)} WHERE id=?{where[0]}"
+    return db.execute(sql, [*values, msg_id, *where[1]]).rowcount > 0

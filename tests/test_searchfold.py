@@ -96,3 +96,45 @@ def test_an_exit_alone_keeps_the_state(tmp_path, monkeypatch, fold):
     searchfold.apply_batch(db, view, [("started", "", C, "run", None, 1.0, None)])
     searchfold.apply_batch(db, view, [("exit", "", C, "run", 0.25, 1.5, None)])
     assert db.execute("SELECT state, started, run_s FROM msgs").fetchone() == ("run", 1.0, 0.25)
+
+
+def _batches(tmp_path, name, fold, monkeypatch, batches):
+    """The index after ``batches`` (C indexed first) and the rows it read."""
+    view = QueueView(tmp_path / "q")
+    db = connect(tmp_path / f"{name}.sqlite")
+    apply(db, view, ("created", "", C, "que", None, 0.5, MSG))
+    monkeypatch.setattr(searchfold, "ENABLED", fold)
+    reads: list[str] = []
+    db.set_trace_callback(lambda sql: reads.append(sql) if sql.startswith("SELECT") else None)
+    for batch in batches:
+        searchfold.apply_batch(db, view, batch)
+    db.set_trace_callback(None)
+    return _state(db), len(reads)
+
+
+@pytest.mark.parametrize("status", ["", "fine now"])
+def test_an_end_after_a_retry_drops_the_failure_words(tmp_path, monkeypatch, status):
+    # Given C failed ("database down") and was retried (blank status; its
+    # text keeps the failure's words until it ends again), in earlier batches
+    batches = [[("started", "", C, "run", None, 1.0, None),
+                ("err", "database down", C, "err", None, 1.1, None)],
+               [("retried", "", C, "que", None, 2.0, None)],
+               [("started", "", C, "run", None, 3.0, None),
+                ("exit", "", C, "run", 0.5, 3.5, None),
+                ("done", status, C, "done", None, 3.6, None)]]
+    # When its next run ends, folded and one by one
+    plain, _ = _batches(tmp_path, "plain", False, monkeypatch, batches)
+    folded, _ = _batches(tmp_path, "folded", True, monkeypatch, batches)
+    # Then both leave the same row and words: the failure's are gone
+    assert folded == plain
+    assert folded[1]["database"] == 0 and folded[0][0][6] == status
+
+
+def test_an_end_that_keeps_the_text_reads_nothing(tmp_path, monkeypatch):
+    # A drained run that says a bare done: one UPDATE, no SELECT of its row
+    batch = [("started", "", C, "run", None, 1.0, None), ("exit", "", C, "run", 0.5, 1.5, None),
+             ("done", "", C, "done", None, 1.6, None)]
+    (rows, words, _tags), reads = _batches(tmp_path, "f", True, monkeypatch, [batch])
+    assert reads == 0
+    assert rows[0][1:7] == ("done", 0.5, 1.0, 1.6, 0.5, "")
+    assert words["alpha"] == 1 and words["night"] == 1
