@@ -64,7 +64,8 @@ class Schedule:
         return msg_id in self.msgs
 
     def add(self, msg_id: str, msg: Msg) -> None:
-        self.remove(msg_id)
+        if msg_id in self.msgs or msg_id in self._woken:  # not at start: 100,000 calls saved
+            self.remove(msg_id)
         self.msgs[msg_id] = msg
         heapq.heappush(self._heap, (due_time(msg), msg_id))
         key = param_key(msg, self.coalesce)

@@ -136,6 +136,23 @@ def test_a_stale_que_snapshot_is_removed_and_ignored(store):
     assert not (store.qdir / "que.snapshot").exists()
 
 
+@pytest.mark.parametrize("mangle", [
+    lambda text: text[:-9],  # a torn last line
+    lambda text: text + text.splitlines()[0] + "\n",  # a message twice
+    lambda text: text.replace("[", "[1, ", 1),  # a row of three
+    lambda text: text + "[\"x\", 1]\n",  # a message that is no object
+])
+def test_a_mangled_que_snapshot_is_ignored(store, mangle):
+    # Given a snapshot of que/ that was damaged after it was written
+    ids = [store.create({"dest": "q", "param1": str(n)}) for n in range(2)]
+    store.save_que_snapshot({i: store.read_msg("que", i) for i in ids})
+    path = store.qdir / "que.snapshot"
+    path.write_text(mangle(path.read_text()))
+    # When it is taken, Then it is not used (que/ is read one by one), and it is gone
+    assert store.take_que_snapshot() is None
+    assert not path.exists()
+
+
 def test_recovery_finishes_a_prep_publish_into_prep(store):
     # Given a prep create whose msg was synced when the daemon died
     staged = store.stage({"dest": "q"}, "prep")

@@ -132,7 +132,8 @@ class After:
     def load(self) -> None:
         """At start: each queued message waits again for what is not done yet."""
         for msg_id, msg in list(self.ledger.schedule.msgs.items()):
-            self.add(msg_id, msg)
+            if msg.get("after"):  # most wait for nothing: no call for them
+                self.add(msg_id, msg)
 
     def _look(self, url: str, delay: float = 0.0) -> None:
         where = self._local(url)

@@ -261,8 +261,20 @@ def take_que_snapshot(store: QueueStore) -> dict[str, dict[str, Any]] | None:
     except FileNotFoundError:
         return None
     durable.unlink_durably(path)
-    try:
-        msgs = {str(i): dict(m) for i, m in map(json.loads, data.splitlines())}
-    except (ValueError, TypeError):
+    msgs = _parse_snapshot(data)
+    if msgs is None:
         return None
     return msgs if set(msgs) == set(store.ids("que")) else None
+
+
+def _parse_snapshot(data: bytes) -> dict[str, dict[str, Any]] | None:
+    """The snapshot's lines as one JSON array: one parse in C instead of one
+    call a message (about half the start after a clean stop), and the keys
+    of all the messages' fields are one string each (the parser memoizes
+    them within a call).  Anything but [id, object] rows is None."""
+    try:
+        rows = json.loads(b"[" + b",".join(data.splitlines()) + b"]")
+        msgs = {i: m for i, m in rows if type(i) is str and type(m) is dict}
+    except (ValueError, TypeError):
+        return None
+    return msgs if len(msgs) == len(rows) else None
