@@ -130,7 +130,7 @@ class Worker:
         if cmd is not None and cmd.kind == "err":
             return Outcome("err", cmd.text, kind="err")
         if wait_status != 0:
-            return Outcome("err", improper_exit(cmd.kind if cmd else "", self.child.pid,
+            return Outcome("err", improper_exit(cmd.kind if cmd else "", self._process(),
                                                 wait_status),
                            kind="signal" if os.WIFSIGNALED(wait_status) else "exit")
         if cmd is None:
@@ -142,16 +142,21 @@ class Worker:
             return Outcome("que", cmd.text, delay=cmd.due, recount=1)
         return Outcome(cmd.kind, cmd.text)
 
+    def _process(self) -> str:
+        """Who ran it, as RQ's exit texts name it: ``pid N``, or a relay
+        worker's hand-over (rqsys.daemon.handoff: no process of its own)."""
+        return getattr(self.child, "process", "") or f"pid {self.child.pid}"
 
-def improper_exit(completion: str, pid: int, wait_status: int) -> str:
+
+def improper_exit(completion: str, process: str, wait_status: int) -> str:
     """RQ's status text for a script that ended badly without sending ``err``
     (``exit_status`` there is a Ruby Process::Status: ``pid N exit N`` or
-    ``pid N SIGNAME (signal N)``)."""
+    ``pid N SIGNAME (signal N)``; ``process`` is its ``pid N``)."""
     if os.WIFSIGNALED(wait_status):
         sig = os.WTERMSIG(wait_status)
         core = " (core dumped)" if os.WCOREDUMP(wait_status) else ""
-        status = f"pid {pid} {signal.Signals(sig).name} (signal {sig}){core}"
+        status = f"{process} {signal.Signals(sig).name} (signal {sig}){core}"
     else:
-        status = f"pid {pid} exit {os.waitstatus_to_exitcode(wait_status)}"
+        status = f"{process} exit {os.waitstatus_to_exitcode(wait_status)}"
     return (f"PROCESS EXITED IMPROPERLY - MOVING TO ERR - Completion was {completion} "
             f"but exit status was {status}")

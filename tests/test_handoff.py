@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rqsys.daemon.handoff import LOST, HandedChild, HandOff
+from rqsys.web import msgpage
 
 
 class Env:
@@ -57,3 +58,8 @@ def test_a_dropped_run_is_remembered_only_while_its_message_is_here(worker, tmp_
     # And b's next run starts the script (None), which lets it go
     assert handoff.start("/x/rqrelay", {"RQ_MSG_ID": "b"}, str(tmp_path / "b"), None) is None
     assert handoff.again == set()
+
+
+def test_the_web_runs_table_names_the_relay_worker_of_a_handed_run():
+    started = {"ev": "started", "t": 1.0, "run": 1, "host": "a", "handed": "relay worker"}
+    assert "a / relay worker" in msgpage.runs([started])

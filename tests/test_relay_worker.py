@@ -24,6 +24,7 @@ import pytest
 from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
 
+from rqsys import timeline
 from rqsys.scripts import relayworker
 from rqsys.scripts.relay import RUN_MARK
 from rqsys.special import special_config
@@ -242,6 +243,10 @@ def test_handed_relay_survives_its_worker_or_daemon_killed(
     assert got["status"].endswith(far.name) and (far / "state").read_text() == "que"
     log = next(a.layout.queue_dir("relay").rglob(f"{msg_id}/job/stdio.log")).read_text()
     assert log.count(RUN_MARK) == 2, log
+    # And the handed run's start names the relay worker, not a pid it does not have
+    events = timeline.read(next(a.layout.queue_dir("relay").rglob(f"relayed/*/{msg_id}")))
+    first = next(e for e in events if e["ev"] == "started")
+    assert first["handed"] == "relay worker" and "pid" not in first, first
     if victim == "worker":  # the daemon saw its hand-over dropped, and started the script
         assert "the relay worker went away" in json.dumps(got)
 

@@ -5,6 +5,7 @@ import signal
 
 import pytest
 
+from rqsys.daemon.handoff import HandedChild
 from rqsys.protocol import parse_line
 from rqsys.spawn import Child, describe_exit
 from rqsys.worker import MAX_LINE, Worker
@@ -13,10 +14,10 @@ EXIT0, EXIT1 = 0, 1 << 8
 KILLED = signal.SIGKILL
 
 
-def worker(last=None, count=0, pid=0, **kw):
+def worker(last=None, count=0, pid=0, child=Child, **kw):
     r, w = os.pipe()
     os.close(w)
-    wk = Worker("20240101.0000.00.000.0", {"count": count}, Child(pid, r, r, r, closed={r}),
+    wk = Worker("20240101.0000.00.000.0", {"count": count}, child(pid, r, r, r, closed={r}),
                 **kw)
     os.close(r)
     wk.terminal = parse_line(last) if last else None
@@ -56,6 +57,11 @@ def test_improper_exit_is_rqs_text(last, status, text):
     assert out.state == "err"
     assert out.text.startswith("PROCESS EXITED IMPROPERLY - MOVING TO ERR - ")
     assert text in out.text
+
+
+def test_improper_exit_of_a_handed_relay_names_the_relay_worker():
+    out = worker(b"relayed http://x/q/a/1", child=HandedChild).verdict(3 << 8, 15)
+    assert out.text.endswith("Completion was relayed but exit status was relay worker exit 3")
 
 
 def test_err_is_err_whatever_the_exit():

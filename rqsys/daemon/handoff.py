@@ -40,15 +40,21 @@ from rqsys.spawn import Child
 SHIM = "rqrelay"
 MAGIC = b"RQRELAY1 "
 EXIT_LINE_MAX = 32
-NO_PROCESS = 0  # the "pid" of a hand-over (the worker's listener is systemd or the supervisor)
+NO_PROCESS = 0  # a hand-over's ``pid``, never shown (its listener is systemd or the supervisor)
+HANDED = "relay worker"  # what the log, the timeline and RQ's exit texts say instead of a pid
 ENDED = -1  # wait4's pid for a hand-over that ended (0 would say "still running")
 LOST = signal.SIGKILL  # the wait status of a hand-over that ended without an exit code
 
 
 class HandedChild(Child):
     """A relay handed to the worker, in the shape of a started script: ``pidfd``
-    is the connection, ``pid`` 0 (no process of its own: the log's RQ_PID and
-    RQ's exit texts say 0; nothing signals it, ``signal_group`` is the connection's)."""
+    is the connection, ``pid`` 0 (no process of its own: its ``started`` event
+    has ``RQ_HANDED`` instead of ``RQ_PID``, and RQ's exit texts name the
+    ``process`` HANDED; nothing signals it, ``signal_group`` is the connection's).
+    SO_PEERCRED on the connection would name whoever called listen(): the
+    supervisor or systemd, not the worker."""
+
+    process = HANDED
 
     sock: socket.socket
     msg_id: str

@@ -21,7 +21,7 @@ from rqsys import limits, limits_render, timeline, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
-from rqsys.daemon.handoff import HandOff
+from rqsys.daemon.handoff import HANDED, HandOff
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runenv import RunEnvironment
@@ -131,8 +131,16 @@ class Runner:
             self._arm_timeout(worker, left)
         if limits:
             self._limit(worker, limits)
+        if handed is not None:  # no process of its own: no pid to tell
+            self._log_handed(msg_id, msg)
+            return
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"], RQ_STATE="run", RQ_PID=child.pid,
+                       RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
+
+    def _log_handed(self, msg_id: str, msg: Msg) -> None:
+        self.log.event("started", f"handed to the {HANDED}, count {msg['count']}", msg_id,
+                       RQ_COUNT=msg["count"], RQ_STATE="run", RQ_HANDED=HANDED,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
 
     def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],

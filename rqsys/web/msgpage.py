@@ -60,7 +60,7 @@ def _run_row(n: int, row: dict[str, Any]) -> list[str]:
         how = "running" if not end else "?"
     rss = end.get("maxrss_kb")
     return [e(start.get("run", n)), e(timeshtml.when(start.get("t"))),
-            e(f"{start.get('host', '')} / {start.get('pid', '')}"), e(how),
+            e(f"{start.get('host', '')} / {start.get('pid', start.get('handed', ''))}"), e(how),
             e(timeshtml.seconds(end.get("run_s"))), e(timeshtml.seconds(end.get("utime_s"))),
             e(timeshtml.seconds(end.get("stime_s"))),
             e(f"{rss / 1024:.1f} MiB" if isinstance(rss, int | float) else "")]

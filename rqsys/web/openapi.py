@@ -75,7 +75,8 @@ MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_at
                     "_timeline": {"type": "array", "items": {
                         "type": "object", "required": ["t", "ev"],
                         "properties": {"t": {"type": "number"}, "ev": {"type": "string"}}},
-                        "description": "the newest events of the message's timeline"},
+                        "description": "the newest events of the message's timeline "
+                                       "(a started event has pid, or handed: relay worker)"},
                     "_attachments": {"type": "object", "additionalProperties": {
                         "type": "object", "required": ["md5", "size"],
                         "properties": {"md5": {"type": "string"},
