@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rqsys import stamps
 from rqsys.background import Background
 from rqsys.events import listening
 from rqsys.stats import QueueStats, observed
@@ -73,7 +74,7 @@ class StatsFile:
 
     @listening(*QueueStats.kinds)  # what ``observed`` counts
     def sink(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
-        event = observed(kind, msg_id, fields, time.time())
+        event = observed(kind, msg_id, fields, time.time(), stamps.now()[0])
         if event is not None:
             self._count(event)
 
@@ -150,9 +151,9 @@ def _line(event: dict[str, Any], n: int) -> str:
     value, at = event.get("v"), event["t"]
     if type(at) is float and type(value) in _NUMBERS and len(event) == 2 + (value is not None):
         if value is None:
-            return f'{{"k":"{event["k"]}","t":{at!r},"n":{n}}}\n'
+            return f'{{"k":"{event["k"]}","t":{stamps.text(at)},"n":{n}}}\n'
         if math.isfinite(value):
-            return f'{{"k":"{event["k"]}","t":{at!r},"v":{value!r},"n":{n}}}\n'
+            return f'{{"k":"{event["k"]}","t":{stamps.text(at)},"v":{value!r},"n":{n}}}\n'
     return _ENCODE({**event, "n": n}) + "\n"
 
 

@@ -24,9 +24,10 @@ import math
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 from typing import Any
+
+from rqsys import stamps
 
 FILE = "timeline"
 ENDS = ("done", "err", "relayed")
@@ -68,7 +69,7 @@ class Timeline:
             self._held.setdefault(msg_id, -1)  # opened at the flush
         elif kind in RUN_ENDS and msg_id in self._held:
             self._closing.add(msg_id)
-        line = _line(round(time.time(), 3), kind, fields, text[:MAX_TEXT], host)
+        line = _line(stamps.now(), kind, fields, text[:MAX_TEXT], host)
         lines = self._pending.get(msg_id)
         if lines is None:
             self._pending[msg_id] = (state, [line])
@@ -120,12 +121,15 @@ def _json(line: dict[str, Any]) -> str:
     return _ENCODE(line) + "\n"
 
 
-def _line(at: float, kind: str, fields: dict[str, Any], text: str, host: str) -> str:
+def _line(stamp: tuple[float, str], kind: str, fields: dict[str, Any], text: str,
+          host: str) -> str:
     """The line ``_json`` makes of ``{"t", "ev", fields..., "text", "host"}``,
     built as text: a run's four lines were a tenth of the daemon's CPU as
     dicts through the encoder.  Values other than str, int and float (a list
-    of riders), or a field named like the line's own keys, take the encoder."""
-    parts = [f'{{"t":{at!r},"ev":{_QUOTE(kind)}']
+    of riders), or a field named like the line's own keys, take the encoder.
+    ``stamp``: the time and its text (``rqsys.stamps``)."""
+    at = stamp[0]
+    parts = [f'{{"t":{stamp[1]},"ev":{_QUOTE(kind)}']
     for key, value in fields.items():
         prefix = _PREFIXES.get(key) or _prefix(key)
         kind_of = type(value)
