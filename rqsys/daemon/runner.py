@@ -132,15 +132,10 @@ class Runner:
         if limits:
             self._limit(worker, limits)
         if handed is not None:  # no process of its own: no pid to tell
-            self._log_handed(msg_id, msg)
+            _log_handed(self.log, msg_id, msg)
             return
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"], RQ_STATE="run", RQ_PID=child.pid,
-                       RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
-
-    def _log_handed(self, msg_id: str, msg: Msg) -> None:
-        self.log.event("started", f"handed to the {HANDED}, count {msg['count']}", msg_id,
-                       RQ_COUNT=msg["count"], RQ_STATE="run", RQ_HANDED=HANDED,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
 
     def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],
@@ -342,3 +337,9 @@ def _time_used(worker: Worker | None) -> float:
         return 0.0
     return float(worker.msg.get(USED) or 0) + time.time() - worker.started
 
+
+def _log_handed(log: EventLog, msg_id: str, msg: Msg) -> None:
+    """A relay run handed to the relay worker has started (no pid: none of its own)."""
+    log.event("started", f"handed to the {HANDED}, count {msg['count']}", msg_id,
+              RQ_COUNT=msg["count"], RQ_STATE="run", RQ_HANDED=HANDED,
+              RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
