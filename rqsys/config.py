@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import zlib
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from rqsys.errors import ConfigError
 from rqsys.flatcheck import FlatCheck, flat_check
-from rqsys.schemaexact import Check, Undecided, compile_schema
 from rqsys.store import Layout
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def schema(name: str) -> dict[str, Any]:
 
 @cache
 def _validator(name: str) -> jsonschema.protocols.Validator:
-    import jsonschema  # here: only a value the fast checks do not pass needs it (7 MiB, 70 ms)
+    import jsonschema  # here: only a value the fast path does not pass needs it (7 MiB, 70 ms)
 
     cls = jsonschema.validators.validator_for(schema(name))
     return cls(schema(name))
@@ -45,26 +45,10 @@ def _flat(name: str) -> FlatCheck | None:
     return flat_check(schema(name))  # the fast path (rqsys.flatcheck): a message per create
 
 
-@cache
-def _exact(name: str) -> Check | None:
-    return compile_schema(schema(name))  # rqsys.schemaexact: a config at every start
-
-
-def _passes(name: str, data: Any) -> bool:
-    """Whether a fast check says ``data`` is valid (else jsonschema decides)."""
-    flat = _flat(name)
-    if flat is not None and flat.passes(data):
-        return True
-    exact = _exact(name)
-    try:
-        return exact is not None and exact(data)
-    except Undecided:
-        return False
-
-
 def validate(name: str, data: Any, source: str) -> dict[str, Any]:
     """Validate ``data`` against schema ``name``; ConfigError names source and field."""
-    if _passes(name, data):
+    flat = _flat(name)
+    if flat is not None and flat.passes(data):
         return dict(data)
     import jsonschema
 
@@ -89,17 +73,65 @@ def with_defaults(name: str, data: dict[str, Any]) -> dict[str, Any]:
 
 def load_json(path: Path) -> Any:
     """Parse a JSON file; ConfigError names the file on any failure."""
+    return _parse(_read(path), path)
+
+
+def _read(path: Path) -> bytes:
     try:
-        return json.loads(Path(path).read_bytes())
+        return Path(path).read_bytes()
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: no such file") from exc
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def load_checked(name: str, path: Path) -> dict[str, Any]:
-    """Load a JSON file and validate it against schema ``name``."""
-    return validate(name, load_json(path), str(path))
+def _parse(raw: bytes, path: Path) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def load_checked(name: str, path: Path, memo_dir: Path | None = None) -> dict[str, Any]:
+    """Load a JSON file and validate it against schema ``name``.
+
+    With ``memo_dir`` (a queue daemon's own directory) the bytes found valid
+    are kept there (``.valid-<name>.json``, headed by the schema's CRC), and
+    the same bytes under the same schema are not validated again: a config's
+    check needs jsonschema (some 70 ms and 7 MiB), which a socket-activated
+    daemon would otherwise import at every start after an idle exit.  The
+    memo is compared byte for byte, so any edit is validated; a memo that
+    cannot be written is only a slower next start."""
+    raw = _read(path)
+    data = _parse(raw, path)
+    memo = None if memo_dir is None else memo_dir / f".valid-{name}.json"
+    stamped = b"%08x\n%s" % (_schema_crc(name), raw)
+    if memo is not None and _recalled(memo) == stamped and isinstance(data, dict):
+        return dict(data)
+    checked = validate(name, data, str(path))
+    if memo is not None:
+        _remember(memo, stamped)
+    return checked
+
+
+@cache
+def _schema_crc(name: str) -> int:
+    text = resources.files("rqsys").joinpath("schemas", f"{name}.json").read_bytes()
+    return zlib.crc32(text)  # a new rqsys whose schema changed validates again
+
+
+def _recalled(memo: Path) -> bytes | None:
+    try:
+        return memo.read_bytes()
+    except OSError:
+        return None
+
+
+def _remember(memo: Path, stamped: bytes) -> None:
+    try:  # no rename, no sync: a torn or lost memo only means the next start checks
+        memo.write_bytes(stamped)
+    except OSError:
+        pass
 
 
 def queue_config(name: str, script: str, overlay: dict[str, Any] | None = None,
@@ -110,16 +142,19 @@ def queue_config(name: str, script: str, overlay: dict[str, Any] | None = None,
     return with_defaults("queue", validate("queue", data, source))
 
 
-def load_queue_config(layout: Layout, name: str) -> dict[str, Any]:
-    """The effective config of an existing queue, validated with defaults."""
-    path = layout.queue_dir(name) / "config.json"
-    return with_defaults("queue", load_checked("queue", path))
+def load_queue_config(layout: Layout, name: str, memo: bool = False) -> dict[str, Any]:
+    """The effective config of an existing queue, validated with defaults;
+    ``memo``: its daemon's, with a memo of what was valid (``load_checked``)."""
+    qdir = layout.queue_dir(name)
+    return with_defaults("queue", load_checked("queue", qdir / "config.json",
+                                               qdir if memo else None))
 
 
-def load_system_config(layout: Layout) -> dict[str, Any]:
-    """``config/config.json`` with defaults (a missing file means all defaults)."""
+def load_system_config(layout: Layout, memo_dir: Path | None = None) -> dict[str, Any]:
+    """``config/config.json`` with defaults (a missing file means all defaults);
+    ``memo_dir``: see ``load_checked``."""
     path = layout.config_file
-    data = load_checked("config", path) if path.exists() else {}
+    data = load_checked("config", path, memo_dir) if path.exists() else {}
     cfg = with_defaults("config", data)
     cfg["port"] = int(os.environ.get("RQ_WEB_PORT") or cfg["port"])
     cfg.setdefault("host", socket.gethostname())

@@ -7,9 +7,9 @@ fields of a request are few and simple.  :class:`FlatCheck` checks the
 object's shape itself (its type, which names are allowed, ``required``,
 ``dependentRequired``) and each present field with a validator of that
 field's schema (a plain closure from ``rqsys.fieldcheck`` where the field's
-schema is simple, else an exact check from ``rqsys.schemaexact``, else its
-own jsonschema validator, imported only then), skipping a field whose
-schema only names it.  Only its
+schema is simple, else its own jsonschema validator, made the first time
+such a field is present: most requests carry none, and importing jsonschema
+is some 70 ms and 7 MiB), skipping a field whose schema only names it.  Only its
 "valid" is trusted: on anything else the caller asks the full validator,
 whose error names the field.  A schema that is not flat (references,
 combinators at the top) gets no FlatCheck.
@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 from rqsys.fieldcheck import Predicate, predicate
-from rqsys.schemaexact import Undecided, compile_schema
 
 ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description"})
 SHAPE = frozenset({"type", "properties", "required", "additionalProperties",
@@ -63,21 +62,17 @@ class FlatCheck:
 
 
 def _field(schema: dict[str, Any], sub: dict[str, Any]) -> Predicate:
-    """A field's check when it is not simple: exact (an undecided value is
-    not trusted), else jsonschema's (of the draft ``schema`` names)."""
-    exact = compile_schema({"$schema": schema["$schema"], **sub} if "$schema" in schema else sub)
-    if exact is not None:
-        return lambda value: _decided(exact, value)
-    import jsonschema  # here: only a field neither plain nor exact needs it
+    """A field's jsonschema check (of the draft ``schema`` names), compiled
+    the first time a value of that field is checked."""
+    compiled: list[Predicate] = []
 
-    return jsonschema.validators.validator_for(schema)(sub).is_valid  # type: ignore[no-any-return]
+    def check(value: Any) -> bool:
+        if not compiled:
+            import jsonschema  # here: only a request with such a field needs it
 
-
-def _decided(check: Predicate, value: Any) -> bool:
-    try:
-        return check(value)
-    except Undecided:
-        return False
+            compiled.append(jsonschema.validators.validator_for(schema)(sub).is_valid)
+        return compiled[0](value)
+    return check
 
 
 def flat_check(schema: dict[str, Any]) -> FlatCheck | None:

@@ -33,8 +33,8 @@ class QueueContext:
 
     @classmethod
     def load(cls, layout: Layout, name: str) -> QueueContext:
-        ctx = cls(layout, name, config.load_system_config(layout),
-                  config.load_queue_config(layout, name))
+        ctx = cls(layout, name, config.load_system_config(layout, layout.queue_dir(name)),
+                  config.load_queue_config(layout, name, memo=True))
         ctx.files = AdminFiles(layout.config_file.parent, name)
         ctx.refresh_admin()
         return ctx
@@ -52,8 +52,8 @@ class QueueContext:
 
     def reload(self) -> None:
         """Re-read both configs; on an error (RQError) the old ones stay."""
-        cfg = config.load_queue_config(self.layout, self.name)
-        self.sysconfig = config.load_system_config(self.layout)
+        cfg = config.load_queue_config(self.layout, self.name, memo=True)
+        self.sysconfig = config.load_system_config(self.layout, self.layout.queue_dir(self.name))
         self.config = cfg
 
     def url(self, msg_id: str) -> str:
