@@ -100,6 +100,9 @@ def row_text(params: str, tags: list[str], status: str) -> str:
 class SearchIndex:
     """The EventLog sink and its thread that keep ``search.sqlite`` up to date."""
 
+    # the events ``apply`` (and searchfold) act on: a status line or a timeout is not
+    kinds = frozenset({"deleted", "created", "exit", *ENDS, *STATE_OF})
+
     def __init__(self, view: QueueView, queued: Lookup | None = None) -> None:
         self.view = view
         self.queued = queued  # msg id -> the message in que (the loop's Schedule), or None

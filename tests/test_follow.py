@@ -5,6 +5,7 @@ through inotify)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -159,3 +160,39 @@ def test_bad_input_is_refused_clearly(layout, q):
     assert bad_state.returncode == 2 and "invalid choice: 'bogus'" in bad_state.stderr
     with pytest.raises(BadRequest, match="invalid message id"):
         q.client().call("watch", msg_id="../x")
+
+
+def _watch_lines(layout, msg_id, then):
+    """A watch of ``msg_id``: its first answer read (the daemon holds the
+    watch from then on), ``then()`` called, and the lines up to its end."""
+    from rqsys.client import QueueClient
+    from rqsys.wire import LineBuffer
+
+    sock = QueueClient(layout, "q", timeout=10).open_stream("watch", msg_id=msg_id)
+    lines, buf = [], LineBuffer()
+    try:
+        while not lines or lines[-1].get("state") not in ("done", "err"):
+            got = buf.next_line()
+            if got is None:
+                data = sock.recv(65536)
+                assert data, f"the watch ended early: {lines}"
+                buf.feed(data, [])
+                continue
+            lines.append(json.loads(got[0]))
+            if len(lines) == 1:
+                then()
+    finally:
+        sock.close()
+    return lines
+
+
+def test_a_watch_after_the_last_watch_ended_is_told_again(layout, q):
+    # The daemon tells watchers only while it has one (its sink comes and goes)
+    for n in range(2):
+        msg_id = send(q, param1="ok", param2="gate")
+        settle(q, msg_id, ("run",))
+        gate = job_dir(layout, msg_id) / "go"
+        lines = _watch_lines(layout, msg_id, functools.partial(write_gate, gate))
+        assert lines[0]["state"] == "run", n
+        assert any(line.get("event") == "exit" for line in lines), lines
+        assert lines[-1]["state"] == "done" and lines[-1]["status"] == "fine", lines

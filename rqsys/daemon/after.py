@@ -168,6 +168,8 @@ class After:
             kind = "gone"
         elif kind not in (*SATISFIED, "err") or fields.get("RQ_STATE") != kind:
             return
+        if not self.waiters:
+            return  # nothing waits for any message: no URL made for each end
         url = self.ctx.url(msg_id)
         if url in self.waiters:
             self.ended.append((url, kind, text))

@@ -57,8 +57,8 @@ class Observer:
         self.failures = FailureGroups(store, background)
         self.search = SearchOps(ctx, store, ledger, background)
         self.timeline = Timeline(store.msg_path)
-        log.sinks += [self.timeline, self.file.sink, self._tell_watchers, self.failures,
-                      self.search.index]
+        self.log = log  # _tell_watchers is a sink only while someone watches
+        log.sinks += [self.timeline, self.file.sink, self.failures, self.search.index]
         log.flushing += [self.timeline, self.file, self.search.index]  # once a loop turn
 
     def ops(self) -> dict[str, Handler]:
@@ -112,6 +112,8 @@ class Observer:
         msg_id = r.args["msg_id"]
         state = "run" if msg_id in self.ledger.running else self.store.find(msg_id)
         if state not in FINAL and r.push is not None:
+            if not self.watchers:
+                self.log.sinks.append(self._tell_watchers)
             self.watchers.setdefault(msg_id, []).append(r.push)
         return {"ok": True, "msg_id": msg_id, "state": state, "url": self.ctx.url(msg_id),
                 "status": self.store.read_status(state, msg_id)}
@@ -126,6 +128,8 @@ class Observer:
         alive = [push for push in pushes if push(line)]
         if state in FINAL or not alive:
             del self.watchers[msg_id]
+            if not self.watchers:  # the event path calls it no more: one call an event
+                self.log.sinks.remove(self._tell_watchers)
         else:
             self.watchers[msg_id] = alive
 
