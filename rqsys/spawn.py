@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys.errors import SpawnError
+from rqsys.fdclose import close_fds
 
 SCRIPT_WRITE_FD = 3
 SCRIPT_READ_FD = 4
@@ -45,20 +46,17 @@ class Child:
     reply_w: int  # we answer on the script's fd 4 here
     closed: set[int] = field(default_factory=set)
 
+    def release(self) -> list[int]:
+        """Our fds not closed yet, now counted closed, for the caller to close
+        (``close_fds``: the ends of a batch of scripts together)."""
+        fds = [fd for fd in (self.pidfd, self.status_r, self.reply_w) if fd not in self.closed]
+        self.closed.update(fds)
+        return fds
+
     def close(self) -> None:
         """Close our fds; neighbours in one close_range (the reply pipe's end
         and the pidfd usually are: the helper makes them one after the other)."""
-        fds = sorted({self.pidfd, self.status_r, self.reply_w} - self.closed)
-        self.closed.update(fds)
-        while fds:
-            last = 1
-            while last < len(fds) and fds[last] == fds[0] + last:
-                last += 1
-            if last == 1:
-                os.close(fds[0])
-            else:
-                os.closerange(fds[0], fds[0] + last)
-            del fds[:last]
+        close_fds(self.release())
 
     def signal_group(self, sig: int) -> None:
         """Signal the script's whole process group (it leads its session)."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys import stamps
+from rqsys.fdclose import close_fds
 
 FILE = "timeline"
 ENDS = ("done", "err", "relayed")
@@ -82,9 +83,9 @@ class Timeline:
         pending, self._pending = self._pending, {}
         for msg_id, (state, lines) in pending.items():
             self._write(msg_id, state, "".join(lines).encode())
-        for msg_id in self._closing:
-            self._close(msg_id)
+        ended = [self._held.pop(msg_id, -1) for msg_id in self._closing]
         self._closing.clear()
+        close_fds(fd for fd in ended if fd >= 0)  # a turn's ended runs': neighbours
 
     def close(self) -> None:
         """At stop: everything written, every held file closed."""

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.errors import ProtocolError
+from rqsys.fdclose import close_fds
 from rqsys.protocol import Command
 from rqsys.worker import Worker
 
@@ -60,8 +61,12 @@ class Children:
         for worker in talked:
             if worker.msg_id not in ended:  # an ended one's lines are read at its reaping
                 self._read(worker)
-        for worker in ended.values():
-            self._reap(worker)
+        closing: list[int] = []  # the ended ones' fds, closed together: mostly neighbours
+        try:
+            for worker in ended.values():
+                self._reap(worker, closing)
+        finally:
+            close_fds(closing)
 
     def _read(self, worker: Worker) -> None:
         lines, eof = worker.read_lines()
@@ -71,7 +76,7 @@ class Children:
                 self._epoll.unregister(fd)
         self._on_lines(worker, lines)
 
-    def _reap(self, worker: Worker) -> None:
+    def _reap(self, worker: Worker, closing: list[int]) -> None:
         child = worker.child
         child.signal_group(signal.SIGTERM)  # background children left behind
         pid, wait_status, worker.rusage = child.wait()
@@ -81,5 +86,5 @@ class Children:
             self._on_lines(worker, worker.read_lines()[0])  # before fd 4 is closed
         del self._pidfds[child.pidfd]
         self._status.pop(child.status_r, None)
-        child.close()
+        closing += child.release()  # out of the epoll when closed, before the next wait
         self._on_exit(worker, wait_status)

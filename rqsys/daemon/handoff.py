@@ -61,9 +61,10 @@ class HandedChild(Child):
     dropped: Callable[[str], None]  # the HandOff's: its next run starts the script
     lost: bool = False  # ended without an exit code
 
-    def close(self) -> None:
-        super().close()  # our ends of the pipes, and the connection's fd
+    def release(self) -> list[int]:
+        fds = super().release()  # our ends of the pipes, and the connection's fd
         self.sock.detach()
+        return fds
 
     def signal_group(self, sig: int) -> None:
         """TERM: the worker stops before its next step; KILL: stop waiting for it."""
