@@ -209,16 +209,21 @@ def _strace(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
     return tracer
 
 
-def instructions(layout: Layout, scratch: Path, slots: int) -> float | None:
+def instructions(layout: Layout, scratch: Path, slots: int) -> tuple[float, float] | None:
     """The daemon's user-space instructions per message over a gated drain
-    of INSTR_N, every thread, counted by callgrind from the resume to the
-    last end (None without valgrind, or with BENCH_INSTR=0)."""
+    of INSTR_N, (every thread, the loop thread alone), counted by callgrind
+    from the resume to the last end (None without valgrind, or with
+    BENCH_INSTR=0).  The loop's share is the figure to judge the run path
+    by: under callgrind the drain runs about 50 times slower, so the search
+    index's thread commits a batch for every message or two, where at full
+    speed one holds a hundred."""
     if shutil.which("valgrind") is None or os.environ.get("BENCH_INSTR") == "0":
         return None
     name, out = f"instr{slots}", scratch / f"callgrind-{slots}.out"
     make_queue(layout, name, "echo done >&3", num_workers=slots)
     daemon = Daemon(layout, name, prefix=("valgrind", "--tool=callgrind", "-q",
-                                          "--instr-atstart=no", f"--callgrind-out-file={out}"))
+                                          "--separate-threads=yes", "--instr-atstart=no",
+                                          f"--callgrind-out-file={out}"))
     try:
         _gated(daemon, layout, name, 50, lambda _on: None)  # warm: spares, caches
         _gated(daemon, layout, name, INSTR_N, lambda on: subprocess.run(
@@ -226,9 +231,16 @@ def instructions(layout: Layout, scratch: Path, slots: int) -> float | None:
             check=True, capture_output=True))
     finally:
         daemon.stop()
-    totals = [int(line.split()[1]) for line in out.read_text(errors="replace").splitlines()
-              if line.startswith("totals:")]
-    return sum(totals) / INSTR_N if totals else None
+    threads = {path.name.rsplit("-", 1)[-1]: _callgrind_total(path)
+               for path in out.parent.glob(f"{out.name}*")}
+    if not threads:
+        return None
+    return sum(threads.values()) / INSTR_N, threads.get("01", 0) / INSTR_N  # 01: the main thread
+
+
+def _callgrind_total(path: Path) -> int:
+    return sum(int(line.split()[1]) for line in path.read_text(errors="replace").splitlines()
+               if line.startswith("totals:"))
 
 
 def _gated(daemon: Daemon, layout: Layout, name: str, n: int, count: Any) -> None:
@@ -320,7 +332,8 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     instr = instructions(layout, scratch, slots)
     if instr is not None:
         report(f"rqsys daemon instructions per message, {slots}",
-               f"{instr / 1000:8.0f} kinstr (user space, callgrind: steady under load)")
+               f"{instr[0] / 1000:8.0f} kinstr (loop thread {instr[1] / 1000:.0f}; user space,"
+               " callgrind: steady under load)")
 
 
 def _unfolded_daemon(layout: Layout, name: str) -> Daemon:
