@@ -3,13 +3,16 @@
 * HTTP enqueue (``POST /q/<q>/new_message``, keep-alive, 1 and 16 clients)
   vs durable socket enqueue to the same daemon; targets: >= 70 % of the
   socket rate with one client (issue 15), >= 40 % and >= 1,500 msgs/s with
-  16; beside it the web process's CPU per request (steady under load);
+  16; beside it the web process's CPU per request (steady under load); the
+  targets are for rq-web as installed (loopback, no password); one client
+  against an rq-web with ``basic_auth`` is shown beside them;
 * ``GET /q/<q>.json`` on a queue with 1,000,000 messages in ``done/``
   (created directly in the sharded layout: bench only); target < 50 ms.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import multiprocessing
@@ -77,12 +80,16 @@ def start_daemon(layout: Layout, name: str) -> subprocess.Popen:
                           "queue", name], f"q-{name}")
 
 
-def start_web(layout: Layout) -> tuple[subprocess.Popen, int]:
+def start_web(layout: Layout, auth: dict | None = None,
+              tag: str = "web") -> tuple[subprocess.Popen, int]:
+    """rq-web as installed: on loopback without a password (the default), or
+    with ``auth`` as its ``basic_auth``."""
     sock = socket.create_server(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    layout.config_file.write_text(json.dumps({"host": "127.0.0.1", "port": port}))
+    settings = {"host": "127.0.0.1", "port": port, **({"basic_auth": auth} if auth else {})}
+    layout.config_file.write_text(json.dumps(settings))
     proc = start(layout, [sys.executable, "-c", LAUNCH, str(sock.fileno()), str(layout.root)],
-                 "web", pass_fds=(sock.fileno(),))
+                 tag, pass_fds=(sock.fileno(),))
     sock.close()
     return proc, port
 
@@ -99,11 +106,15 @@ def socket_client(args: tuple[str, str, int, multiprocessing.Barrier]) -> None:
             client.call("create", msg={"param1": f"s{i}"})
 
 
-def http_client(args: tuple[int, str, int, multiprocessing.Barrier]) -> None:
-    port, queue, count, barrier = args
+def http_client(args: tuple) -> None:
+    """(port, queue, count, barrier[, "user:password"]): a keep-alive client,
+    with Basic credentials on every request when given one (as browsers do)."""
+    port, queue, count, barrier, *login = args
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"Content-Type": "application/x-www-form-urlencoded"}
-    conn.request("GET", "/q.json")
+    if login:
+        headers["Authorization"] = "Basic " + base64.b64encode(login[0].encode()).decode()
+    conn.request("GET", "/q.json", headers=headers)
     conn.getresponse().read()
     barrier.wait()
     for i in range(count):
@@ -158,6 +169,28 @@ def bench_enqueue(layout: Layout, port: int, web_pid: int) -> None:
                judge(ratio >= 0.70 if clients == 1 else ratio >= 0.40 and http_rate >= 1500))
         report(f"enqueue, {clients:>2} client(s): web process CPU per request",
                f"{web_cpu * 1000 / (ROUNDS * clients * per):8.2f} ms")
+
+
+def bench_auth(layout: Layout) -> None:
+    """One client again, against an rq-web with ``basic_auth`` (an argon2 hash, as
+    ``rqsys passwd`` makes), the credentials sent on every request."""
+    from rqsys.web.auth import hash_password
+
+    web, port = start_web(layout, {"realm": "rqsys",
+                                       "users": {"bench": hash_password("s3cret")}}, "web-auth")
+    try:
+        root, socks, https = str(layout.root), [], []
+        for _ in range(ROUNDS):
+            socks.append(rate(socket_client, lambda b: (root, "bench", PER_CLIENT_1, b),
+                              1, PER_CLIENT_1))
+            https.append(rate(http_client,
+                              lambda b: (port, "bench", PER_CLIENT_1, b, "bench:s3cret"),
+                              1, PER_CLIENT_1))
+        ratio = statistics.median(https) / statistics.median(socks)
+        report("enqueue,  1 client(s): HTTP new_message with basic_auth",
+               f"{statistics.median(https):8.0f} msgs/s = {ratio:.0%} of socket")
+    finally:
+        stop(web)
 
 
 # ------------------------------------------------------------------ 1M done
@@ -238,6 +271,7 @@ def main() -> int:
         with QueueClient(layout, "bench") as client:
             client.call("adminoper", oper="pause")  # measure enqueue, not the script
         bench_enqueue(layout, port, web.pid)
+        bench_auth(layout)
     finally:
         for proc in procs:
             stop(proc)
