@@ -140,6 +140,22 @@ def test_pool_reuses_then_closes_idle_connections(layout, make_queue, daemon):
     assert len(pool._free["pooled"]) == 1  # a refusal keeps the connection
 
 
+def test_pool_never_reuses_a_connection_idle_too_long_between_sweeps(layout, make_queue,
+                                                                     daemon):
+    make_queue("between", 'echo "done ok" >&3\n')
+    daemon("between")
+    now = [100.0]
+    pool = ClientPool(layout, clock=lambda: now[0])
+    pool.call("between", "ping")
+    first = pool._free["between"][0][0]
+    now[0] = 101.9  # a call elsewhere sweeps: the connection is not yet idle too long
+    with pytest.raises(NotFound):
+        pool.call("no-such-queue", "ping")
+    now[0] = 102.2  # too long now, and no sweep is due
+    pool.call("between", "ping")
+    assert first._sock is None and pool._free["between"][0][0] is not first
+
+
 def test_pool_retries_reads_but_not_creates_after_a_daemon_restart(layout, make_queue, daemon):
     make_queue("restarts", 'echo "done ok" >&3\n')
     first = daemon("restarts")

@@ -27,6 +27,7 @@ class ClientPool:
         self._clock = clock
         self._free: dict[str, list[tuple[QueueClient, float]]] = {}
         self._lock = threading.Lock()
+        self._next_sweep = 0.0  # the clock's time for the next sweep() of every queue
 
     def call(self, queue: str, op: str, fds: list[int] | tuple[int, ...] = (),
              **args: Any) -> dict[str, Any]:
@@ -50,12 +51,24 @@ class ClientPool:
         return reply
 
     def _acquire(self, queue: str) -> tuple[QueueClient, bool]:
-        self.sweep()
+        """A free connection used within IDLE_CLOSE, else a new one.  Every
+        queue's idle ones are swept a few times per IDLE_CLOSE, not per call."""
+        now = self._clock()
+        if now >= self._next_sweep:
+            self._next_sweep = now + IDLE_CLOSE / 4
+            self.sweep()
+        found, stale = None, []
         with self._lock:
             free = self._free.get(queue)
-            if free:
-                return free.pop()[0], True
-        return QueueClient(self.layout, queue), False
+            while free and found is None:
+                client, used = free.pop()
+                if used >= now - IDLE_CLOSE:
+                    found = client
+                else:
+                    stale.append(client)
+        for client in stale:
+            client.close()
+        return (found, True) if found else (QueueClient(self.layout, queue), False)
 
     def _release(self, client: QueueClient) -> None:
         with self._lock:
