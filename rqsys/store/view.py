@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys.errors import NotFound, StoreError
+from rqsys.store import msgshare
 from rqsys.store.attachments import md5_path
 from rqsys.store.layout import (
     ADMIN_STATES,
@@ -151,7 +152,9 @@ class QueueView:
         """(id, msg or the error reading it) for every message of a flat state
         (for loading que/ at start-up)."""
         for dfd, msg_id in self.ids_at(state):
-            yield msg_id, _read_json_at(dfd, f"{msg_id}/msg")
+            msg = _read_json_at(dfd, f"{msg_id}/msg")
+            # held in memory until it runs: one copy of the strings all messages repeat
+            yield msg_id, msg if isinstance(msg, StoreError) else msgshare.shared(msg_id, msg)
 
     def ids_at(self, state: str) -> Iterator[tuple[int, str]]:
         """(the state directory's descriptor, id) of each message of a flat
@@ -227,7 +230,7 @@ def _read_json_at(dfd: int, relpath: str) -> dict[str, Any] | StoreError:
     finally:
         os.close(fd)
     try:
-        data = json.loads(whole)
+        data = msgshare.parse(whole)
     except ValueError as exc:
         return StoreError(f"{relpath}: unreadable message: {exc}")
     return data if isinstance(data, dict) else StoreError(f"{relpath}: not a JSON object")
