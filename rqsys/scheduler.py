@@ -72,6 +72,19 @@ class Schedule:
         if key is not None:
             self._by_coalesce[key].add(msg_id)
 
+    def load(self, msgs: dict[str, Msg]) -> None:
+        """At start, into an empty que: ``add`` of each, the heap made at once."""
+        if self.msgs:
+            raise ValueError("Schedule.load is for an empty que")  # a bug: add() is for that
+        self.msgs.update(msgs)
+        self._heap = [(due_time(msg), msg_id) for msg_id, msg in msgs.items()]
+        heapq.heapify(self._heap)
+        for msg_id, msg in msgs.items():
+            key = param_key(msg, self.coalesce)
+            if key is None:
+                break  # no coalesce params: no message has a key
+            self._by_coalesce[key].add(msg_id)
+
     def remove(self, msg_id: str) -> Msg | None:
         woken = self._woken.pop(msg_id, None)
         if woken is not None:  # removed before its turn: the next of its key takes it

@@ -1,5 +1,7 @@
 """Unit tests of the in-memory que: due order, blocking keys, coalescing."""
 
+import pytest
+
 from rqsys.gates import Gate
 from rqsys.scheduler import Schedule
 
@@ -130,3 +132,27 @@ def test_a_reload_counts_the_running_in_the_new_gate_and_keeps_rate_windows():
     # and once a ended, the window of its start holds b until 110
     assert s.pop_ready(105) is None and s.next_due() == 110
     assert s.pop_ready(110)[0] == "b"
+
+
+def test_load_at_start_orders_and_coalesces_as_adds_do():
+    # Given the same messages loaded at once (a start from que.snapshot) and added one by one
+    msgs = {"c": msg(due=50, param1="x"), "b": msg(due=5, param1="x"), "a": msg(due=1,
+                                                                              param1="y")}
+    loaded, added = Schedule([], [1]), Schedule([], [1])
+    loaded.load(msgs)
+    for msg_id, m in msgs.items():
+        added.add(msg_id, m)
+    # Then both run the same order and take the same coalesced messages
+    for s in (loaded, added):
+        first = s.pop_ready(10)
+        assert first[0] == "a" and s.take_coalesced(first[1]) == []
+        second = s.pop_ready(10)
+        assert second[0] == "b" and [i for i, _m in s.take_coalesced(second[1])] == ["c"]
+        assert s.next_due() is None and len(s) == 0
+
+
+def test_load_refuses_a_que_that_is_not_empty():
+    s = Schedule([], [])
+    s.add("a", msg())
+    with pytest.raises(ValueError, match="empty"):
+        s.load({"b": msg()})

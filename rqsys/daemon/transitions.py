@@ -57,8 +57,7 @@ class Transitions(Retries):
                            RQ_STATE="que")
         snapshot = self.store.take_que_snapshot()
         if snapshot is not None:
-            for msg_id, msg in snapshot.items():
-                self.schedule.add(msg_id, msg)
+            self.schedule.load(snapshot)
         else:
             for msg_id, read in self.store.read_all("que"):
                 self._load_one(msg_id, read)
