@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from types import FunctionType, MethodType
 from typing import Any, Protocol
 
 # MESSAGE_IDs (journalctl --new-id128), one per kind of event.
@@ -105,12 +106,13 @@ class EventLog:
 
     def event(self, kind: str, text: str, msg_id: str = "", **fields: Any) -> None:
         self.record(kind, msg_id, text, **fields)
-        line = f"{self.component}: {msg_id + ': ' if msg_id else ''}{kind}: {text}"
         if self._send is None:  # the journal stamps its entries; a plain line gets a time
-            self._lines.append(f"{_stamp()}Z {line}\n")
+            self._lines.append(f"{_stamp()}Z {self.component}: "
+                               f"{msg_id + ': ' if msg_id else ''}{kind}: {text}\n")
             if not self.batched:
                 self._write_lines()
             return
+        line = f"{self.component}: {msg_id + ': ' if msg_id else ''}{kind}: {text}"
         extra = {k.upper(): str(v) for k, v in fields.items()}
         if msg_id:
             extra["RQ_MSG_ID"] = msg_id
@@ -123,7 +125,7 @@ class EventLog:
         detailed for the journal, such as a script's status lines and rusage."""
         sinks = self._routes.get(kind)
         if sinks is None:
-            sinks = self._routes[kind] = [sink for sink in self.sinks
+            sinks = self._routes[kind] = [_direct(sink) for sink in self.sinks
                                           if kind in getattr(sink, "kinds", (kind,))]
         for sink in sinks:
             sink(kind, text, msg_id, fields)
@@ -143,6 +145,14 @@ class EventLog:
         text, self._lines = "".join(self._lines), []
         sys.stderr.write(text)  # print() would make two write(2)s a line
         sys.stderr.flush()
+
+
+def _direct(sink: Sink) -> Sink:
+    """An object sink's bound ``__call__`` (a call through the type's slot cost
+    more than one of a bound method; a function or method is itself)."""
+    if isinstance(sink, FunctionType | MethodType):
+        return sink
+    return getattr(sink, "__call__", sink)  # noqa: B004 (a Mock is callable all the same)
 
 
 # What journal.send would find by walking the stack at every entry (it does

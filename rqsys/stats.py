@@ -135,9 +135,9 @@ class QueueStats:
     @staticmethod
     def _slot(slots: list[dict[str, Any]], width: int, keep: int, at: float) -> dict[str, Any]:
         """The slot holding time ``at`` (a new one when time has moved on)."""
-        start = int(at // width * width)
-        if slots and slots[-1]["start"] >= start:
+        if slots and at < slots[-1]["start"] + width:  # starts are multiples of width
             return slots[-1]  # also a late event: counted in the newest slot
+        start = int(at // width * width)
         slots.append(new_slot(start))
         if len(slots) > keep:
             del slots[0]

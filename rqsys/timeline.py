@@ -76,7 +76,8 @@ class Timeline:
             self._pending[msg_id] = (state, [line])
         else:
             lines[1].append(line)
-            self._pending[msg_id] = (state, lines[1])  # the newest state: where it is now
+            if lines[0] != state:
+                self._pending[msg_id] = (state, lines[1])  # the newest state: where it is now
 
     def flush(self) -> None:
         """Write the turn's lines: one write(2) per message."""
