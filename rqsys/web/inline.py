@@ -15,7 +15,7 @@ keep no other client waiting (:meth:`InlineChannel.may_run_inline`):
   kernel's backlog holds until the request ends;
 * no task waits for a worker thread;
 * the request is a complete POST to a ``new_message`` route with a small
-  body of a known length, already read (its work is one round trip to a queue daemon, its
+  body already read (its work is one round trip to a queue daemon, its
   answer a few hundred bytes, so writing it never waits for the main thread
   to flush: that wait would deadlock here).
 
@@ -65,10 +65,10 @@ class InlineChannel(OneWriteChannel):
         if self.server.task_dispatcher.queue:
             return False
         request = self.requests[0]
-        if request.error or request.chunked or request.expect_continue:
-            return False  # (a request in error may lack command and path)
-        return bool(request.command == "POST" and request.path.endswith(INLINE_SUFFIX)
-                    and request.content_length <= INLINE_MAX_BODY)
+        return bool(request.command == "POST" and not request.error
+                    and request.path.endswith(INLINE_SUFFIX)
+                    and request.content_length <= INLINE_MAX_BODY
+                    and not request.expect_continue)
 
 
 def inline_add_task(add_task: Any) -> Any:
