@@ -24,7 +24,6 @@ from rqsys.web import (
     answers,
     auth,
     csrf,
-    inline,
     listen,
     messages,
     metrics,
@@ -112,8 +111,7 @@ def _add_routes(app: falcon.App, web: Web) -> None:
 
 def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str, Any]) -> Any:
     """A waitress server on ``sock`` (inherited) or on ``addr:port``; each answer
-    is sent by its task's thread, a small one in one write (``onewrite``); a
-    lone client's small enqueue runs on the main thread (``inline``)."""
+    is sent by its task's thread, a small one in one write (``onewrite``)."""
     options: dict[str, Any] = {"threads": THREADS, "max_request_body_size": MAX_UPLOAD,
                                "ident": "rqsys", "channel_timeout": 300,
                                "channel_request_lookahead": onewrite.LOOKAHEAD}
@@ -126,7 +124,6 @@ def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str
         server = waitress.create_server(app, host=sysconfig["addr"],
                                         port=int(sysconfig["port"]), **options)
     onewrite.use_one_write(server)
-    inline.use_inline(server)  # a lone client's enqueue skips the thread hand-off
     return server
 
 
