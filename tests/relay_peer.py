@@ -33,6 +33,7 @@ from urllib.parse import parse_qs
 
 LOCK = threading.Lock()
 IDS = itertools.count(1)
+USED: dict[tuple[str, str], int] = {}  # (faults.json's version, fault) -> times used
 QUEUES = ("work",)  # the only queue this peer has
 
 
@@ -45,16 +46,33 @@ class Peer(BaseHTTPRequestHandler):
 
     # -- faults ----------------------------------------------------------------
     def fault(self, name: str) -> bool:
-        """True when fault ``name`` is on (a counted one is used up by one)."""
+        """True when fault ``name`` is on (a counted one is used up by one).
+
+        ``faults.json`` is the test's alone (it replaces it whole); what a
+        counted fault has used is kept here per version of that file and
+        shown in ``faults.used.json``.  (The peer once wrote the decremented
+        counts back into faults.json, and a test's new faults written
+        between its read and its write were lost.)"""
         with LOCK:
             path = self.base / "faults.json"
-            faults = json.loads(path.read_text()) if path.exists() else {}
+            try:
+                stat = path.stat()
+                version = f"{stat.st_ino}:{stat.st_mtime_ns}"  # an inode is reused
+                faults = json.loads(path.read_text())
+            except FileNotFoundError:
+                return False
             value = faults.get(name)
             if not value:
                 return False
-            if value is not True:
-                faults[name] = value - 1
-                path.write_text(json.dumps(faults))
+            if value is True:
+                return True
+            used = USED.get((version, name), 0)
+            if used >= value:
+                return False
+            USED[(version, name)] = used + 1
+            shown = self.base / "faults.used.tmp"
+            shown.write_text(json.dumps({"version": version, name: used + 1}))
+            shown.replace(self.base / "faults.used.json")
             return True
 
     def answer(self, status: int, doc: object) -> None:

@@ -36,15 +36,22 @@ class World:
         self.peer_url = f"http://{lab.hosts['b']}:{PEER_PORT}/"
 
     def faults(self, **faults: Any) -> None:
-        (self.peer_dir / "faults.json").write_text(json.dumps(faults))
+        """The peer's faults from now on (a new file: its counts start again)."""
+        new = self.peer_dir / "faults.new"
+        new.write_text(json.dumps(faults))
+        new.replace(self.peer_dir / "faults.json")
 
     def fault_left(self, name: str) -> int:
         """How many more times a counted fault will strike."""
+        path = self.peer_dir / "faults.json"
+        stat, faults = path.stat(), json.loads(path.read_text())
+        version = f"{stat.st_ino}:{stat.st_mtime_ns}"
         try:
-            faults = json.loads((self.peer_dir / "faults.json").read_text())
-        except ValueError:  # caught half-written by the peer: ask again
-            return sys.maxsize
-        return int(faults.get(name, 0))
+            used = json.loads((self.peer_dir / "faults.used.json").read_text())
+        except FileNotFoundError:
+            used = {}
+        spent = used.get(name, 0) if used.get("version") == version else 0
+        return int(faults.get(name, 0)) - spent
 
     def send(self, dest: str, files: dict[str, bytes] | None = None, **fields: Any) -> str:
         """Put a message for ``dest`` in a's relay queue; its id."""
