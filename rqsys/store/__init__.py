@@ -10,6 +10,7 @@ Modules, each with one job:
 - ``attachments``: uploads, links into clones, ``file_md5``.
 - ``spares``: ``SpareMaker``, message directories made ahead on a thread.
 - ``recovery``: recovery at start, the que snapshot, and the durability table.
+- ``msgshare``: one copy of the strings queued messages repeat, and their parse.
 
 The names below are re-exported so that ``from rqsys.store import X`` works
 for every name other modules use.
