@@ -12,7 +12,7 @@ from daemon_util import drain
 
 from rqsys.background import SYNC, Background
 from rqsys.daemon.transitions import Transitions
-from rqsys.errors import BadRequest, InternalError, NotFound
+from rqsys.errors import BadRequest, InternalError, NotFound, StoreError
 from rqsys.events import EventLog
 from rqsys.scheduler import Schedule
 from rqsys.store import QueueStore
@@ -289,3 +289,16 @@ def test_a_transition_the_daemon_should_never_ask_for_is_a_bug(ledger):
         ledger.t.end(msg_id, Outcome("done", "x"), written="")
     with pytest.raises(InternalError, match="cannot go to done"):
         ledger.t.placed([], "done")
+
+
+def test_a_retry_with_an_unreadable_message_moves_nothing(ledger):
+    # Given two failed messages, the second's msg file damaged
+    ok_id, bad_id = (ledger.run()[0] for _ in range(2))
+    for msg_id in (ok_id, bad_id):
+        ledger.t.end(msg_id, Outcome("err", "failed"), written="")
+    (ledger.store.msg_dir("err", bad_id) / "msg").write_text("{torn")
+    # When both are retried, Then the error names the file and nothing moved
+    with pytest.raises(StoreError, match="unreadable message"):
+        ledger.t.retry([ok_id, bad_id], lambda _error: None)
+    assert ledger.where(ok_id) == ledger.where(bad_id) == "err"
+    assert ledger.t.count("err") == 2 and ok_id not in ledger.schedule.msgs

@@ -26,17 +26,19 @@ class Retries(Ledger):
         """err → que: each runs again as it was; ``done`` once the moves are
         durable.  Not ``strict``: those no longer in err are passed over.
         How many moved."""
-        moved = 0
-        for msg_id in msg_ids:
+        readable = []
+        for msg_id in dict.fromkeys(msg_ids):  # every check and read before the first move
             state = self._retry_state(msg_id)
             if state != "err":
                 if strict:
                     raise BadRequest(f"message {msg_id} is in {state}, not err")
                 continue
+            readable.append((msg_id, self.store.read_msg("err", msg_id)))
+        for msg_id, msg in readable:
             self._move(msg_id, "err", "que")
             retrybatch.set_status_aside(self.store.msg_path("que", msg_id))
-            self._requeued(msg_id, self.store.read_msg("que", msg_id))
-            moved += 1
+            self._requeued(msg_id, msg)
+        moved = len(readable)
         dirs = [self.store.state_dir("err"), self.store.state_dir("que")]
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
         return moved

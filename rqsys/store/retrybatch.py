@@ -1,6 +1,7 @@
 """The disk half of a bulk retry: a batch of err messages renamed into que/,
 their status set aside, then one fsync of both directories; run on a
-background lane, never on a daemon's loop.  It is given the queue's
+background lane, never on a daemon's loop (``set_status_aside`` is also a
+single retry's, one message on the loop).  It is given the queue's
 ``QueueStore``, the writer: a ``QueueView`` is read-only in type.
 
 A crash in the middle leaves each message wholly in err/ or in que/ (a
