@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rqsys import __version__
 from rqsys.errors import ConfigError
 from rqsys.flatcheck import FlatCheck, flat_check
 from rqsys.store import Layout
@@ -95,29 +96,37 @@ def _parse(raw: bytes, path: Path) -> Any:
 def load_checked(name: str, path: Path, memo_dir: Path | None = None) -> dict[str, Any]:
     """Load a JSON file and validate it against schema ``name``.
 
-    With ``memo_dir`` (a queue daemon's own directory) the bytes found valid
-    are kept there (``.valid-<name>.json``, headed by the schema's CRC), and
-    the same bytes under the same schema are not validated again: a config's
+    With ``memo_dir`` (a queue daemon's own directory) a digest of the bytes
+    found valid is kept there (``.valid-<name>``, with rqsys's version and
+    the schema's CRC), and the same bytes are not validated again: a config's
     check needs jsonschema (some 70 ms and 7 MiB), which a socket-activated
-    daemon would otherwise import at every start after an idle exit.  The
-    memo is compared byte for byte, so any edit is validated; a memo that
-    cannot be written is only a slower next start."""
+    daemon would otherwise import at every start after an idle exit.  Only a
+    digest: config.json may hold password hashes, which must not be copied
+    into queue directories.  The digest (length, CRC-32 and Adler-32, from
+    zlib: hashlib would load OpenSSL, 3.5 MiB) guards against an edit, not
+    an attacker, who could as well write a valid config; a memo that cannot
+    be written is only a slower next start."""
     raw = _read(path)
     data = _parse(raw, path)
-    memo = None if memo_dir is None else memo_dir / f".valid-{name}.json"
-    stamped = b"%08x\n%s" % (_schema_crc(name), raw)
-    if memo is not None and _recalled(memo) == stamped and isinstance(data, dict):
+    memo = None if memo_dir is None else memo_dir / f".valid-{name}"
+    digest = _digest(name, raw)
+    if memo is not None and _recalled(memo) == digest and isinstance(data, dict):
         return dict(data)
     checked = validate(name, data, str(path))
     if memo is not None:
-        _remember(memo, stamped)
+        _remember(memo, digest)
     return checked
+
+
+def _digest(name: str, raw: bytes) -> bytes:
+    return b"rqsys %s schema %08x config %d %08x %08x\n" % (
+        __version__.encode(), _schema_crc(name), len(raw), zlib.crc32(raw), zlib.adler32(raw))
 
 
 @cache
 def _schema_crc(name: str) -> int:
     text = resources.files("rqsys").joinpath("schemas", f"{name}.json").read_bytes()
-    return zlib.crc32(text)  # a new rqsys whose schema changed validates again
+    return zlib.crc32(text)  # a schema changed without a new version validates again
 
 
 def _recalled(memo: Path) -> bytes | None:
@@ -127,9 +136,9 @@ def _recalled(memo: Path) -> bytes | None:
         return None
 
 
-def _remember(memo: Path, stamped: bytes) -> None:
+def _remember(memo: Path, digest: bytes) -> None:
     try:  # no rename, no sync: a torn or lost memo only means the next start checks
-        memo.write_bytes(stamped)
+        memo.write_bytes(digest)
     except OSError:
         pass
 

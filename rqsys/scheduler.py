@@ -74,8 +74,7 @@ class Schedule:
 
     def load(self, msgs: dict[str, Msg]) -> None:
         """At start, into an empty que: ``add`` of each, the heap made at once."""
-        if self.msgs:
-            raise ValueError("Schedule.load is for an empty que")  # a bug: add() is for that
+        assert not self.msgs, "Schedule.load is for an empty que"  # a bug: add() is for that
         self.msgs.update(msgs)
         self._heap = [(due_time(msg), msg_id) for msg_id, msg in msgs.items()]
         heapq.heapify(self._heap)

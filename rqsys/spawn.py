@@ -234,6 +234,8 @@ def _argv(ffi: Any, argv: list[str]) -> object:
         keep = [ffi.new("char[]", os.fsencode(word)) for word in argv]
         made = _ARGVS[key] = (ffi.new("char *[]", [*keep, ffi.NULL]), keep)
     return made[0]
+
+
 _FS_ENCODING = sys.getfilesystemencoding()  # what os.fsencode uses (utf-8 here)
 _C_STRINGS: dict[str, object] = {}  # "K=V" -> C string: most of the env repeats every run
 _C_STRINGS_MAX = 4096

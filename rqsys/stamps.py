@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import time
 
-_LAST: list = [-1, 0.0, ""]  # [ms since the epoch, as seconds, their repr]
+_last: tuple[int, float, str] = (-1, 0.0, "")  # ms since the epoch, as seconds, their repr
+# (one tuple, replaced whole: a thread reads a matching time and text)
 
 
 def now() -> tuple[float, str]:
     """The time to the nearest ms, as ``round(time.time(), 3)``, and its ``repr``."""
+    global _last
     count = (time.time_ns() + 500_000) // 1_000_000
-    if count != _LAST[0]:
+    last = _last
+    if count != last[0]:
         seconds = count / 1000  # the nearest double to the decimal, as round() gives
-        _LAST[:] = [count, seconds, repr(seconds)]
-    return _LAST[1], _LAST[2]
+        last = _last = (count, seconds, repr(seconds))
+    return last[1], last[2]
 
 
 def text(value: float) -> str:
     """``repr(value)``, kept when ``value`` is the last :func:`now`."""
-    return _LAST[2] if value == _LAST[1] and _LAST[0] >= 0 else repr(value)
+    last = _last
+    return last[2] if value == last[1] and last[0] >= 0 else repr(value)

@@ -39,7 +39,9 @@ def id_time(msg_id: str) -> float:
     if second is not None and msg_id[17:20].isdigit():
         return second + int(msg_id[17:20]) / 1000
     found = _id_time(msg_id)
-    if found and len(_SECONDS) < 4096:
+    if found:
+        if len(_SECONDS) >= 4096:  # about 68 minutes of seconds: start again
+            _SECONDS.clear()
         _SECONDS[msg_id[:17]] = float(int(found))
     return found
 

@@ -75,9 +75,8 @@ class StatsFile:
     @listening(*QueueStats.kinds)  # what ``observed`` counts
     def sink(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         event = observed(kind, msg_id, fields, time.time(), stamps.now()[0])
-        if event is not None:  # what _count does, without the call: three an ended run
-            self.stats.apply(event)
-            self._lines.append(_line(event, self.stats.seq))
+        if event is not None:
+            self._count(event)
 
     def _count(self, event: dict[str, Any]) -> None:
         self.stats.apply(event)

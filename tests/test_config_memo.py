@@ -1,6 +1,7 @@
-"""A queue daemon validates its config once: the bytes found valid are kept
-beside it with the schema's CRC, and a start with the same bytes needs no
-jsonschema, while any edit or a new schema is validated again."""
+"""A queue daemon validates its config once: a digest of the bytes found
+valid is kept beside it with rqsys's version and the schema's CRC, and a
+start with the same bytes needs no jsonschema, while any edit or a new
+schema is validated again."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rqsys import config
+from rqsys import __version__, config
 from rqsys.errors import ConfigError
 from rqsys.store import Layout
 
@@ -26,12 +27,16 @@ def _crc(name: str) -> int:
     return zlib.crc32(resources.files("rqsys").joinpath("schemas", f"{name}.json").read_bytes())
 
 
-def test_the_bytes_found_valid_are_kept_headed_by_the_schemas_crc(tmp_path: Path) -> None:
+def test_a_digest_of_the_bytes_found_valid_is_kept_never_the_bytes(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(GOOD))
-    assert config.load_checked("queue", path, tmp_path) == GOOD
-    memo = (tmp_path / ".valid-queue.json").read_bytes()
-    assert memo == b"%08x\n" % _crc("queue") + path.read_bytes()
+    secret = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdA$aGFzaA"
+    path.write_text(json.dumps({**GOOD, "env_vars": {"A": secret}}))
+    config.load_checked("queue", path, tmp_path)
+    memo = (tmp_path / ".valid-queue").read_bytes()
+    raw = path.read_bytes()
+    assert memo == b"rqsys %s schema %08x config %d %08x %08x\n" % (
+        __version__.encode(), _crc("queue"), len(raw), zlib.crc32(raw), zlib.adler32(raw))
+    assert secret.encode() not in memo
 
 
 def test_an_edit_is_validated_again(tmp_path: Path) -> None:
@@ -47,8 +52,9 @@ def test_a_memo_made_under_another_schema_is_not_trusted(tmp_path: Path) -> None
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**GOOD, "colour": "red"}))
     # a memo saying these very bytes were valid, under a schema with another CRC
-    (tmp_path / ".valid-queue.json").write_bytes(b"%08x\n" % (_crc("queue") ^ 1)
-                                                 + path.read_bytes())
+    raw = path.read_bytes()
+    (tmp_path / ".valid-queue").write_bytes(b"rqsys %s schema %08x config %d %08x %08x\n" % (
+        __version__.encode(), _crc("queue") ^ 1, len(raw), zlib.crc32(raw), zlib.adler32(raw)))
     with pytest.raises(ConfigError, match="'colour' was unexpected"):
         config.load_checked("queue", path, tmp_path)
 
@@ -56,7 +62,7 @@ def test_a_memo_made_under_another_schema_is_not_trusted(tmp_path: Path) -> None
 def test_a_memo_that_cannot_be_written_costs_only_the_check(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(GOOD))
-    (tmp_path / ".valid-queue.json").mkdir()  # in the memo's way
+    (tmp_path / ".valid-queue").mkdir()  # in the memo's way
     assert config.load_checked("queue", path, tmp_path) == GOOD
     assert config.load_checked("queue", path, tmp_path) == GOOD
 

@@ -154,5 +154,5 @@ def test_load_at_start_orders_and_coalesces_as_adds_do():
 def test_load_refuses_a_que_that_is_not_empty():
     s = Schedule([], [])
     s.add("a", msg())
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(AssertionError, match="empty"):
         s.load({"b": msg()})

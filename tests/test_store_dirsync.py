@@ -102,20 +102,27 @@ def test_without_a_journal_new_inodes_are_made_durable_by_a_syncfs(layout, monke
     assert store.spares.whole_fs == store.ordered
 
 
-def _write_cache_of_root_disk() -> str:
-    """``/``'s disk's write_cache, found another way: lsblk names the disk
-    (the parent of a partition) and /sys/block/<disk> holds its queue."""
-    source = subprocess.run(["findmnt", "-no", "SOURCE", "/"], capture_output=True,
+def _write_cache_under(path) -> str:
+    """The write_cache of the disk under ``path``, found another way: findmnt
+    names the mount's source, lsblk its disk (a partition's parent) and
+    /sys/block/<disk> holds its queue; "" when the source is no block device
+    (tmpfs, overlay, btrfs subvolume names) or util-linux says nothing."""
+    source = subprocess.run(["findmnt", "-no", "SOURCE", "-T", str(path)], capture_output=True,
                             text=True).stdout.strip()
+    if not source.startswith("/dev/"):
+        return ""
     parent = subprocess.run(["lsblk", "-no", "PKNAME", source], capture_output=True,
                             text=True).stdout.strip()
     disk = parent or os.path.basename(source)
-    with open(f"/sys/block/{disk}/queue/write_cache") as f:
-        return f.read().strip()
+    try:
+        with open(f"/sys/block/{disk}/queue/write_cache") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def test_a_volatile_write_cache_is_read_from_the_disk_under_a_path(tmp_path):
-    assert dirsync.volatile_write_cache(tmp_path) == (_write_cache_of_root_disk() == "write back")
+    assert dirsync.volatile_write_cache(tmp_path) == (_write_cache_under(tmp_path) == "write back")
     assert not dirsync.volatile_write_cache("/proc")  # no block device under it
 
 
@@ -123,7 +130,7 @@ def test_the_daemon_warns_once_when_plus_d_cannot_order_a_power_cut(make_queue, 
     make_queue("q", "echo done >&3\n")
     proc = daemon("q")
     qdir = layout.queue_dir("q")
-    unordered = _journalless_ext4(qdir) and _write_cache_of_root_disk() == "write back"
+    unordered = _journalless_ext4(qdir) and _write_cache_under(qdir) == "write back"
     warned = [x for x in proc.stderr_text().splitlines() if "volatile write cache" in x]
     assert len(warned) == (1 if unordered else 0)
     if unordered:

@@ -297,8 +297,8 @@ class Transitions(Retries):
 
 def _prune_late(t: Transitions, late: list[str], removed: dict[str, int], done: Done) -> Done:
     """The acknowledged err messages a prune met busy (in a retry batch): once
-    their batches have landed, one batch of deletes of those still in err
-    then (counted in ``removed``); ``done`` once they and the rest are durable."""
+    their batches have landed, those still in err are deleted together
+    (counted in ``removed``); ``done`` once they and the rest are durable."""
     left, errors = [2], []  # the rest's removal, and the late ones as one batch
 
     def one(error: BaseException | None) -> None:
