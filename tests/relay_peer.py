@@ -71,7 +71,8 @@ class Peer(BaseHTTPRequestHandler):
                 return False
             USED[(version, name)] = used + 1
             shown = self.base / "faults.used.tmp"
-            shown.write_text(json.dumps({"version": version, name: used + 1}))
+            counts = {fault: n for (v, fault), n in USED.items() if v == version}
+            shown.write_text(json.dumps({"version": version, **counts}))
             shown.replace(self.base / "faults.used.json")
             return True
 
