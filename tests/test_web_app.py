@@ -123,13 +123,18 @@ def test_message_page_escapes_user_data(layout, make_queue, daemon):
     assert msg_id not in filtered
 
 
-def test_pool_reuses_then_closes_idle_connections(layout, make_queue, daemon):
-    make_queue("pooled", 'echo "done ok" >&3\n')
-    daemon("pooled")
+def _pool_with_a_connection(layout, make_queue, daemon, name):
+    """A pool on a fake clock (``now[0]``) holding one idle connection to ``name``."""
+    make_queue(name, 'echo "done ok" >&3\n')
+    daemon(name)
     now = [100.0]
     pool = ClientPool(layout, clock=lambda: now[0])
-    pool.call("pooled", "ping")
-    first = pool._free["pooled"][0][0]
+    pool.call(name, "ping")
+    return pool, now, pool._free[name][0][0]
+
+
+def test_pool_reuses_then_closes_idle_connections(layout, make_queue, daemon):
+    pool, now, first = _pool_with_a_connection(layout, make_queue, daemon, "pooled")
     pool.call("pooled", "ping")
     assert pool._free["pooled"][0][0] is first  # the same connection again
     now[0] += 10
@@ -142,12 +147,7 @@ def test_pool_reuses_then_closes_idle_connections(layout, make_queue, daemon):
 
 def test_pool_never_reuses_a_connection_idle_too_long_between_sweeps(layout, make_queue,
                                                                      daemon):
-    make_queue("between", 'echo "done ok" >&3\n')
-    daemon("between")
-    now = [100.0]
-    pool = ClientPool(layout, clock=lambda: now[0])
-    pool.call("between", "ping")
-    first = pool._free["between"][0][0]
+    pool, now, first = _pool_with_a_connection(layout, make_queue, daemon, "between")
     now[0] = 101.9  # a call elsewhere sweeps: the connection is not yet idle too long
     with pytest.raises(NotFound):
         pool.call("no-such-queue", "ping")
