@@ -15,9 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys import cli_jobs, cli_observe
-from rqsys.cli_common import RET_FAIL, RET_OK, RET_UNAVAILABLE, RET_USAGE  # noqa: F401
-from rqsys.cli_common import after_verb as _after_verb
-from rqsys.cli_common import root_option as _root_option
+from rqsys.cli_common import (  # the RET_ codes: rq's too (rqsys.cli.RET_FAIL)
+    RET_FAIL,
+    RET_OK,
+    RET_UNAVAILABLE,
+    RET_USAGE,  # noqa: F401
+    after_verb,
+    root_option,
+)
 from rqsys.client import QueueClient, find_message, queue_for_dest
 from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.store import ADMIN_OPERS, Layout
@@ -232,10 +237,10 @@ SENDING = {"sendmesg", "prepmesg", "single_que"}
 
 def rq_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rq", description="RQ client verbs")
-    _root_option(parser)
+    root_option(parser)
     verbs = parser.add_subparsers(dest="verb", required=True)
     for verb, (_fn, text) in RQ_VERBS.items():
-        sub = verbs.add_parser(verb, help=text, description=text, parents=[_after_verb()])
+        sub = verbs.add_parser(verb, help=text, description=text, parents=[after_verb()])
         if verb == "sendmesg":
             sub.add_argument("--bulk", metavar="FILE", help="send one JSON message per line "
                              "of FILE (- for stdin); the options below are their defaults")
@@ -256,7 +261,7 @@ def rq_parser() -> argparse.ArgumentParser:
         if verb == "attachmesg":
             sub.add_argument("--pathname", required=True, help="the file to attach")
             sub.add_argument("--name", help="attachment name (default: the file's name)")
-    cli_observe.add_verbs(verbs, [_after_verb()])
+    cli_observe.add_verbs(verbs, [after_verb()])
     return parser
 
 

@@ -14,18 +14,16 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rqsys.cli_common import RET_FAIL, RET_OK
-from rqsys.cli_common import after_verb as _after_verb
-from rqsys.cli_common import root_option as _root_option
+from rqsys.cli_common import RET_FAIL, RET_OK, after_verb, root_option
 from rqsys.errors import RQError
 from rqsys.store import Layout
 
 
 def rqsys_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rqsys", description="rqsys daemons and admin")
-    _root_option(parser)
+    root_option(parser)
     cmds = parser.add_subparsers(dest="cmd", required=True)
-    root = [_after_verb()]
+    root = [after_verb()]
     serve = cmds.add_parser("serve", help="embedded mode: every daemon under one supervisor",
                             parents=root)
     serve.add_argument("--scandir", type=Path, help="queue scripts directory")

@@ -106,13 +106,12 @@ class EventLog:
 
     def event(self, kind: str, text: str, msg_id: str = "", **fields: Any) -> None:
         self.record(kind, msg_id, text, **fields)
+        line = f"{self.component}: {msg_id + ': ' if msg_id else ''}{kind}: {text}"
         if self._send is None:  # the journal stamps its entries; a plain line gets a time
-            self._lines.append(f"{_stamp()}Z {self.component}: "
-                               f"{msg_id + ': ' if msg_id else ''}{kind}: {text}\n")
+            self._lines.append(f"{_stamp()}Z {line}\n")
             if not self.batched:
                 self._write_lines()
             return
-        line = f"{self.component}: {msg_id + ': ' if msg_id else ''}{kind}: {text}"
         extra = {k.upper(): str(v) for k, v in fields.items()}
         if msg_id:
             extra["RQ_MSG_ID"] = msg_id

@@ -78,11 +78,9 @@ class Schedule:
         self.msgs.update(msgs)
         self._heap = [(due_time(msg), msg_id) for msg_id, msg in msgs.items()]
         heapq.heapify(self._heap)
-        for msg_id, msg in msgs.items():
-            key = param_key(msg, self.coalesce)
-            if key is None:
-                break  # no coalesce params: no message has a key
-            self._by_coalesce[key].add(msg_id)
+        if self.coalesce:  # without coalesce params no message has a key
+            for msg_id, msg in msgs.items():
+                self._by_coalesce[param_key(msg, self.coalesce)].add(msg_id)  # type: ignore[index]
 
     def remove(self, msg_id: str) -> Msg | None:
         woken = self._woken.pop(msg_id, None)

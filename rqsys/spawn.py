@@ -46,6 +46,7 @@ class Child:
     status_r: int  # we read the script's fd 3 here
     reply_w: int  # we answer on the script's fd 4 here
     closed: set[int] = field(default_factory=set)
+    process = ""  # who RQ's exit texts name, when not ``pid N`` (a hand-over's)
 
     def release(self) -> list[int]:
         """Our fds not closed yet, now counted closed, for the caller to close

@@ -145,7 +145,7 @@ class Worker:
     def _process(self) -> str:
         """Who ran it, as RQ's exit texts name it: ``pid N``, or a relay
         worker's hand-over (rqsys.daemon.handoff: no process of its own)."""
-        return getattr(self.child, "process", "") or f"pid {self.child.pid}"
+        return self.child.process or f"pid {self.child.pid}"
 
 
 def improper_exit(completion: str, process: str, wait_status: int) -> str:
