@@ -36,6 +36,7 @@ from rqsys.store import STATES, QueueView
 FILE = "search.sqlite"
 BATCH = 2000  # events applied in one transaction
 GATHER = 0.05  # seconds a burst of events has to join one transaction
+GATHER_BUSY = 0.5  # at most this long while events keep coming (a busy queue)
 PARAMS = ("param1", "param2", "param3", "param4", "src", "dest")
 STATE_OF = {"committed": "que", "retried": "que", "retry": "que", "resend": "que",
             "recovered": "que", "run_now": "que", "started": "run"}
@@ -147,26 +148,39 @@ class SearchIndex:
         db.close()
 
     def _next_batch(self) -> list[Event] | None:
-        """The next events, up to BATCH; after the first, what comes within
-        GATHER seconds joins it (one transaction for a burst, not one each).
-        The thread sleeps through GATHER rather than waiting on the queue:
-        one wake-up a batch, not one for each loop turn's put."""
+        """The next events, up to BATCH: after the first, what comes within
+        GATHER seconds joins it, and while events keep coming the batch keeps
+        gathering, up to GATHER_BUSY (one transaction for a burst, not one
+        each: a busy queue's commits were most of the daemon's writes).  So a
+        lone event is searchable within GATHER, and one in a stream of them
+        within GATHER_BUSY.  The thread sleeps through GATHER rather than
+        waiting on the queue: one wake-up a GATHER, not one per loop turn's put."""
         first = self.todo.get()
         if first is None:
             return None
-        batch = list(first)
-        if len(batch) < BATCH:
+        batch, waited = list(first), 0.0
+        while len(batch) < BATCH and waited < GATHER_BUSY:
             time.sleep(GATHER)
+            waited += GATHER
+            if not self._gather(batch):
+                break  # nothing came meanwhile (the burst is over), or closing
+        return batch
+
+    def _gather(self, batch: list[Event]) -> bool:
+        """Move what is queued into ``batch`` (up to BATCH); False when
+        nothing was, or the index is closing."""
+        took = False
         while len(batch) < BATCH:
             try:
                 item = self.todo.get_nowait()
             except queue.Empty:
-                break
+                return took
             if item is None:
                 self.todo.put(None)
-                break
+                return False
             batch.extend(item)
-        return batch
+            took = True
+        return took
 
     def _reconcile(self, db: sqlite3.Connection) -> None:
         try:

@@ -154,3 +154,43 @@ def test_a_queued_create_is_indexed_from_memory_not_read_back(tmp_path):
     assert row[:3] == ("que", "alpha beta q", "night") and row[3] == pytest.approx(
         event[5])
     assert db.execute("SELECT count(*) FROM fts WHERE fts MATCH 'alpha'").fetchone() == (1,)
+
+
+def test_a_stream_of_turns_is_one_transaction_and_a_lone_event_waits_only_gather(tmp_path):
+    # Given an index thread's queue fed a loop turn's events every 10 ms for 0.3 s
+    import queue
+    import threading
+
+    from rqsys import searchindex
+    from rqsys.store import QueueView
+
+    index = searchindex.SearchIndex(QueueView(tmp_path / "q"))
+
+    def turn(i: int) -> list:
+        return [("created", "", f"m{i}", "que", None, 0.0, None)]
+
+    def feed() -> None:
+        for i in range(30):
+            index.todo.put(turn(i))
+            time.sleep(0.01)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    # When the thread takes its batches until it has all of them
+    batches: list[list] = []
+    while sum(map(len, batches)) < 30:
+        batches.append(index._next_batch())
+    feeder.join()
+    # Then the burst went in at most a few transactions, not one every GATHER
+    assert len(batches) <= 3, [len(b) for b in batches]
+    # and a lone event is taken once GATHER has passed, not GATHER_BUSY
+    index.todo.put(turn(99))
+    began = time.monotonic()
+    assert len(index._next_batch()) == 1
+    assert time.monotonic() - began < searchindex.GATHER_BUSY
+    # and a close while gathering ends the batch, then the thread
+    index.todo.put(turn(100))
+    index.todo.put(None)
+    assert len(index._next_batch()) == 1 and index._next_batch() is None
+    with pytest.raises(queue.Empty):
+        index.todo.get_nowait()
