@@ -176,7 +176,7 @@ class QueueEnviron:
 
 def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | object,
           cwd: Path | str, out_fd: int | None, parent: int | None = None,
-          as_limit: int = -1) -> Child:
+          as_limit: int = -1, closing: list[int] | None = None) -> Child:
     """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed.
 
     ``env``: a dict, its C strings (:meth:`QueueEnviron.strings`) or their
@@ -184,15 +184,21 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | objec
     ``out_fd`` None: the child opens ``stdio.log`` in ``cwd`` itself.
     ``parent``: this process's pid, when the caller keeps it (else looked up).
     ``as_limit``: RLIMIT_AS in bytes for the child (a run's memory_max), or -1.
+    ``closing``: where the script's ends of its pipes go, for the caller to
+    close with the rest of a batch of starts (``close_fds``); None: closed here.
     """
     from rqsys._native._rqspawn import ffi, lib
 
-    fds = ffi.new("int[3]")
+    fds = ffi.new("int[5]")
     args = (os.fsencode(path), _argv(ffi, argv), _envp(ffi, env), os.fsencode(cwd),
             -1 if out_fd is None else out_fd, os.getpid() if parent is None else parent, fds)
     pid = lib.rq_start(*args) if as_limit < 0 else lib.rq_start_as(*args, as_limit)
     if pid < 0:
         raise ExecFailed(path, -pid)
+    if closing is None:
+        close_fds((fds[3], fds[4]))
+    else:
+        closing += (fds[3], fds[4])
     return Child(pid, fds[2], fds[0], fds[1])
 
 

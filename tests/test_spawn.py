@@ -102,3 +102,31 @@ def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
     masks = {line.split(":")[0]: int(line.split()[1], 16) & ~GLIBC_SIGNALS
              for line in seen.splitlines() if line.startswith(("SigBlk", "SigIgn", "SigCgt"))}
     assert masks == {"SigBlk": 0, "SigIgn": 0, "SigCgt": 0}, seen
+
+
+def test_the_scripts_pipe_ends_are_closed_here_or_left_to_the_caller(tmp_path):
+    from rqsys.fdclose import close_fds
+
+    before = set(os.listdir("/proc/self/fd"))
+    argv = ["/bin/sh", "-c", "echo done >&3"]
+    # Given a start that closes the script's ends itself: its status pipe
+    # reads to end of file once the script has ended
+    child = spawn(argv, "/bin/sh", {}, tmp_path, None)
+    os.waitpid(child.pid, 0)
+    os.set_blocking(child.status_r, True)
+    assert os.read(child.status_r, 100) == b"done\n" and os.read(child.status_r, 100) == b""
+    child.close()
+    # When a start leaves them to the caller (a batch of starts closes them together)
+    closing: list[int] = []
+    child = spawn(argv, "/bin/sh", {}, tmp_path, None, closing=closing)
+    os.waitpid(child.pid, 0)
+    # Then the two are the caller's: no end of file while it holds the write end
+    assert len(closing) == 2
+    assert os.read(child.status_r, 100) == b"done\n"
+    with pytest.raises(BlockingIOError):
+        os.read(child.status_r, 100)
+    close_fds(closing)
+    assert os.read(child.status_r, 100) == b""
+    child.close()
+    # and nothing is left open either way
+    assert set(os.listdir("/proc/self/fd")) == before

@@ -8,9 +8,9 @@ ffibuilder = FFI()
 ffibuilder.cdef(
     """
     int rq_start(const char *path, char *const argv[], char *const envp[],
-                 const char *cwd, int out, int parent, int fds[3]);
+                 const char *cwd, int out, int parent, int fds[5]);
     int rq_start_as(const char *path, char *const argv[], char *const envp[],
-                    const char *cwd, int out, int parent, int fds[3], long long as_limit);
+                    const char *cwd, int out, int parent, int fds[5], long long as_limit);
     int syncfs(int fd);
     int rq_set_pdeathsig(int sig);
     void rq_reset_signals(unsigned long long mask);

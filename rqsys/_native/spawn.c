@@ -189,26 +189,20 @@ static void close_pair(int p[2])
     close(p[1]);
 }
 
-/* Close two fds; one close_range when they are neighbours (the two pipes'
- * inner ends usually are: pipe2 hands out the lowest free numbers). */
-static void close_two(int a, int b)
-{
-#ifdef SYS_close_range
-    if (b == a + 1 && syscall(SYS_close_range, a, b, 0) == 0)
-        return;
-#endif
-    close(a);
-    close(b);
-}
-
 /* Start a script: its pipes, the child, and a pidfd, in one call.
  * ``parent`` is the caller's pid (known to it; saves a getpid per run);
  * ``out`` < 0 makes the child open stdio.log in ``cwd`` itself.
  * On success returns the pid, with fds = {status read end (fd 3's other
- * end), reply write end (fd 4's other end), pidfd}, all O_CLOEXEC and the
- * first two non-blocking; on failure -errno (exec failures included). */
+ * end), reply write end (fd 4's other end), pidfd, and the script's own
+ * ends of the two pipes}, all O_CLOEXEC and the first two non-blocking; on
+ * failure -errno (exec failures included).  The script's ends are the
+ * caller's to close: the child has them once this returns, and a daemon
+ * starting several scripts closes them all at once (started one after the
+ * other, their numbers run in pairs, so a close_range a pair; closed here,
+ * each start's would open holes the next start's pipes fill, and their
+ * ends would not be neighbours). */
 static int start_limited(const char *path, char *const argv[], char *const envp[],
-                         const char *cwd, int out, int parent, int fds[3],
+                         const char *cwd, int out, int parent, int fds[5],
                          long long as_limit)
 {
     int st[2], rp[2];
@@ -224,10 +218,9 @@ static int start_limited(const char *path, char *const argv[], char *const envp[
                       &child_errno};
     pid_t pid = start_child(&c, &pidfd);
     int saved = errno;
-    close_two(st[1], rp[0]);
     if (pid < 0 || child_errno) {
-        close(st[0]);
-        close(rp[1]);
+        close_pair(st);
+        close_pair(rp);
         if (pid < 0) return -saved;
         waitpid(pid, NULL, 0);              /* the child has exited with 127 */
         close(pidfd);
@@ -236,11 +229,13 @@ static int start_limited(const char *path, char *const argv[], char *const envp[
     fds[0] = st[0];
     fds[1] = rp[1];
     fds[2] = pidfd;
+    fds[3] = st[1];
+    fds[4] = rp[0];
     return pid;
 }
 
 int rq_start(const char *path, char *const argv[], char *const envp[],
-             const char *cwd, int out, int parent, int fds[3])
+             const char *cwd, int out, int parent, int fds[5])
 {
     return start_limited(path, argv, envp, cwd, out, parent, fds, -1);
 }
@@ -249,7 +244,7 @@ int rq_start(const char *path, char *const argv[], char *const envp[],
  * where no systemd scope holds it); a limit that cannot be set fails the
  * start with its errno. */
 int rq_start_as(const char *path, char *const argv[], char *const envp[],
-                const char *cwd, int out, int parent, int fds[3], long long as_limit)
+                const char *cwd, int out, int parent, int fds[5], long long as_limit)
 {
     return start_limited(path, argv, envp, cwd, out, parent, fds, as_limit);
 }

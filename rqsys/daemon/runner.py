@@ -29,6 +29,7 @@ from rqsys.daemon.runlimits import Run, RunLimits, explain
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.events import EventLog
+from rqsys.fdclose import close_fds
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.retry import retried
@@ -52,6 +53,7 @@ class Runner:
         self.env = RunEnvironment(ctx)
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
         self._pid = os.getpid()  # the spawn helper checks its child's parent against it
+        self._closing: list[int] = []  # fds a turn's starts leave to close together
         self.children = Children(selector, self._on_lines, self._on_exit)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
         self.limits = RunLimits(ctx, outbound.background, log)
@@ -92,11 +94,15 @@ class Runner:
         except SpawnError as exc:
             self._set_script_error(str(exc))
             return
-        while self.can_start():
-            picked = self.ledger.start_next(now)
-            if picked is None:
-                return
-            self._start(path, argv, *picked)
+        try:
+            while self.can_start():
+                picked = self.ledger.start_next(now)
+                if picked is None:
+                    return
+                self._start(path, argv, *picked)
+        finally:  # the started scripts' ends of their pipes, their output's: in pairs
+            close_fds(self._closing)
+            self._closing.clear()
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
         blank = self.ledger.take_blank_status(msg_id)
@@ -114,14 +120,15 @@ class Runner:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
             handed = None if limits else self.handoff.start(path, run, job, out)
             child = handed or spawn(words, program, self.env.strings().array(run), job, out,
-                                   self._pid, self.limits.as_limit(limits) if limits else -1)
+                                   self._pid, self.limits.as_limit(limits) if limits else -1,
+                                   self._closing)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
             return
         finally:
             if out is not None:
-                os.close(out)
+                self._closing.append(out)  # the child has its copy (or none will run)
         worker = Worker(msg_id, msg, child)
         worker.on_disk = "" if blank else None
         self.ledger.coalesce(msg_id, msg, self.ctx.url(msg_id))
