@@ -10,7 +10,9 @@ Beside rqsys, in the same run and on the same script:
 
 For rqsys it also prints the daemon's own CPU per message (utime + stime of
 every thread from ``/proc``, a figure steady even when wall-clock rates
-wobble), how much of each message's wall time the loop thread was busy, and,
+wobble), how much of each message's wall time the loop thread spent on the
+CPU, blocked in the spawn helper (its vfork waits for the script's exec)
+and idle (the daemon's own sums: ``stats``' ``loop``), and,
 when strace is installed, the daemon's system calls per message (every
 thread, not the scripts; under strace each script's SIGCHLD, which the
 kernel otherwise discards, interrupts a sleeping thread's futex wait, so
@@ -25,6 +27,7 @@ unjournalled root: see docs/BENCHMARKS.md for the ``chattr +D`` cost).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -169,6 +172,7 @@ def rqsys_drain(daemon: Daemon, layout: Layout, name: str, n: int,
         for _ in range(n):
             client.call("create", msg={})
         index0 = _index_settled(pid)  # the creates' rows are not the drain's cost
+        clock0 = _loop_clock(client)
         tracer = _strace(pid, strace_out) if strace_out else None
         cpu0, loop0 = cpu_seconds(pid), cpu_seconds(pid, pid)
         started = time.perf_counter()
@@ -177,12 +181,21 @@ def rqsys_drain(daemon: Daemon, layout: Layout, name: str, n: int,
             time.sleep(0.05)
         elapsed = time.perf_counter() - started
         cpu, loop = cpu_seconds(pid) - cpu0, cpu_seconds(pid, pid) - loop0
+        clock = {k: v - clock0[k] for k, v in _loop_clock(client).items()}
         index = _index_settled(pid) - index0
     if tracer is not None:
         tracer.terminate()
         tracer.wait(30)
     return {"rate": n / elapsed, "cpu_us": cpu / n * 1e6, "loop_busy_us": loop / n * 1e6,
-            "wall_us": elapsed / n * 1e6, "index_us": index / n * 1e6}
+            "wall_us": elapsed / n * 1e6, "index_us": index / n * 1e6,
+            "idle_us": clock["idle_s"] / n * 1e6, "spawn_us": clock["spawn_s"] / n * 1e6}
+
+
+def _loop_clock(client: QueueClient) -> dict[str, float]:
+    """The loop's idle and spawn-blocked seconds so far (rqsys.daemon.loopclock;
+    NaN from a daemon without them: wave 1, in ``make bench-ab``)."""
+    got = client.call("stats").get("loop") or {}
+    return {k: float(got.get(k, math.nan)) for k in ("idle_s", "spawn_s")}
 
 
 def _index_settled(pid: int) -> float:
@@ -379,7 +392,8 @@ def _report_slots(slots: int, base: float, spooler: float | None, got: dict[str,
     report(f"rqsys daemon CPU per message, {slots} workers",
            f"{cpu:8.0f} us (target <= 150 us)", "PASS" if cpu <= 150 else "MISS")
     report(f"rqsys loop busy per message, {slots} workers",
-           f"{got['loop_busy_us']:8.0f} us (of {got['wall_us']:.0f} us wall a message)")
+           f"{got['loop_busy_us']:8.0f} us CPU, {got['spawn_us']:.0f} us blocked in the spawn"
+           f" helper, {got['idle_us']:.0f} us idle (of {got['wall_us']:.0f} us wall)")
     if calls is None:
         report(f"rqsys daemon syscalls per message, {slots} workers",
                "     n/a (apt-get install strace)")

@@ -25,6 +25,7 @@ from rqsys.daemon import observe, ops, schema
 from rqsys.daemon.after import After
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
+from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.observe import Observer
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runner import Runner
@@ -77,11 +78,13 @@ class QueueDaemon:
         self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log)
         self.intake.after = self.after = After(self.ctx, self.store, self.ledger, self.log,
                                                self.selector, self.background)
-        self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log)
+        self.clock = LoopClock()
+        self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log,
+                                 self.clock)
         self.runner = Runner(self.ctx, self.store, self.ledger, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
-                                                   self.log))
+                                                   self.log), self.clock)
         self.pool = member_for(self)  # None unless the queue config names a pool
         self.intake.pool = self.pool
         self.server = self._server(extra_ops or {})
@@ -147,7 +150,10 @@ class QueueDaemon:
 
     def _turn(self) -> bool:
         """One turn of the loop; False when the daemon should stop."""
-        events = self.selector.select(self._timeout())
+        timeout = self._timeout()
+        began = time.perf_counter()
+        events = self.selector.select(timeout)
+        self.clock.idle_s += time.perf_counter() - began
         files = self.ctx.files
         if len(events) > 1 and files is not None and files.watching:  # admin files' news first
             events.sort(key=lambda event: event[0].fd != files.fd)

@@ -17,6 +17,7 @@ from typing import Any
 
 from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.schema import MSG_ID, request
 from rqsys.daemon.searchops import SCHEMAS as SEARCH_SCHEMAS
 from rqsys.daemon.searchops import SearchOps
@@ -48,8 +49,9 @@ class Observer:
     """The daemon's timelines and statistics, fed by its EventLog."""
 
     def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
-                 background: Background, log: EventLog) -> None:
+                 background: Background, log: EventLog, clock: LoopClock) -> None:
         self.ctx, self.ledger, self.store = ctx, ledger, store
+        self.clock = clock
         self.watchers: dict[str, list[Push]] = {}  # msg id -> its watch connections
         self.stats = QueueStats()
         self.file = StatsFile(store.qdir, self.stats, background)
@@ -156,7 +158,8 @@ class Observer:
                 "counts": self.ledger.counts(), "admin": self.ctx.refresh_admin(),
                 "num_workers": self.ctx.config["num_workers"],
                 "oldest_queued_s": self._oldest_queued(),
-                "fsync_s": self.file.fsync_s, **self.stats.report(),
+                "fsync_s": self.file.fsync_s, "loop": self.clock.report(),
+                **self.stats.report(),
                 "series": series(self.stats)}
 
     def _oldest_queued(self) -> float | None:

@@ -23,6 +23,7 @@ from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
 from rqsys.daemon.handoff import HANDED, HandOff
 from rqsys.daemon.intake import Intake, copy_fields
+from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runenv import RunEnvironment
 from rqsys.daemon.runlimits import Run, RunLimits, explain
@@ -43,9 +44,10 @@ class Runner:
 
     def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
                  selector: selectors.BaseSelector, output: ScriptOutput, log: EventLog,
-                 intake: Intake, outbound: Outbound) -> None:
+                 intake: Intake, outbound: Outbound, clock: LoopClock) -> None:
         self.ctx, self.store, self.ledger, self.selector = ctx, store, ledger, selector
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
+        self.clock = clock  # the spawn helper's share of the loop's time
         self.workers: dict[str, Worker] = {}
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
@@ -119,9 +121,11 @@ class Runner:
         try:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
             handed = None if limits else self.handoff.start(path, run, job, out)
+            began = time.perf_counter()
             child = handed or spawn(words, program, self.env.strings().array(run), job, out,
                                    self._pid, self.limits.as_limit(limits) if limits else -1,
                                    self._closing)
+            self.clock.spawn_s += time.perf_counter() - began
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)

@@ -183,4 +183,23 @@ def _health(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         uptime.add_metric([name], got["uptime_s"])
         if got.get("fsync_s") is not None:
             fsync.add_metric([name], got["fsync_s"])
-    yield from (starts, uptime, fsync)
+    yield from (starts, uptime, fsync, *_loop(answers))
+
+
+LOOP = {"idle_s": ("rqsys_queue_loop_idle_seconds",
+                   "seconds the daemon's event loop waited for events, since it started"),
+        "spawn_s": ("rqsys_queue_loop_spawn_seconds",
+                    "seconds the event loop was blocked starting scripts (until each exec)"),
+        "cpu_s": ("rqsys_queue_loop_cpu_seconds",
+                  "CPU seconds of the event loop's thread, since the daemon started")}
+
+
+def _loop(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """The loop's time (``rqsys.daemon.loopclock``): counters since the
+    daemon started, so a restart resets them, as process_cpu_seconds_total."""
+    for key, (metric, text) in LOOP.items():
+        family = CounterMetricFamily(metric, text, labels=["queue"])
+        for name, got in answers.items():
+            if key in got.get("loop", {}):  # an older daemon has none
+                family.add_metric([name], got["loop"][key])
+        yield family

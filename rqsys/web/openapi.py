@@ -107,7 +107,12 @@ STATS = {"type": "object", "required": ["totals", "hist", "windows", "days", "co
              "days": {"type": "object", "additionalProperties": {"type": "object"}},
              "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
              "starts": {"type": "integer"},
-             "oldest_queued_s": {"type": ["number", "null"]}}}
+             "oldest_queued_s": {"type": ["number", "null"]},
+             "loop": {"type": "object", "description": "the event loop's seconds since the "
+                      "daemon started: waiting for events, blocked starting scripts, its "
+                      "thread's CPU", "properties": {
+                          "idle_s": {"type": "number"}, "spawn_s": {"type": "number"},
+                          "cpu_s": {"type": "number"}}}}}
 WHEN = {"type": ["number", "null"], "description": "epoch seconds"}
 TIMER = {"type": "object", "required": ["name", "file"], "properties": {
     "name": {"type": "string"}, "file": {"type": "string"},

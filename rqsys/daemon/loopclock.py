@@ -1,0 +1,28 @@
+"""Where a queue daemon's event loop spends its time.
+
+Three sums since the daemon started: waiting for events (``idle_s``, in
+the selector), blocked in the spawn helper until a started script has
+exec'd (``spawn_s``: the helper's vfork makes the loop wait for the
+child), and the loop thread's CPU time (``cpu_s``).  The rest of the
+loop's wall time is other waits (the disk under a rename, the CPU it was
+ready for but not given).  An operator reads the first as the loop's
+headroom: a loop seldom idle is the queue's ceiling, whatever its
+``num_workers`` (``rqsys_queue_loop_*_seconds_total``, docs/OBSERVING.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class LoopClock:
+    """The loop's idle and spawn-blocked seconds, added as they pass."""
+
+    def __init__(self) -> None:
+        self.idle_s = 0.0
+        self.spawn_s = 0.0
+
+    def report(self) -> dict[str, float]:
+        """The three sums (called on the loop's thread: its CPU time)."""
+        return {"idle_s": round(self.idle_s, 6), "spawn_s": round(self.spawn_s, 6),
+                "cpu_s": round(time.thread_time(), 6)}
