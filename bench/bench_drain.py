@@ -12,7 +12,9 @@ For rqsys it also prints the daemon's own CPU per message (utime + stime of
 every thread from ``/proc``, a figure steady even when wall-clock rates
 wobble), how much of each message's wall time the loop thread spent on the
 CPU, blocked in the spawn helper (its vfork waits for the script's exec)
-and idle (the daemon's own sums: ``stats``' ``loop``), and,
+and idle (the daemon's own sums: ``stats``' ``loop``; the first two overlap,
+and the idle holds the slack of the last 50 ms poll, as the wall does: up
+to 60 us a message), and,
 when strace is installed, the daemon's system calls per message (every
 thread, not the scripts; under strace each script's SIGCHLD, which the
 kernel otherwise discards, interrupts a sleeping thread's futex wait, so

@@ -158,10 +158,9 @@ class SearchIndex:
         first = self.todo.get()
         if first is None:
             return None
-        batch, waited = list(first), 0.0
-        while len(batch) < BATCH and waited < GATHER_BUSY:
+        batch, until = list(first), time.monotonic() + GATHER_BUSY
+        while len(batch) < BATCH and time.monotonic() < until:
             time.sleep(GATHER)
-            waited += GATHER
             if not self._gather(batch):
                 break  # nothing came meanwhile (the burst is over), or closing
         return batch

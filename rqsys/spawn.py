@@ -190,6 +190,7 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | objec
     from rqsys._native._rqspawn import ffi, lib
 
     fds = ffi.new("int[5]")
+    fds[3] = fds[4] = -1  # a helper built before it returned them: EBADF, not fd 0 closed
     args = (os.fsencode(path), _argv(ffi, argv), _envp(ffi, env), os.fsencode(cwd),
             -1 if out_fd is None else out_fd, os.getpid() if parent is None else parent, fds)
     pid = lib.rq_start(*args) if as_limit < 0 else lib.rq_start_as(*args, as_limit)

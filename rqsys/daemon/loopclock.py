@@ -1,11 +1,12 @@
 """Where a queue daemon's event loop spends its time.
 
 Three sums since the daemon started: waiting for events (``idle_s``, in
-the selector), blocked in the spawn helper until a started script has
-exec'd (``spawn_s``: the helper's vfork makes the loop wait for the
-child), and the loop thread's CPU time (``cpu_s``).  The rest of the
-loop's wall time is other waits (the disk under a rename, the CPU it was
-ready for but not given).  An operator reads the first as the loop's
+the selector), inside the spawn helper (``spawn_s``: mostly blocked until
+the started script has exec'd, as the helper's vfork makes the loop wait
+for the child, and the helper's own system calls), and the loop thread's
+CPU time (``cpu_s``).  The last two overlap (the helper's calls are loop
+CPU); what none of them holds is other waits (the disk under a rename, a
+CPU the loop was ready for but not given).  An operator reads the first as the loop's
 headroom: a loop seldom idle is the queue's ceiling, whatever its
 ``num_workers`` (``rqsys_queue_loop_*_seconds_total``, docs/OBSERVING.md).
 """

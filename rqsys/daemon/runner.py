@@ -34,9 +34,11 @@ from rqsys.fdclose import close_fds
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.retry import retried
-from rqsys.spawn import ScriptPath, script_argv, spawn
+from rqsys.spawn import Child, ScriptPath, script_argv, spawn
 from rqsys.store import QueueStore
 from rqsys.worker import Outcome, Worker
+
+CLOSE_BATCH = 48  # fds a turn's starts leave open at most (a full turn must not run out)
 
 
 class Runner:
@@ -102,9 +104,16 @@ class Runner:
                 if picked is None:
                     return
                 self._start(path, argv, *picked)
-        finally:  # the started scripts' ends of their pipes, their output's: in pairs
-            close_fds(self._closing)
-            self._closing.clear()
+                if len(self._closing) >= CLOSE_BATCH:
+                    self._close_started()
+        finally:
+            self._close_started()
+
+    def _close_started(self) -> None:
+        """Close what a batch of starts left: the scripts' ends of their pipes
+        and their output's fds (in pairs of neighbours: fewer calls)."""
+        fds, self._closing = self._closing, []
+        close_fds(fds)
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
         blank = self.ledger.take_blank_status(msg_id)
@@ -121,11 +130,7 @@ class Runner:
         try:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
             handed = None if limits else self.handoff.start(path, run, job, out)
-            began = time.perf_counter()
-            child = handed or spawn(words, program, self.env.strings().array(run), job, out,
-                                   self._pid, self.limits.as_limit(limits) if limits else -1,
-                                   self._closing)
-            self.clock.spawn_s += time.perf_counter() - began
+            child = handed or self._spawn(words, program, run, job, out, limits)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
@@ -148,6 +153,18 @@ class Runner:
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"], RQ_STATE="run", RQ_PID=child.pid,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
+
+    def _spawn(self, words: list[str], program: str, run: dict[str, str], job: str,
+               out: int | None, limits: dict[str, Any] | None) -> Child:
+        """Start the script; its time in the spawn helper (a failed start's
+        too) is added to the loop's spawn seconds."""
+        env = self.env.strings().array(run)
+        as_limit = self.limits.as_limit(limits) if limits else -1
+        began = time.perf_counter()
+        try:
+            return spawn(words, program, env, job, out, self._pid, as_limit, self._closing)
+        finally:
+            self.clock.spawn_s += time.perf_counter() - began
 
     def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],
                      argv: list[str]) -> None:

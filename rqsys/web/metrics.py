@@ -5,7 +5,8 @@ Each scrape asks every queue's daemon for its ``stats`` (O(1) there, but
 for the oldest queued message's age: O(que)) and renders them with a
 collector of its own; nothing is kept in the web process.  The totals are
 the daemon's, which keeps them across restarts (``rqsys.statsfile``), so a
-counter does not go backwards when a daemon or the web restarts.
+counter does not go backwards when a daemon or the web restarts, but for
+the event loop's seconds, which count since the daemon started.
 """
 
 from __future__ import annotations
