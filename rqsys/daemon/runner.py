@@ -27,18 +27,16 @@ from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runenv import RunEnvironment
 from rqsys.daemon.runlimits import Run, RunLimits, explain
+from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.events import EventLog
-from rqsys.fdclose import close_fds
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.retry import retried
-from rqsys.spawn import Child, ScriptPath, script_argv, spawn
+from rqsys.spawn import ScriptPath, script_argv
 from rqsys.store import QueueStore
 from rqsys.worker import Outcome, Worker
-
-CLOSE_BATCH = 48  # fds a turn's starts leave open at most (a full turn must not run out)
 
 
 class Runner:
@@ -49,15 +47,13 @@ class Runner:
                  intake: Intake, outbound: Outbound, clock: LoopClock) -> None:
         self.ctx, self.store, self.ledger, self.selector = ctx, store, ledger, selector
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
-        self.clock = clock  # the spawn helper's share of the loop's time
+        self.starts = Starts(clock)  # the spawn helper, timed; its leftover fds batched
         self.workers: dict[str, Worker] = {}
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
         self._script = ScriptPath()
         self.env = RunEnvironment(ctx)
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
-        self._pid = os.getpid()  # the spawn helper checks its child's parent against it
-        self._closing: list[int] = []  # fds a turn's starts leave to close together
         self.children = Children(selector, self._on_lines, self._on_exit)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
         self.limits = RunLimits(ctx, outbound.background, log)
@@ -104,16 +100,8 @@ class Runner:
                 if picked is None:
                     return
                 self._start(path, argv, *picked)
-                if len(self._closing) >= CLOSE_BATCH:
-                    self._close_started()
         finally:
-            self._close_started()
-
-    def _close_started(self) -> None:
-        """Close what a batch of starts left: the scripts' ends of their pipes
-        and their output's fds (in pairs of neighbours: fewer calls)."""
-        fds, self._closing = self._closing, []
-        close_fds(fds)
+            self.starts.close()
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
         blank = self.ledger.take_blank_status(msg_id)
@@ -130,14 +118,16 @@ class Runner:
         try:
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
             handed = None if limits else self.handoff.start(path, run, job, out)
-            child = handed or self._spawn(words, program, run, job, out, limits)
+            child = handed or self.starts.spawn(
+                words, program, self.env.strings().array(run), job, out,
+                self.limits.as_limit(limits) if limits else -1)
         except SpawnError as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
             return
         finally:
             if out is not None:
-                self._closing.append(out)  # the child has its copy (or none will run)
+                self.starts.leave(out)  # the child has its copy (or none will run)
         worker = Worker(msg_id, msg, child)
         worker.on_disk = "" if blank else None
         self.ledger.coalesce(msg_id, msg, self.ctx.url(msg_id))
@@ -153,18 +143,6 @@ class Runner:
         self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"], RQ_STATE="run", RQ_PID=child.pid,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
-
-    def _spawn(self, words: list[str], program: str, run: dict[str, str], job: str,
-               out: int | None, limits: dict[str, Any] | None) -> Child:
-        """Start the script; its time in the spawn helper (a failed start's
-        too) is added to the loop's spawn seconds."""
-        env = self.env.strings().array(run)
-        as_limit = self.limits.as_limit(limits) if limits else -1
-        began = time.perf_counter()
-        try:
-            return spawn(words, program, env, job, out, self._pid, as_limit, self._closing)
-        finally:
-            self.clock.spawn_s += time.perf_counter() - began
 
     def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],
                      argv: list[str]) -> None:
