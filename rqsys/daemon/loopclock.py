@@ -6,9 +6,10 @@ the started script has exec'd, as the helper's vfork makes the loop wait
 for the child, and the helper's own system calls), and the loop thread's
 CPU time (``cpu_s``).  The last two overlap (the helper's calls are loop
 CPU); what none of them holds is other waits (the disk under a rename, a
-CPU the loop was ready for but not given).  An operator reads the first as the loop's
-headroom: a loop seldom idle is the queue's ceiling, whatever its
-``num_workers`` (``rqsys_queue_loop_*_seconds_total``, docs/OBSERVING.md).
+CPU the loop was ready for but not given).  An operator reads the first
+as the loop's headroom: a loop seldom idle is the queue's ceiling,
+whatever its ``num_workers`` (``rqsys_queue_loop_*_seconds_total``,
+docs/OBSERVING.md).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 
 class LoopClock:
-    """The loop's idle and spawn-blocked seconds, added as they pass."""
+    """The loop's idle seconds and its seconds in the spawn helper, added as they pass."""
 
     def __init__(self) -> None:
         self.idle_s = 0.0
