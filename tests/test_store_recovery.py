@@ -115,13 +115,15 @@ def test_recovery_counts_the_run_a_crash_cut_short(store):
 
 def test_que_snapshot_is_used_only_when_it_matches_que_and_is_taken_once(store):
     # Given a clean stop that saved the two queued messages
-    ids = [store.create({"dest": "q", "param1": str(n)}) for n in range(2)]
+    ids = [store.create({"dest": "a-longer-queue", "param1": str(n)}) for n in range(2)]
     store.save_que_snapshot({i: store.read_msg("que", i) for i in ids})
     # When the next start takes it
     msgs = store.take_que_snapshot()
     # Then it holds exactly que/, and it is gone: a later start reads que/ itself
     assert msgs is not None and sorted(msgs) == sorted(ids)
     assert msgs[ids[1]]["param1"] == "1"
+    # and the messages share one string of their queue's name, as read from que/
+    assert msgs[ids[0]]["dest"] is msgs[ids[1]]["dest"]
     assert not (store.qdir / "que.snapshot").exists()
     assert store.take_que_snapshot() is None
 

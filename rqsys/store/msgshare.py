@@ -31,10 +31,15 @@ def parse(whole: bytes) -> Any:
 
 def shared(msg_id: str, msg: dict[str, Any]) -> dict[str, Any]:
     """``msg`` with its field names, ``dest`` and ``msg_id`` one shared string each."""
-    out = {_intern(key): value for key, value in msg.items()}
-    dest = out.get("dest")
+    return shared_values(msg_id, {_intern(key): value for key, value in msg.items()})
+
+
+def shared_values(msg_id: str, msg: dict[str, Any]) -> dict[str, Any]:
+    """``msg`` itself, its ``dest`` and ``msg_id`` made one shared string each
+    (for messages whose field names are shared already: a snapshot's)."""
+    dest = msg.get("dest")
     if type(dest) is str and len(dest) <= 64:  # a queue's name: many messages share it
-        out["dest"] = _intern(dest)
-    if out.get("msg_id") == msg_id:
-        out["msg_id"] = msg_id  # the directory's name, which the daemon keeps anyway
-    return out
+        msg["dest"] = _intern(dest)
+    if msg.get("msg_id") == msg_id:
+        msg["msg_id"] = msg_id  # the directory's name, which the daemon keeps anyway
+    return msg

@@ -98,7 +98,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rqsys.errors import RQError, StoreError
-from rqsys.store import dirsync, durable
+from rqsys.store import dirsync, durable, msgshare
 from rqsys.store.layout import (
     MSG_ID_RE,
     QUE_SNAPSHOT,
@@ -271,10 +271,12 @@ def _parse_snapshot(data: bytes) -> dict[str, dict[str, Any]] | None:
     """The snapshot's lines as one JSON array: one parse in C instead of one
     call a message (about half the start after a clean stop), and the keys
     of all the messages' fields are one string each (the parser memoizes
-    them within a call).  Anything but [id, object] rows is None."""
+    them within a call), their ``dest`` and ``msg_id`` too (``msgshare``).
+    Anything but [id, object] rows is None."""
     try:
         rows = json.loads(b"[" + b",".join(data.splitlines()) + b"]")
-        msgs = {i: m for i, m in rows if type(i) is str and type(m) is dict}
+        msgs = {i: msgshare.shared_values(i, m) for i, m in rows
+                if type(i) is str and type(m) is dict}
     except (ValueError, TypeError):
         return None
     return msgs if len(msgs) == len(rows) else None
