@@ -55,11 +55,6 @@ class Child:
         self.closed.update(fds)
         return fds
 
-    def close(self) -> None:
-        """Close our fds; neighbours in one close_range (the reply pipe's end
-        and the pidfd usually are: the helper makes them one after the other)."""
-        close_fds(self.release())
-
     def signal_group(self, sig: int) -> None:
         """Signal the script's whole process group (it leads its session)."""
         try:

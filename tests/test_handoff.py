@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from rqsys.daemon.handoff import LOST, HandedChild, HandOff
+from rqsys.fdclose import close_fds
 from rqsys.web import msgpage
 
 
@@ -42,7 +43,7 @@ def dropped_run(handoff: HandOff, worker: socket.socket, job: Path, msg_id: str)
     conn, _ = worker.accept()
     conn.close()
     assert child.wait()[1] == LOST and child.lost
-    child.close()
+    close_fds(child.release())
 
 
 def test_a_dropped_run_is_remembered_only_while_its_message_is_here(worker, tmp_path):

@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from rqsys.errors import SpawnError
+from rqsys.fdclose import close_fds
 from rqsys.spawn import describe_exit, script_argv, spawn
 
 
@@ -35,7 +36,7 @@ def test_child_gets_env_cwd_and_new_session(tmp_path):
     _pid, status = os.waitpid(child.pid, 0)
     os.set_blocking(child.status_r, True)
     assert os.read(child.status_r, 100) == b"done\n"
-    child.close()
+    close_fds(child.release())
     assert status == 0
     assert (tmp_path / "log").read_text() == f"from-env {tmp_path}\n"
 
@@ -68,7 +69,7 @@ def test_child_makes_a_missing_job_dir_and_opens_stdio_log_there(tmp_path):
                   {}, job, None)
     _pid, status = os.waitpid(child.pid, 0)
     assert os.read(child.status_r, 100) == b"done\n"
-    child.close()
+    close_fds(child.release())
     assert status == 0
     assert (job / "stdio.log").read_text() == "out\nerr\n"
 
@@ -90,7 +91,7 @@ def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
                       "/bin/sh", {}, tmp_path, None)
         _pid, status = os.waitpid(child.pid, 0)
         seen = os.read(child.status_r, 65536).decode()
-        child.close()
+        close_fds(child.release())
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
@@ -105,8 +106,6 @@ def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
 
 
 def test_the_scripts_pipe_ends_are_closed_here_or_left_to_the_caller(tmp_path):
-    from rqsys.fdclose import close_fds
-
     before = set(os.listdir("/proc/self/fd"))
     argv = ["/bin/sh", "-c", "echo done >&3"]
     # Given a start that closes the script's ends itself: its status pipe
@@ -115,7 +114,7 @@ def test_the_scripts_pipe_ends_are_closed_here_or_left_to_the_caller(tmp_path):
     os.waitpid(child.pid, 0)
     os.set_blocking(child.status_r, True)
     assert os.read(child.status_r, 100) == b"done\n" and os.read(child.status_r, 100) == b""
-    child.close()
+    close_fds(child.release())
     # When a start leaves them to the caller (a batch of starts closes them together)
     closing: list[int] = []
     child = spawn(argv, "/bin/sh", {}, tmp_path, None, closing=closing)
@@ -127,6 +126,6 @@ def test_the_scripts_pipe_ends_are_closed_here_or_left_to_the_caller(tmp_path):
         os.read(child.status_r, 100)
     close_fds(closing)
     assert os.read(child.status_r, 100) == b""
-    child.close()
+    close_fds(child.release())
     # and nothing is left open either way
     assert set(os.listdir("/proc/self/fd")) == before

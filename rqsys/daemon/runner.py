@@ -137,11 +137,10 @@ class Runner:
             self._arm_timeout(worker, left)
         if limits:
             self._limit(worker, limits)
-        if handed is not None:  # no process of its own: no pid to tell
-            _log_handed(self.log, msg_id, msg)
-            return
-        self.log.event("started", f"pid {child.pid}, count {msg['count']}", msg_id,
-                       RQ_COUNT=msg["count"], RQ_STATE="run", RQ_PID=child.pid,
+        who, field = ((f"handed to the {HANDED}", {"RQ_HANDED": HANDED}) if handed is not None
+                      else (f"pid {child.pid}", {"RQ_PID": child.pid}))  # a hand-over: no pid
+        self.log.event("started", f"{who}, count {msg['count']}", msg_id,
+                       RQ_COUNT=msg["count"], RQ_STATE="run", **field,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
 
     def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],
@@ -256,7 +255,8 @@ class Runner:
 
     # ------------------------------------------------------------ exits
     def _on_exit(self, worker: Worker, wait_status: int) -> None:
-        """The script has ended and was reaped (its group signalled, its fds closed)."""
+        """The script has ended and was reaped (its group signalled; its fds are
+        closed with the rest of its batch, ``children``)."""
         del self.workers[worker.msg_id]
         self.log.record("exit", worker.msg_id, **timeline.exit_fields(
             wait_status, worker.rusage, time.time() - worker.started))
@@ -343,9 +343,3 @@ def _time_used(worker: Worker | None) -> float:
         return 0.0
     return float(worker.msg.get(USED) or 0) + time.time() - worker.started
 
-
-def _log_handed(log: EventLog, msg_id: str, msg: Msg) -> None:
-    """A relay run handed to the relay worker has started (no pid: none of its own)."""
-    log.event("started", f"handed to the {HANDED}, count {msg['count']}", msg_id,
-              RQ_COUNT=msg["count"], RQ_STATE="run", RQ_HANDED=HANDED,
-              RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
