@@ -108,13 +108,13 @@ def load_checked(name: str, path: Path, memo_dir: Path | None = None) -> dict[st
     be written is only a slower next start."""
     raw = _read(path)
     data = _parse(raw, path)
-    memo = None if memo_dir is None else memo_dir / f".valid-{name}"
-    digest = _digest(name, raw)
-    if memo is not None and _recalled(memo) == digest and isinstance(data, dict):
+    if memo_dir is None:
+        return validate(name, data, str(path))
+    memo, digest = memo_dir / f".valid-{name}", _digest(name, raw)
+    if _recalled(memo) == digest and isinstance(data, dict):
         return dict(data)
     checked = validate(name, data, str(path))
-    if memo is not None:
-        _remember(memo, digest)
+    _remember(memo, digest)
     return checked
 
 
