@@ -13,6 +13,8 @@ queue never loads it.
 * ``link``     the NATS side: connect, stream, consumer, KV bucket, publish, fetch, acks
 * ``member``   the daemon side: joining, create, lookups, figures, stopping
 * ``worker``   pulling for free workers, materialising, in-progress acks, ack/nak
+* ``acks``     an end recorded in the bucket, then acked, tried again until NATS answers
+* ``redelivery`` whether a redelivery runs: looked up first (another host may have ended it)
 * ``files``    attachments in the pool's object store: put, fetched and checked, removed
 * ``unique``   unique keys held in the pool's KV bucket: claimed at create, let go at the end
 * ``report``   ``rq pools`` (asks the queue daemons; imports nothing of NATS)

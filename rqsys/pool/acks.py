@@ -1,13 +1,19 @@
-"""The ends of a host's pool messages, acked once this host's store has them
-on disk: an end is kept with the store's flush count when it was seen, and
-acked at the first turn after the store has flushed since; a failed ack is
-tried again while ``ack_wait`` lasts.  Once acked, the message's attachments
-are dropped from the pool's object store (no host needs them any more).
+"""The ends of a host's pool messages, recorded in the pool and acked once
+this host's store has them on disk: an end is kept with the store's flush
+count when it was seen, and sent at the first turn after the store has
+flushed since.  Sending an end puts its record in the pool's bucket, then
+acks the delivery, in that order: a host that gets the message again finds
+the end there (``rqsys.pool.redelivery``).  A failed send is tried again
+every RETRY until NATS answers, however long that takes: a stream leader's
+election can outlast ``ack_wait``, and an end that gave up would run again
+elsewhere.  Once acked, the message's attachments are dropped from the
+pool's object store (no host needs them any more).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from rqsys.events import EventLog
@@ -15,24 +21,35 @@ from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import PoolFiles
 from rqsys.pool.link import Link, NatsMsg
 
-RETRY = 1.0  # seconds before a failed fetch or ack is tried again (NATS away: no busy loop)
-SOON = 0.05  # seconds: an ack that waits for the store's next flush is looked at again
-Ended = tuple[int, str, NatsMsg]  # flush count at the end (or minus the tries), id, delivery
+RETRY = 1.0  # seconds before a failed fetch, lookup or end is tried again (no busy loop)
+SOON = 0.05  # seconds: an end that waits for the store's next flush is looked at again
+
+
+@dataclass
+class End:
+    """An ended held message, until the pool has its record and its ack."""
+
+    msg_id: str
+    delivery: NatsMsg
+    record: dict[str, Any] | None  # its state in the pool's bucket (None: nothing to say)
+    flushes: int  # the store's flush count when it ended
+    tries: int = 0  # sends that failed
 
 
 class Acks:
-    """Acks the ends of held messages once they are flushed, and drops their files."""
+    """Records and acks the ends of held messages once flushed, and drops their files."""
 
     def __init__(self, store: Any, link: Link, bridge: Bridge, files: PoolFiles,
                  log: EventLog) -> None:
         self.store, self.link, self.bridge, self.files, self.log = store, link, bridge, files, log
-        self.ended: list[Ended] = []
+        self.ended: list[End] = []
         self.dropping: dict[str, list[str]] = {}  # objects to remove once the end is acked
-        self.ack_at = 0.0  # a failed ack is tried again from then
+        self.ack_at = 0.0  # a failed send is tried again from then
 
-    def add(self, msg_id: str, delivery: NatsMsg, specs: list[dict[str, Any]]) -> None:
-        """An end the store has recorded (acked once it is flushed too)."""
-        self.ended.append((self.store.dirty.flushes, msg_id, delivery))
+    def add(self, msg_id: str, delivery: NatsMsg, specs: list[dict[str, Any]],
+            record: dict[str, Any] | None) -> None:
+        """An end the store has recorded (sent once it is flushed too)."""
+        self.ended.append(End(msg_id, delivery, record, self.store.dirty.flushes))
         if specs:
             self.dropping[msg_id] = [s["name"] for s in specs]
 
@@ -41,40 +58,44 @@ class Acks:
         return max(SOON, self.ack_at - now) if self.ended else None
 
     def turn(self) -> None:
-        """Ack the ends the store has flushed to disk since they were recorded."""
+        """Send the ends the store has flushed to disk since they were recorded."""
         if time.monotonic() < self.ack_at:
             return
         flushes, clean = self.store.dirty.flushes, self.store.dirty.due() is None
         keep = []
-        for entry in self.ended:
-            if clean or entry[0] < flushes:
-                self.bridge.submit(self.link.ack(entry[2]), self._acked(entry))
+        for end in self.ended:
+            if clean or end.tries or end.flushes < flushes:
+                self.bridge.submit(self._send(end), self._sent(end))
             else:
-                keep.append(entry)
+                keep.append(end)
         self.ended = keep
 
-    def _acked(self, entry: Ended) -> Any:
+    async def _send(self, end: End) -> None:
+        if end.record is not None:
+            await self.link.record(end.msg_id, end.record)
+        await self.link.ack(end.delivery)
+
+    def _sent(self, end: End) -> Any:
         def then(_result: Any, error: BaseException | None) -> None:
             if error is None:
-                names = self.dropping.pop(entry[1], None)
+                if end.tries:
+                    self.log.event("pool", f"end recorded and acked after {end.tries + 1} "
+                                   "tries", end.msg_id)
+                names = self.dropping.pop(end.msg_id, None)
                 if names:  # acked: no host needs its attachments any more
-                    self.bridge.submit(self.files.drop(entry[1], names))
+                    self.bridge.submit(self.files.drop(end.msg_id, names))
                 return
-            # Tried again while ack_wait lasts: until then no other host runs it;
-            # after, JetStream has given it out again (a duplicate, or acked unrun here).
-            tries = -min(entry[0], 0) + 1  # the first field counts tries, negated, once failed
-            text = f"pool: ack not confirmed ({why(error)})"
-            if tries * RETRY > self.link.s.ack_wait:
-                self.log.event("err", f"{text}; given up: it will be delivered again", entry[1])
-                return
-            self.log.event("err", f"{text}; trying again in {RETRY:g}s", entry[1])
-            self.ended.append((-tries, entry[1], entry[2]))
+            if not end.tries:  # once: an outage would log a line a second per end
+                self.log.event("err", f"pool: end not recorded and acked ({why(error)}); "
+                               f"tried again every {RETRY:g}s until NATS answers", end.msg_id)
+            end.tries += 1
+            self.ended.append(end)
             self.ack_at = time.monotonic() + RETRY
         return then
 
     async def final(self) -> None:
-        """On the bridge, at stop (the store is flushed): ack every end."""
-        for _flushes, msg_id, delivery in self.ended:
-            await self.link.ack(delivery)
-            if msg_id in self.dropping:
-                await self.files.drop(msg_id, self.dropping.pop(msg_id))
+        """On the bridge, at stop (the store is flushed): send every end."""
+        for end in self.ended:
+            await self._send(end)
+            if end.msg_id in self.dropping:
+                await self.files.drop(end.msg_id, self.dropping.pop(end.msg_id))

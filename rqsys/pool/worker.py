@@ -8,7 +8,8 @@ A message pulled here is *held* (its NATS delivery kept for the ack) from
 the fetch until its end is acked or it is handed back.  What the local
 store does with it is the daemon's usual business (``transitions``); this
 class only watches which held messages are no longer queued or running, and
-hands their ends to ``rqsys.pool.acks``.
+hands their ends to ``rqsys.pool.acks``; a redelivery waits for
+``rqsys.pool.redelivery`` to say whether it runs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import BadAttachment, PoolFiles, specs_of
 from rqsys.pool.handback import HandBack
 from rqsys.pool.link import Link, NatsMsg
+from rqsys.pool.redelivery import Redeliveries
 from rqsys.store import Staged
 from rqsys.store.layout import ENDED_STATES, TMP_DIR, check_msg_id
 
@@ -49,6 +51,8 @@ class PoolWorker:
         self.fetch_at = 0.0  # a failed fetch is retried from then
         self.files = PoolFiles(link)
         self.acks = Acks(self.store, link, bridge, self.files, self.log)
+        self.redeliveries = Redeliveries(link, bridge, self.log, self._run_redelivery,
+                                         self._skip_redelivery)
         self.hand_back = HandBack(daemon, bridge, self.files)  # at start, before any pull
         self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
         self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
@@ -58,6 +62,7 @@ class PoolWorker:
         self._settle()
         self.acks.turn()
         now = time.monotonic()
+        self.redeliveries.turn(now)
         self._extend(now)
         self._tell_load(now)
         self._pull()
@@ -75,8 +80,9 @@ class PoolWorker:
         waits = [self.progress_at - now] if self.held else []
         told, at = self.load
         waits.append(at + (1.0 if len(self.held) != told else self.link.s.ack_wait / 3) - now)
-        if (acks := self.acks.wait(now)) is not None:
-            waits.append(acks)
+        for wait in (self.acks.wait(now), self.redeliveries.wait(now)):
+            if wait is not None:
+                waits.append(wait)
         if not self.fetching and self.fetch_at > now:
             waits.append(self.fetch_at - now)
         return min(waits) if waits else None
@@ -132,25 +138,21 @@ class PoolWorker:
         if int(delivery.metadata.num_delivered) > 1:  # ended elsewhere, its ack lost?
             self.held[msg_id] = delivery
             self.placing.add(msg_id)  # a worker is kept for it meanwhile
-            self.bridge.submit(self.link.lookup(msg_id), self._looked_up(msg_id, msg))
+            self.redeliveries.add(msg_id, msg)
             return
         self._materialise(msg_id, msg, delivery, specs_of(delivery.headers))
 
-    def _looked_up(self, msg_id: str, msg: dict[str, Any]) -> Any:
-        """A redelivery runs unless the pool's record says another host ended it
-        (that host's ack was lost: running it again would be a duplicate)."""
-        def then(record: Any, error: BaseException | None) -> None:
-            self.placing.discard(msg_id)
-            delivery = self.held.pop(msg_id)
-            ended = (record or {}).get("state") in ENDED_STATES and error is None
-            if ended:
-                self.log.event("pool", f"delivered again after it ended on "
-                               f"{record.get('host')} ({record['state']}): acked, "
-                               "not run again", msg_id)
-                self.bridge.submit(self.link.ack(delivery))
-                return
-            self._materialise(msg_id, msg, delivery, specs_of(delivery.headers))
-        return then
+    def _run_redelivery(self, msg_id: str, msg: dict[str, Any]) -> None:
+        self.placing.discard(msg_id)
+        delivery = self.held.pop(msg_id)  # the newest, if it came again meanwhile
+        self._materialise(msg_id, msg, delivery, specs_of(delivery.headers))
+
+    def _skip_redelivery(self, msg_id: str, record: dict[str, Any]) -> None:
+        """Another host ended it and lost its ack: running it again would be a duplicate."""
+        self.placing.discard(msg_id)
+        self.log.event("pool", f"delivered again after it ended on {record.get('host')} "
+                       f"({record['state']}): acked, not run again", msg_id)
+        self.bridge.submit(self.link.ack(self.held.pop(msg_id)))
 
     def _local_state(self, msg_id: str) -> str:
         try:
@@ -244,14 +246,15 @@ class PoolWorker:
         if state == "que":  # a resend: back to the pool with its delay, for any host
             self._resend(msg_id, delivery)
             return
-        self.acks.add(msg_id, delivery, specs)
-        if state:
-            status, msg = self.store.read_status(state, msg_id), self.store.read_msg(state, msg_id)
-            self._record(msg_id, msg, state, status, specs)
-            key = unique.kv_key(msg)
-            if key is not None:  # its unique key is free, or held unique_for more seconds
-                self.bridge.submit(unique.release(self.link.kv, key, msg_id, float(
-                    msg.get("unique_for") or 0)), self._recorded(msg_id, "unique key not let go"))
+        if not state:
+            self.acks.add(msg_id, delivery, specs, None)
+            return
+        status, msg = self.store.read_status(state, msg_id), self.store.read_msg(state, msg_id)
+        self.acks.add(msg_id, delivery, specs, self._record_of(msg_id, msg, state, status, specs))
+        key = unique.kv_key(msg)
+        if key is not None:  # its unique key is free, or held unique_for more seconds
+            self.bridge.submit(unique.release(self.link.kv, key, msg_id, float(
+                msg.get("unique_for") or 0)), self._recorded(msg_id, "unique key not let go"))
 
     def _resend(self, msg_id: str, delivery: NatsMsg) -> None:
         msg = self.store.read_msg("que", msg_id)
@@ -273,12 +276,16 @@ class PoolWorker:
         if due:
             self.bridge.submit(self.link.progress([self.held[i] for i in due]))
 
-    def _record(self, msg_id: str, msg: dict[str, Any], state: str, status: str,
-                specs: list[dict[str, Any]] | None = None) -> None:
-        record = {"state": state, "host": self.ctx.sysconfig["host"], "status": status,
-                  "count": msg.get("count", 0), "url": self.ctx.url(msg_id), "msg": msg,
-                  "attachments": {s["name"]: s for s in specs or self.attached.get(msg_id, [])}}
+    def _record(self, msg_id: str, msg: dict[str, Any], state: str, status: str) -> None:
+        record = self._record_of(msg_id, msg, state, status, self.attached.get(msg_id, []))
         self.bridge.submit(self.link.record(msg_id, record), self._recorded(msg_id))
+
+    def _record_of(self, msg_id: str, msg: dict[str, Any], state: str, status: str,
+                   specs: list[dict[str, Any]]) -> dict[str, Any]:
+        """The message's entry in the pool's bucket (what lookups from every host show)."""
+        return {"state": state, "host": self.ctx.sysconfig["host"], "status": status,
+                "count": msg.get("count", 0), "url": self.ctx.url(msg_id), "msg": msg,
+                "attachments": {s["name"]: s for s in specs}}
 
     def _recorded(self, msg_id: str, what: str = "state not recorded") -> Any:
         def then(_result: Any, error: BaseException | None) -> None:

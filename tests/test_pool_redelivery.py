@@ -1,0 +1,142 @@
+"""Unit tests of the pool's ends and redeliveries around NATS: an end is
+recorded, then acked, and tried again past ``ack_wait`` until NATS answers;
+a redelivery runs only once the pool's bucket has said nobody ended it.
+A fake link stands in for nats-py (the real one is in test_pool_e2e, where
+a stream leader's host is killed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from rqsys.pool.acks import RETRY, Acks
+from rqsys.pool.redelivery import DEFER, Redeliveries
+
+
+class NoAnswer(Exception):
+    """What nats-py raises while no stream leader answers (its text)."""
+
+
+class Bridge:
+    """Runs each coroutine at once and calls back (the real one: on its thread)."""
+
+    def submit(self, coro: Coroutine[Any, Any, Any], then: Any = None) -> None:
+        try:
+            result, error = asyncio.run(coro), None
+        except NoAnswer as exc:
+            result, error = None, exc
+        if then is not None:
+            then(result, error)
+
+
+class Link:
+    """Answers lookups from ``records`` (an exception: no answer); logs calls."""
+
+    def __init__(self, *records: Any, down: int = 0) -> None:
+        self.records, self.down = list(records), down
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def lookup(self, msg_id: str) -> Any:
+        self.calls.append(("lookup", msg_id))
+        got = self.records.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    async def record(self, msg_id: str, record: dict[str, Any]) -> None:
+        self._answer(("record", msg_id, record["state"]))
+
+    async def ack(self, delivery: str) -> None:
+        self._answer(("ack", delivery))
+
+    def _answer(self, call: tuple[Any, ...]) -> None:
+        self.calls.append(call)
+        if self.down:
+            self.down -= 1
+            raise NoAnswer("nats: no responders available for request")
+
+
+class Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, str]] = []
+
+    def event(self, kind: str, text: str, msg_id: str = "") -> None:
+        self.lines.append((kind, text, msg_id))
+
+
+def redeliveries(link: Link) -> tuple[Redeliveries, list[tuple[str, str]]]:
+    decided: list[tuple[str, str]] = []
+    return Redeliveries(link, Bridge(), Log(),  # type: ignore[arg-type]
+                        lambda i, _m: decided.append(("run", i)),
+                        lambda i, r: decided.append(("skip", r["host"]))), decided
+
+
+def test_a_redelivery_another_host_ended_is_not_run() -> None:
+    red, decided = redeliveries(Link({"state": "done", "host": "c"}))
+    red.add("m1", {"msg_id": "m1"})
+    assert decided == [("skip", "c")] and red.wait(time.monotonic()) is None
+
+
+def test_a_redelivery_nobody_recorded_runs_at_once() -> None:
+    red, decided = redeliveries(Link(None))
+    red.add("m1", {"msg_id": "m1"})
+    assert decided == [("run", "m1")]
+
+
+@pytest.mark.parametrize(("later", "then"), [
+    ({"state": "done", "host": "c"}, ("skip", "c")),  # c ended it while NATS was away
+    ({"state": "run", "host": "c"}, ("run", "m1")),  # c is gone: it runs here, DEFER later
+])
+def test_a_redelivery_another_host_took_is_looked_up_again_after_defer(
+        later: dict[str, str], then: tuple[str, str]) -> None:
+    link = Link({"state": "run", "host": "c"}, later)
+    red, decided = redeliveries(link)
+    red.add("m1", {"msg_id": "m1"})
+    now = time.monotonic()
+    assert decided == [] and DEFER - 0.5 < (red.wait(now) or 0) <= DEFER
+    red.turn(now + DEFER - 0.5)  # not yet
+    assert decided == [] and len(link.calls) == 1
+    red.turn(now + DEFER + 0.01)
+    assert decided == [then] and red.wait(now) is None
+
+
+def test_a_redelivery_never_runs_without_an_answer() -> None:
+    link = Link(*[NoAnswer("nats: no response from stream")] * 5, None)
+    red, decided = redeliveries(link)
+    red.add("m1", {"msg_id": "m1"})
+    for _second in range(5):  # NATS away for five seconds: asked each second
+        assert decided == [] and (red.wait(time.monotonic()) or 0) <= RETRY
+        red.turn(time.monotonic() + RETRY)
+    assert decided == [("run", "m1")] and len(link.calls) == 6
+
+
+class Store:
+    class dirty:  # noqa: N801 - the store's attribute of that name
+        flushes = 1
+
+        @staticmethod
+        def due() -> None:
+            return None
+
+
+def test_an_end_is_recorded_then_acked_and_tried_until_nats_answers() -> None:
+    # Given NATS not answering for longer than ack_wait (ten tries, ack_wait 4 s)
+    link, log = Link(down=10), Log()
+    acks = Acks(Store(), link, Bridge(), None, log)  # type: ignore[arg-type]
+    acks.add("m1", "delivery-1", [], {"state": "done", "host": "a"})  # type: ignore[arg-type]
+    # When the turns go on, a second apart
+    for _second in range(11):
+        acks.turn()
+        acks.ack_at = 0.0  # a second has passed
+    # Then the record goes before the ack every time, until both are confirmed
+    assert link.calls[-2:] == [("record", "m1", "done"), ("ack", "delivery-1")]
+    assert all(c[0] == "record" for c in link.calls[:-1])  # a failed record: no ack yet
+    assert acks.ended == [] and acks.wait(time.monotonic()) is None
+    # And the failure is logged once, the late success once
+    assert [k for k, _t, _i in log.lines] == ["err", "pool"]
+    assert "until NATS answers" in log.lines[0][1]
+    assert log.lines[1][1] == "end recorded and acked after 11 tries"
