@@ -22,6 +22,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from rqsys.errors import SpawnError
+
 JOURNAL_SOCKET = "/run/systemd/journal/socket"
 MAX_LINE = 8192  # bytes of one journal entry's MESSAGE
 READ_SIZE = 65536
@@ -135,17 +137,25 @@ class ScriptOutput:
         if self.journal is None:
             return None
         try:
-            return self.open(f"{job}/stdio.log", msg_id, count)
-        except FileNotFoundError:
-            os.mkdir(job)  # no spare brought it, and the script has not started to make it
-            return self.open(f"{job}/stdio.log", msg_id, count)
+            try:
+                return self.open(f"{job}/stdio.log", msg_id, count)
+            except FileNotFoundError:
+                os.mkdir(job)  # no spare brought it, and the script has not started to make it
+                return self.open(f"{job}/stdio.log", msg_id, count)
+        except OSError as exc:  # out of fds, or of disk: this start fails, not the daemon
+            raise SpawnError(f"cannot open the script's output {job}/stdio.log: "
+                             f"{exc.strerror or exc}") from exc
 
     def open(self, log_path: Path | str, msg_id: str, count: int) -> int:
         """The fd to give the script as stdout/stderr (the caller closes it)."""
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         if self.journal is None:
             return log_fd
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        try:
+            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        except OSError:
+            os.close(log_fd)
+            raise
         os.set_blocking(read_fd, False)
         fields = {"RQ_QUEUE": self.queue, "RQ_MSG_ID": msg_id, "RQ_COUNT": str(count),
                   "SYSLOG_IDENTIFIER": f"rq-{self.queue}"}

@@ -8,6 +8,7 @@ journald is in test_systemd.py.
 from __future__ import annotations
 
 import os
+import resource
 import selectors
 import socket
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rqsys.errors import ConfigError
+from rqsys.errors import ConfigError, SpawnError
 from rqsys.output import MAX_LINE, JournalSender, ScriptOutput, journal_fields, split_lines
 from rqsys.systemd import default_idle_timeout
 
@@ -159,3 +160,30 @@ def test_a_run_without_a_job_dir_gets_one_under_journald(tmp_path: Path,
     assert (job / "stdio.log").read_bytes() == b"hello\n"
     # And without journald the script's start opens it (nothing to give it)
     assert ScriptOutput("q1", sel, journal=False).stdout_fd(str(job), "m2", 0) is None
+
+
+@pytest.mark.parametrize("spare", [1, 0])  # the log opens and the pipe does not; or neither
+def test_out_of_fds_is_a_failed_start_not_a_crash(tmp_path: Path, journald: socket.socket,
+                                                  spare: int) -> None:
+    # Given a daemon under journald with its fds used up (a real EMFILE)
+    sel = selectors.DefaultSelector()
+    output = ScriptOutput("q1", sel, journal=True)
+    assert output.journal is not None
+    output.journal.path = journald.getsockname()
+    job = tmp_path / "job"
+    job.mkdir()
+    lowest = os.open(os.devnull, os.O_RDONLY)
+    os.close(lowest)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest + spare, hard))
+    try:
+        # When a script's output is opened, the start fails with the reason
+        with pytest.raises(SpawnError, match="cannot open the script's output .*stdio.log: "
+                                             "Too many open files"):
+            output.stdout_fd(str(job), "m1", 0)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    # And nothing is left open (the log's fd is closed when its pipe fails)
+    probe = os.open(os.devnull, os.O_RDONLY)
+    os.close(probe)
+    assert probe == lowest and not output.pumps

@@ -112,10 +112,11 @@ class Runner:
             self._conclude(msg_id, msg, Outcome("err", text, kind="timeout"), None)
             return
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
-        out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
         run = self.env.of_run(msg_id, msg, argv[-1], job)
         limits = self.limits.for_message(msg)
+        out = None
         try:
+            out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
             handed = None if limits else self.handoff.start(path, run, job, out)
             child = handed or self.starts.spawn(
