@@ -157,10 +157,15 @@ class ScriptOutput:
             os.close(log_fd)
             raise
         os.set_blocking(read_fd, False)
+        try:
+            self.selector.register(read_fd, selectors.EVENT_READ, self._readable)
+        except OSError:  # no epoll room (max_user_watches)
+            for fd in (read_fd, write_fd, log_fd):
+                os.close(fd)
+            raise
         fields = {"RQ_QUEUE": self.queue, "RQ_MSG_ID": msg_id, "RQ_COUNT": str(count),
                   "SYSLOG_IDENTIFIER": f"rq-{self.queue}"}
         self.pumps[read_fd] = Pump(read_fd, log_fd, self.journal, fields)
-        self.selector.register(read_fd, selectors.EVENT_READ, self._readable)
         return write_fd
 
     def _readable(self, key: Any, _mask: int) -> None:

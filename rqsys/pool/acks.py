@@ -3,26 +3,30 @@ this host's store has them on disk: an end is kept with the store's flush
 count when it was seen, and sent at the first turn after the store has
 flushed since.  Sending an end puts its record in the pool's bucket, then
 acks the delivery, in that order: a host that gets the message again finds
-the end there (``rqsys.pool.redelivery``).  A failed send is tried again
-every RETRY until NATS answers, however long that takes: a stream leader's
-election can outlast ``ack_wait``, and an end that gave up would run again
-elsewhere.  Once acked, the message's attachments are dropped from the
-pool's object store (no host needs them any more).
+the end there (``rqsys.pool.redelivery``); a unique key the message held
+is let go between the two.  A failed send is tried again every RETRY until
+NATS answers, however long that takes: a stream leader's election can
+outlast ``ack_wait``, and an end that gave up would run again elsewhere (or
+hold its unique key for ever).  Once acked, the message's attachments are
+dropped from the pool's object store (no host needs them any more).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from rqsys.events import EventLog
+from rqsys.pool import unique
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import PoolFiles
 from rqsys.pool.link import Link, NatsMsg
 
 RETRY = 1.0  # seconds before a failed fetch, lookup or end is tried again (no busy loop)
 SOON = 0.05  # seconds: an end that waits for the store's next flush is looked at again
+SEND_TIMEOUT = 1.0  # seconds a record or an ack waits for its answer (nats-py's KV: 5)
 
 
 @dataclass
@@ -33,6 +37,7 @@ class End:
     delivery: NatsMsg
     record: dict[str, Any] | None  # its state in the pool's bucket (None: nothing to say)
     flushes: int  # the store's flush count when it ended
+    key: tuple[str, float] | None = None  # its unique key, and how long it is held after
     tries: int = 0  # sends that failed
 
 
@@ -43,13 +48,14 @@ class Acks:
                  log: EventLog) -> None:
         self.store, self.link, self.bridge, self.files, self.log = store, link, bridge, files, log
         self.ended: list[End] = []
+        self.sending: dict[str, End] = {}  # ends handed to the bridge, not yet answered
         self.dropping: dict[str, list[str]] = {}  # objects to remove once the end is acked
         self.ack_at = 0.0  # a failed send is tried again from then
 
     def add(self, msg_id: str, delivery: NatsMsg, specs: list[dict[str, Any]],
-            record: dict[str, Any] | None) -> None:
+            record: dict[str, Any] | None, key: tuple[str, float] | None = None) -> None:
         """An end the store has recorded (sent once it is flushed too)."""
-        self.ended.append(End(msg_id, delivery, record, self.store.dirty.flushes))
+        self.ended.append(End(msg_id, delivery, record, self.store.dirty.flushes, key))
         if specs:
             self.dropping[msg_id] = [s["name"] for s in specs]
 
@@ -65,6 +71,7 @@ class Acks:
         keep = []
         for end in self.ended:
             if clean or end.tries or end.flushes < flushes:
+                self.sending[end.msg_id] = end
                 self.bridge.submit(self._send(end), self._sent(end))
             else:
                 keep.append(end)
@@ -72,11 +79,15 @@ class Acks:
 
     async def _send(self, end: End) -> None:
         if end.record is not None:
-            await self.link.record(end.msg_id, end.record)
-        await self.link.ack(end.delivery)
+            await asyncio.wait_for(self.link.record(end.msg_id, end.record), SEND_TIMEOUT)
+        if end.key is not None:
+            await asyncio.wait_for(unique.release(self.link.kv, end.key[0], end.msg_id,
+                                                  end.key[1]), SEND_TIMEOUT)
+        await self.link.ack(end.delivery, SEND_TIMEOUT)
 
     def _sent(self, end: End) -> Any:
         def then(_result: Any, error: BaseException | None) -> None:
+            self.sending.pop(end.msg_id, None)
             if error is None:
                 if end.tries:
                     self.log.event("pool", f"end recorded and acked after {end.tries + 1} "
@@ -94,8 +105,15 @@ class Acks:
         return then
 
     async def final(self) -> None:
-        """On the bridge, at stop (the store is flushed): send every end."""
-        for end in self.ended:
-            await self._send(end)
-            if end.msg_id in self.dropping:
+        """On the bridge, at stop (the store is flushed): send every end at once,
+        those under way too (a second send is harmless); one that fails is
+        named, and the others still go."""
+        ends = [*self.ended, *self.sending.values()]
+        results = await asyncio.gather(*(self._send(end) for end in ends),
+                                       return_exceptions=True)
+        for end, error in zip(ends, results, strict=True):
+            if isinstance(error, BaseException):
+                self.log.event("err", f"pool: end not recorded and acked at stop "
+                               f"({why(error)}): it will run again on some host", end.msg_id)
+            elif end.msg_id in self.dropping:
                 await self.files.drop(end.msg_id, self.dropping.pop(end.msg_id))

@@ -218,8 +218,10 @@ class Link:
         return loads
 
     @staticmethod
-    async def ack(msg: NatsMsg) -> None:
-        await msg.ack_sync()
+    async def ack(msg: NatsMsg, timeout: float = 1.0) -> None:
+        """Ack, answered (a delivery acked already: nothing to do)."""
+        if not msg.is_acked:
+            await msg.ack_sync(timeout=timeout)
 
     @staticmethod
     async def nak(msg: NatsMsg, delay: float) -> None:

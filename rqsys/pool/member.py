@@ -69,6 +69,7 @@ class PoolMember:
 
     def close(self) -> None:
         """At stop, after the store's last flush: ack what ended, hand the rest back."""
+        self.worker.settle_ends()
         try:
             self.bridge.call(self.worker.final(), STOP_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - NATS redelivers after ack_wait anyway

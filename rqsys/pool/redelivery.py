@@ -6,12 +6,16 @@ extended like any held message's), and this module decides:
 
 * the record says it ended (``done``, ``err``) on some host: it is acked
   here, not run again;
-* the record says a host took it (``run``): it is looked up once more after
-  DEFER.  That host may be alive and have ended it while NATS did not
-  answer (a stream leader's election can outlast ``ack_wait``); it records
-  the end, then acks, trying again every RETRY (``rqsys.pool.acks``), so
-  DEFER gives it the time to say so.  A host that is gone costs its
-  messages DEFER more;
+* the record says another host took this delivery or a later one (its
+  ``count``): that host has it now; this delivery is let go, neither run
+  nor acked (a lookup that failed for longer than ``ack_wait`` lets
+  JetStream give the message out again meanwhile);
+* the record says a host took an earlier delivery (``run``): it is looked
+  up once more after DEFER.  That host may be alive and have ended it
+  while NATS did not answer (a stream leader's election can outlast
+  ``ack_wait``); it records the end, then acks, trying again every RETRY
+  (``rqsys.pool.acks``), so DEFER gives it the time to say so.  A host
+  that is gone costs its messages DEFER more;
 * the lookup failed (NATS not answering): looked up again after RETRY.  A
   redelivery never runs without knowing whether it has ended;
 * otherwise (no record, or queued again): it runs.
@@ -21,58 +25,85 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rqsys.events import EventLog
-from rqsys.pool.acks import RETRY
+from rqsys.pool.acks import RETRY, SEND_TIMEOUT
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.link import Link
 from rqsys.store.layout import ENDED_STATES
 
-DEFER = 2 * RETRY  # seconds: a host that ended it during an outage says so within RETRY
+# seconds: a host that ended it while NATS was away has recorded the end by
+# then: its try under way when NATS came back times out, it waits RETRY, and
+# tries again (the record, then the ack)
+DEFER = SEND_TIMEOUT + 2 * RETRY
 
-Run = Callable[[str, dict[str, Any]], None]  # run(msg_id, msg)
-Skip = Callable[[str, dict[str, Any]], None]  # skip(msg_id, record that says it ended)
+Decided = Callable[[str, dict[str, Any]], None]  # (msg_id, msg or the record)
+
+
+@dataclass
+class Waiting:
+    """A redelivery held until its record is known."""
+
+    msg: dict[str, Any]
+    count: int  # deliveries before this one (its RQ_COUNT)
+    at: float = 0.0  # looked up again from then
+    deferred: bool = False  # looked up once more after DEFER already
+    failed: bool = False  # a lookup failed (logged once)
 
 
 class Redeliveries:
-    """Looks up held redeliveries in the pool's bucket, then runs or skips each."""
+    """Looks up held redeliveries in the pool's bucket; runs, skips or lets go of each."""
 
-    def __init__(self, link: Link, bridge: Bridge, log: EventLog, run: Run, skip: Skip) -> None:
-        self.link, self.bridge, self.log, self.run, self.skip = link, bridge, log, run, skip
-        self.later: dict[str, tuple[float, dict[str, Any], bool]] = {}  # id: (at, msg, deferred)
+    def __init__(self, link: Link, bridge: Bridge, log: EventLog, run: Decided, skip: Decided,
+                 let_go: Callable[[str], None]) -> None:
+        self.link, self.bridge, self.log = link, bridge, log
+        self.run, self.skip, self.let_go = run, skip, let_go
+        self.later: dict[str, Waiting] = {}
 
-    def add(self, msg_id: str, msg: dict[str, Any]) -> None:
+    def add(self, msg_id: str, msg: dict[str, Any], count: int) -> None:
         """A redelivery the worker holds: decided once its record is known."""
-        self._look(msg_id, msg, deferred=False)
+        self._look(msg_id, Waiting(msg, count))
 
     def turn(self, now: float) -> None:
         """Look up again the redeliveries whose time has come."""
-        for msg_id, (at, msg, deferred) in list(self.later.items()):
-            if at <= now:
+        for msg_id, waiting in list(self.later.items()):
+            if waiting.at <= now:
                 del self.later[msg_id]
-                self._look(msg_id, msg, deferred)
+                self._look(msg_id, waiting)
 
     def wait(self, now: float) -> float | None:
         """Seconds until a redelivery is looked up again (None: none waits)."""
-        return max(0.0, min(at for at, _m, _d in self.later.values()) - now) if self.later \
-            else None
+        if not self.later:
+            return None
+        return max(0.0, min(w.at for w in self.later.values()) - now)
 
-    def _look(self, msg_id: str, msg: dict[str, Any], deferred: bool) -> None:
-        self.bridge.submit(self.link.lookup(msg_id), self._looked_up(msg_id, msg, deferred))
+    def _look(self, msg_id: str, waiting: Waiting) -> None:
+        self.bridge.submit(self.link.lookup(msg_id), self._looked_up(msg_id, waiting))
 
-    def _looked_up(self, msg_id: str, msg: dict[str, Any], deferred: bool) -> Any:
+    def _looked_up(self, msg_id: str, waiting: Waiting) -> Any:
         def then(record: Any, error: BaseException | None) -> None:
             if error is not None:
-                self.log.event("err", f"pool: redelivery not looked up ({why(error)}): "
-                               f"looked up again in {RETRY:g}s", msg_id)
-                self.later[msg_id] = (time.monotonic() + RETRY, msg, deferred)
+                if not waiting.failed:  # once: an outage would log a line a second
+                    self.log.event("err", f"pool: redelivery not looked up ({why(error)}): "
+                                   f"asked again every {RETRY:g}s", msg_id)
+                waiting.failed, waiting.at = True, time.monotonic() + RETRY
+                self.later[msg_id] = waiting
                 return
-            state = (record or {}).get("state")
-            if state in ENDED_STATES:
-                self.skip(msg_id, record)
-            elif state == "run" and not deferred:  # its host may yet say it ended
-                self.later[msg_id] = (time.monotonic() + DEFER, msg, True)
-            else:
-                self.run(msg_id, msg)
+            self._decide(msg_id, waiting, record or {})
         return then
+
+    def _decide(self, msg_id: str, waiting: Waiting, record: dict[str, Any]) -> None:
+        state = record.get("state")
+        if state in ENDED_STATES:
+            self.skip(msg_id, record)
+        elif state == "run" and int(record.get("count", -1)) >= waiting.count:
+            self.log.event("pool", f"delivered again while {record.get('host')} has a "
+                           "later delivery: let go here", msg_id)
+            self.let_go(msg_id)
+        elif state == "run" and not waiting.deferred:  # its host may yet say it ended
+            waiting.deferred, waiting.at = True, time.monotonic() + DEFER
+            self.later[msg_id] = waiting
+        else:
+            self.run(msg_id, waiting.msg)

@@ -52,7 +52,7 @@ class PoolWorker:
         self.files = PoolFiles(link)
         self.acks = Acks(self.store, link, bridge, self.files, self.log)
         self.redeliveries = Redeliveries(link, bridge, self.log, self._run_redelivery,
-                                         self._skip_redelivery)
+                                         self._skip_redelivery, self._let_go)
         self.hand_back = HandBack(daemon, bridge, self.files)  # at start, before any pull
         self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
         self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
@@ -138,7 +138,7 @@ class PoolWorker:
         if int(delivery.metadata.num_delivered) > 1:  # ended elsewhere, its ack lost?
             self.held[msg_id] = delivery
             self.placing.add(msg_id)  # a worker is kept for it meanwhile
-            self.redeliveries.add(msg_id, msg)
+            self.redeliveries.add(msg_id, msg, int(delivery.metadata.num_delivered) - 1)
             return
         self._materialise(msg_id, msg, delivery, specs_of(delivery.headers))
 
@@ -153,6 +153,11 @@ class PoolWorker:
         self.log.event("pool", f"delivered again after it ended on {record.get('host')} "
                        f"({record['state']}): acked, not run again", msg_id)
         self.bridge.submit(self.link.ack(self.held.pop(msg_id)))
+
+    def _let_go(self, msg_id: str) -> None:
+        """A delivery another host has a later one of: neither run, acked nor naked."""
+        self.placing.discard(msg_id)
+        self.held.pop(msg_id)
 
     def _local_state(self, msg_id: str) -> str:
         try:
@@ -231,6 +236,15 @@ class PoolWorker:
         return then
 
     # ------------------------------------------------------------ a message ends
+    def settle_ends(self) -> None:
+        """At stop: held messages that ended after the last turn (in the stop's
+        grace) go to the acks; the rest are handed back by ``final``."""
+        for msg_id in list(self.held):
+            if msg_id not in self.placing and msg_id not in self.ledger.running:
+                state = self._local_state(msg_id)
+                if state in ENDED_STATES:
+                    self._ended(msg_id, state)
+
     def _settle(self) -> None:
         """Held messages neither queued, placing nor running here have ended."""
         running, queued = self.ledger.running, self.ledger.schedule
@@ -250,11 +264,9 @@ class PoolWorker:
             self.acks.add(msg_id, delivery, specs, None)
             return
         status, msg = self.store.read_status(state, msg_id), self.store.read_msg(state, msg_id)
-        self.acks.add(msg_id, delivery, specs, self._record_of(msg_id, msg, state, status, specs))
-        key = unique.kv_key(msg)
-        if key is not None:  # its unique key is free, or held unique_for more seconds
-            self.bridge.submit(unique.release(self.link.kv, key, msg_id, float(
-                msg.get("unique_for") or 0)), self._recorded(msg_id, "unique key not let go"))
+        key = unique.kv_key(msg)  # free at the end, or held unique_for more seconds
+        self.acks.add(msg_id, delivery, specs, self._record_of(msg_id, msg, state, status, specs),
+                      None if key is None else (key, float(msg.get("unique_for") or 0)))
 
     def _resend(self, msg_id: str, delivery: NatsMsg) -> None:
         msg = self.store.read_msg("que", msg_id)
