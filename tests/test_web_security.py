@@ -184,3 +184,25 @@ def test_an_oversized_field_is_413_naming_field_and_limit(q, server, layout):
     assert status == 413 and verdict == "fail"
     assert "param1" in why and str(PARAM_MAX) in why, why
     assert tree_snapshot(layout.queue_dir("q")) == before
+
+
+def test_pages_are_never_framed_and_logs_never_sniffed(q, server):
+    # Given a message whose script printed what looks like a page
+    msg_id = q.call("create", msg={"param1": "p"})["msg_id"]
+    wait_for(lambda: server.get_json(f"/q/q/{msg_id}/state.json")[1] == ["done"], 20, "done")
+    # Then every HTML page refuses to be framed by another site (clickjacking:
+    # a click steered in a hidden frame is same-origin, csrf cannot see it)
+    for path in ("/", "/q/q", f"/q/q/{msg_id}", "/no/such/page"):
+        status, headers, _body = server.request("GET", path, headers={"Accept": "text/html"})
+        assert headers["Content-Type"].startswith("text/html"), (path, status)
+        assert headers["Content-Security-Policy"] == "frame-ancestors 'none'", path
+        assert headers["X-Frame-Options"] == "DENY", path
+        assert headers["X-Content-Type-Options"] == "nosniff", path
+    # And a job log is text, never sniffed into a page
+    status, headers, body = server.request("GET", f"/q/q/{msg_id}/log/stdio.log")
+    assert status == 200 and body == b"a line of output\n"
+    assert headers["Content-Type"].startswith("text/plain")
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    # And JSON answers carry none of it (an enqueue stays as light)
+    status, headers, _body = server.request("GET", "/q.json")
+    assert status == 200 and headers["X-Frame-Options"] is None

@@ -24,6 +24,7 @@ from rqsys.web import (
     answers,
     auth,
     csrf,
+    framing,
     listen,
     messages,
     metrics,
@@ -59,7 +60,7 @@ def create_app(layout: Layout, sysconfig: dict[str, Any],
                pool: ClientPool | None = None) -> falcon.App:
     web = Web(layout, sysconfig, pool or ClientPool(layout))
     middleware: list[Any] = [paths.HidePaths(layout), auth.BasicAuth(sysconfig.get("basic_auth")),
-                             csrf.SameOrigin()]
+                             csrf.SameOrigin(), framing.NoFraming()]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
     app.add_error_handler(RQError, answers.handle_rq_error)
