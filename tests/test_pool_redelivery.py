@@ -16,6 +16,7 @@ import pytest
 
 from rqsys.pool.acks import RETRY, Acks
 from rqsys.pool.redelivery import DEFER, Redeliveries
+from rqsys.pool.retry import Retrying
 
 
 class NoAnswer(Exception):
@@ -172,3 +173,14 @@ def test_at_stop_every_end_is_sent_and_one_failing_does_not_stop_the_others() ->
         ("ack", "delivery-1"), ("ack", "delivery-2"), ("ack", "delivery-3")}
     assert [(k, i) for k, _t, i in log.lines] == [("err", "m2")]
     assert "it will run again on some host" in log.lines[0][1]
+
+
+def test_a_key_let_go_is_tried_until_nats_answers() -> None:
+    link, log = Link(down={"record": 3}), Log()
+    retrying = Retrying(Bridge(), log)  # type: ignore[arg-type]
+    retrying.submit(lambda: link.record("m1", {"state": "single"}), "single key not let go", "m1")
+    for _second in range(3):  # NATS away for three seconds
+        assert (retrying.wait(time.monotonic()) or 0) > 0
+        retrying.turn(time.monotonic() + RETRY)
+    assert [c[0] for c in link.calls] == ["record"] * 4 and retrying.wait(0.0) is None
+    assert [(k, i) for k, _t, i in log.lines] == [("err", "m1")]  # once

@@ -29,6 +29,7 @@ from rqsys.pool.files import BadAttachment, PoolFiles, specs_of
 from rqsys.pool.handback import HandBack
 from rqsys.pool.link import Link, NatsMsg
 from rqsys.pool.redelivery import Redeliveries
+from rqsys.pool.retry import Retrying
 from rqsys.store import Staged
 from rqsys.store.layout import ENDED_STATES, TMP_DIR, check_msg_id
 
@@ -53,6 +54,7 @@ class PoolWorker:
         self.acks = Acks(self.store, link, bridge, self.files, self.log)
         self.redeliveries = Redeliveries(link, bridge, self.log, self._run_redelivery,
                                          self._skip_redelivery, self._let_go)
+        self.retrying = Retrying(bridge, self.log)  # single keys let go
         self.hand_back = HandBack(daemon, bridge, self.files)  # at start, before any pull
         self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
         self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
@@ -63,6 +65,7 @@ class PoolWorker:
         self.acks.turn()
         now = time.monotonic()
         self.redeliveries.turn(now)
+        self.retrying.turn(now)
         self._extend(now)
         self._tell_load(now)
         self._pull()
@@ -80,7 +83,7 @@ class PoolWorker:
         waits = [self.progress_at - now] if self.held else []
         told, at = self.load
         waits.append(at + (1.0 if len(self.held) != told else self.link.s.ack_wait / 3) - now)
-        for wait in (self.acks.wait(now), self.redeliveries.wait(now)):
+        for wait in (self.acks.wait(now), self.redeliveries.wait(now), self.retrying.wait(now)):
             if wait is not None:
                 waits.append(wait)
         if not self.fetching and self.fetch_at > now:
@@ -229,8 +232,8 @@ class PoolWorker:
                 self.bridge.submit(self.link.nak(self.held.pop(msg_id), 1.0))
                 return
             if single:  # taken: a new single message may be made
-                self.bridge.submit(unique.release(self.link.kv, single, msg_id, 0),
-                                   self._recorded(msg_id, "single not let go"))
+                self.retrying.submit(lambda: unique.release(self.link.kv, single, msg_id, 0),
+                                     "single key not let go", msg_id)
             if refused:  # before this turn starts anything
                 self.ledger.fail_queued(msg_id, refused, kind="attachment")
         return then
@@ -299,10 +302,10 @@ class PoolWorker:
                 "count": msg.get("count", 0), "url": self.ctx.url(msg_id), "msg": msg,
                 "attachments": {s["name"]: s for s in specs}}
 
-    def _recorded(self, msg_id: str, what: str = "state not recorded") -> Any:
+    def _recorded(self, msg_id: str) -> Any:
         def then(_result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                self.log.event("err", f"pool: {what}: {error}", msg_id)
+            if error is not None:  # not tried again: a late record would hide a newer one
+                self.log.event("err", f"pool: state not recorded: {error}", msg_id)
         return then
 
     # ------------------------------------------------------------ stop
