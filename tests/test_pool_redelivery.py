@@ -184,3 +184,28 @@ def test_a_key_let_go_is_tried_until_nats_answers() -> None:
         retrying.turn(time.monotonic() + RETRY)
     assert [c[0] for c in link.calls] == ["record"] * 4 and retrying.wait(0.0) is None
     assert [(k, i) for k, _t, i in log.lines] == [("err", "m1")]  # once
+
+
+def test_a_delivery_that_comes_again_while_undecided_is_judged_by_the_newest() -> None:
+    # Given delivery 2 held, its lookup not answered, and c's record of delivery 2
+    link = Link(NoAnswer("nats: timeout"), {"state": "run", "host": "c", "count": 1},
+                {"state": "done", "host": "c", "count": 1})
+    red, decided = redeliveries(link)
+    red.add("m1", {"msg_id": "m1"}, 1)
+    # When delivery 3 comes here meanwhile (the worker holds the newest)
+    red.newer("m1", 2)
+    red.turn(time.monotonic() + RETRY)
+    # Then c's take is an earlier delivery than the one held: not let go, but
+    # looked up again after DEFER, when c has recorded its end
+    assert decided == []
+    red.turn(time.monotonic() + DEFER)
+    assert decided == [("skip", "c")] and not red.undecided
+
+
+def test_at_stop_a_key_still_waiting_is_tried_once_more() -> None:
+    link, log = Link(down={"record": 1}), Log()
+    retrying = Retrying(Bridge(), log)  # type: ignore[arg-type]
+    retrying.submit(lambda: link.record("m1", {"state": "single"}), "single key not let go", "m1")
+    asyncio.run(retrying.final())
+    assert [c[0] for c in link.calls] == ["record"] * 2 and not retrying.waiting
+    assert [(k, i) for k, _t, i in log.lines] == [("err", "m1")]  # the first failure only

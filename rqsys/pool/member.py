@@ -69,11 +69,11 @@ class PoolMember:
 
     def close(self) -> None:
         """At stop, after the store's last flush: ack what ended, hand the rest back."""
-        self.worker.settle_ends()
         try:
+            self.worker.settle_ends()
             self.bridge.call(self.worker.final(), STOP_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - NATS redelivers after ack_wait anyway
-            self.log.event("err", f"pool {self.settings.pool}: not handed back: {exc}")
+            self.log.event("err", f"pool {self.settings.pool}: not handed back: {why(exc)}")
         self.bridge.close()
 
     # ------------------------------------------------------------ the loop

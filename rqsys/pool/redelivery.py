@@ -60,11 +60,18 @@ class Redeliveries:
                  let_go: Callable[[str], None]) -> None:
         self.link, self.bridge, self.log = link, bridge, log
         self.run, self.skip, self.let_go = run, skip, let_go
-        self.later: dict[str, Waiting] = {}
+        self.undecided: dict[str, Waiting] = {}  # being looked up, or waiting to be again
+        self.later: dict[str, Waiting] = {}  # waiting to be looked up again
 
     def add(self, msg_id: str, msg: dict[str, Any], count: int) -> None:
         """A redelivery the worker holds: decided once its record is known."""
-        self._look(msg_id, Waiting(msg, count))
+        waiting = self.undecided[msg_id] = Waiting(msg, count)
+        self._look(msg_id, waiting)
+
+    def newer(self, msg_id: str, count: int) -> None:
+        """The message came again while undecided: the newest delivery is held."""
+        if msg_id in self.undecided:
+            self.undecided[msg_id].count = count
 
     def turn(self, now: float) -> None:
         """Look up again the redeliveries whose time has come."""
@@ -95,15 +102,17 @@ class Redeliveries:
         return then
 
     def _decide(self, msg_id: str, waiting: Waiting, record: dict[str, Any]) -> None:
-        state = record.get("state")
+        state, taken = record.get("state"), int(record.get("count", -1))
+        if state == "run" and taken < waiting.count and not waiting.deferred:
+            waiting.deferred, waiting.at = True, time.monotonic() + DEFER  # it may yet end
+            self.later[msg_id] = waiting
+            return
+        del self.undecided[msg_id]
         if state in ENDED_STATES:
             self.skip(msg_id, record)
-        elif state == "run" and int(record.get("count", -1)) >= waiting.count:
+        elif state == "run" and taken >= waiting.count:
             self.log.event("pool", f"delivered again while {record.get('host')} has a "
                            "later delivery: let go here", msg_id)
             self.let_go(msg_id)
-        elif state == "run" and not waiting.deferred:  # its host may yet say it ended
-            waiting.deferred, waiting.at = True, time.monotonic() + DEFER
-            self.later[msg_id] = waiting
         else:
             self.run(msg_id, waiting.msg)

@@ -12,13 +12,14 @@ landing late would hide a newer state), and its end goes with its ack
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from rqsys.events import EventLog
-from rqsys.pool.acks import RETRY
+from rqsys.pool.acks import RETRY, SEND_TIMEOUT
 from rqsys.pool.bridge import Bridge, why
 
 
@@ -62,3 +63,13 @@ class Retrying:
             write.failed, write.at = True, time.monotonic() + RETRY
             self.waiting.append(write)
         self.bridge.submit(write.make(), then)
+
+    async def final(self) -> None:
+        """On the bridge, at stop: every write still waiting, tried once more."""
+        writes, self.waiting = self.waiting, []
+        results = await asyncio.gather(*(asyncio.wait_for(w.make(), SEND_TIMEOUT)
+                                         for w in writes), return_exceptions=True)
+        for write, error in zip(writes, results, strict=True):
+            if isinstance(error, BaseException):
+                self.log.event("err", f"pool: {write.what} at stop ({why(error)})",
+                               write.msg_id)

@@ -124,6 +124,7 @@ class PoolWorker:
         msg_id = check_msg_id(msg["msg_id"])
         if msg_id in self.held:  # redelivered while held: acks go to the newest delivery
             self.held[msg_id] = delivery
+            self.redeliveries.newer(msg_id, int(delivery.metadata.num_delivered) - 1)
             return
         delay = due_time(msg) - time.time()
         if delay > 1:
@@ -313,6 +314,7 @@ class PoolWorker:
         """On the bridge, at stop: ack every end (the store is flushed), nak the
         rest, and tell the pool this host has stopped (0 in flight)."""
         await self.acks.final()
+        await self.retrying.final()
         for delivery in self.held.values():
             await self.link.nak(delivery, 0)
         await self.link.record_load(0, stopped=True)
