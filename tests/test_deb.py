@@ -209,6 +209,10 @@ def test_a_scandir_queue_runs_messages_from_rq_and_curl(installed: Installed) ->
     # Then both end done
     wait_ended(installed, "echo", by_rq, "done")
     wait_ended(installed, "echo", answer[1].rsplit("/", 1)[1], "done")
+    # And its daemon may hold 128 runs' descriptors (beyond systemd's soft 1024)
+    pid = installed.box.show("rq@echo.service", "MainPID")
+    limits = installed.run("cat", f"/proc/{pid}/limits").stdout
+    assert re.search(r"Max open files\s+8192\s", limits), limits
 
 
 def test_the_relay_queue_relays_to_a_queue_by_url(installed: Installed) -> None:
