@@ -164,7 +164,9 @@ class Runner:
         self._set_script_error(str(exc))
 
     def _script_ready(self) -> bool:
-        """False while the script is missing or not executable (SCRIPTERROR)."""
+        """False while a SCRIPTERROR stands (the script missing or not executable, or
+        the last start failed for the queue, not the message): checked again
+        every SCRIPT_RECHECK seconds."""
         if not self.script_error:
             return True
         if time.monotonic() < self._script_check_at:
@@ -173,7 +175,7 @@ class Runner:
             script_argv(self.ctx.config["script"], self.ctx.config["exec_prefix"])
         except SpawnError as exc:
             return self._set_script_error(str(exc))
-        self.log.event("daemon", "script is executable again; SCRIPTERROR cleared")
+        self.log.event("daemon", "SCRIPTERROR cleared: starts go on")
         self.script_error = ""
         return True
 
