@@ -14,6 +14,7 @@ hands their ends to ``rqsys.pool.acks``; a redelivery waits for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from typing import Any
 from rqsys.errors import NotFound
 from rqsys.message import due_time
 from rqsys.pool import unique
-from rqsys.pool.acks import RETRY, Acks
+from rqsys.pool.acks import RETRY, SEND_TIMEOUT, Acks
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import BadAttachment, PoolFiles, specs_of
 from rqsys.pool.handback import HandBack
@@ -313,9 +314,8 @@ class PoolWorker:
     async def final(self) -> None:
         """On the bridge, at stop: ack every end (the store is flushed), nak the
         rest, and tell the pool this host has stopped (0 in flight)."""
-        await self.acks.final()
-        await self.retrying.final()
+        await asyncio.gather(self.acks.final(), self.retrying.final())  # each at most 3 s
         for delivery in self.held.values():
             await self.link.nak(delivery, 0)
-        await self.link.record_load(0, stopped=True)
+        await asyncio.wait_for(self.link.record_load(0, stopped=True), SEND_TIMEOUT)
         await self.link.close()
