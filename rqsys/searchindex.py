@@ -14,7 +14,11 @@ At each daemon start the thread first *reconciles* the index with the store
 gone, fixes states), so a missing, old or damaged file is rebuilt; the same
 happens after a prune (its event names no message).  Until then searches are
 answered from what the index has, marked ``partial``.  Nothing is fsynced:
-losing the last lines in a crash costs a reconcile, not a message.
+losing the last lines in a crash costs a reconcile, not a message.  At a
+stop the thread writes what is left and closes the file (SQLite folds its
+``-wal`` back in); a file removed by hand is made again from nothing, its
+``-wal`` and ``-shm`` removed first (SQLite would replay that old log into
+the new file, and the thread never came to the reconcile).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ FILE = "search.sqlite"
 BATCH = 2000  # events applied in one transaction
 GATHER = 0.05  # seconds a burst of events has to join one transaction
 GATHER_BUSY = 0.5  # at most this long while events keep coming (a busy queue)
+STOP_WAIT = 2.0  # seconds the daemon's stop waits for the thread's last batch
+LEFTOVERS = ("-wal", "-shm")  # SQLite's files beside the index
 PARAMS = ("param1", "param2", "param3", "param4", "src", "dest")
 STATE_OF = {"committed": "que", "retried": "que", "retry": "que", "resend": "que",
             "recovered": "que", "run_now": "que", "started": "run"}
@@ -73,15 +79,29 @@ Lookup = Callable[[str], "dict[str, Any] | None"]
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """A connection with the schema in place (made if missing)."""
+    """A connection with the schema in place (made if missing): the index's
+    own (searches use :func:`open_reader`)."""
+    db = open_reader(path)
+    db.executescript(SCHEMA)
+    return db
+
+
+def open_reader(path: Path) -> sqlite3.Connection:
+    """A connection to the index as it is (WAL: reading never waits on the thread)."""
     db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA busy_timeout=10000")
     # statement journals (every INSERT or UPDATE that fires the full-text
     # triggers) in memory: on disk they were a temp file in /var/tmp written
     # three times a create, more system calls than the rest of the index
     db.execute("PRAGMA temp_store=MEMORY")
-    db.executescript(SCHEMA)
     return db
+
+
+def drop_leftovers(path: Path) -> None:
+    """Without the index file, its ``-wal`` and ``-shm`` belong to nothing."""
+    if not path.exists():
+        for suffix in LEFTOVERS:
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def name_thread(name: bytes) -> None:
@@ -113,6 +133,8 @@ class SearchIndex:
         self.ready = threading.Event()  # the first reconcile has ended
         self.failed = 0  # events or rebuilds that raised (the index is a copy)
         self._thread: threading.Thread | None = None
+        drop_leftovers(self.path)  # at the daemon's start, before a search opens it
+        self._make_schema()  # so a search never makes the file (nor races the thread to)
 
     def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         """The sink: O(1), no disk."""
@@ -134,13 +156,27 @@ class SearchIndex:
             self._thread = threading.Thread(target=self._work, name="rq-search", daemon=True)
             self._thread.start()
 
+    def _make_schema(self) -> None:
+        try:
+            connect(self.path).close()
+        except (sqlite3.Error, OSError):
+            self.failed += 1  # the thread tries again; searches answer errors meanwhile
+
     def close(self) -> None:
+        """At the daemon's stop: the last events written, the file closed."""
         self.flush()
         self.todo.put(None)
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT)
 
     def _work(self) -> None:
         name_thread(b"rq-search")
-        db = connect(self.path)
+        try:
+            db = connect(self.path)
+        except (sqlite3.Error, OSError):
+            self.failed += 1  # searches answer errors; the queue goes on
+            self.ready.set()
+            return
         self._reconcile(db)
         self.ready.set()
         while (batch := self._next_batch()) is not None:

@@ -50,8 +50,8 @@ def reader(path: Path) -> sqlite3.Connection:
     """This thread's connection to the index at ``path`` (a search lane keeps one)."""
     conns: dict[Path, sqlite3.Connection] = _local.__dict__.setdefault("conns", {})
     if path not in conns:
-        from rqsys.searchindex import connect
-        conns[path] = connect(path)
+        from rqsys.searchindex import open_reader
+        conns[path] = open_reader(path)
     return conns[path]
 
 

@@ -91,6 +91,24 @@ def test_bulk_retry_moves_only_the_matches_and_index_is_rebuilt(layout, filled, 
     assert _search(proc, state="done")["total"] == 3
 
 
+def test_an_index_removed_by_hand_is_made_again_whatever_sqlite_left(layout, filled, daemon):
+    # Given a daemon killed (its index's -wal and -shm stay), and the index
+    # file then removed by hand (the documented way to have it made again)
+    proc, _errs, _dones = filled
+    qdir = layout.queue_dir("q")
+    proc.kill()
+    proc.proc.wait(10)
+    assert (qdir / "search.sqlite-wal").exists()
+    (qdir / "search.sqlite").unlink()
+    # When the daemon starts again, the index is made from the store, all of it
+    proc = daemon("q")
+    got = _search(proc)
+    assert (got["partial"], got["total"]) == (False, 5)
+    # And a clean stop leaves the file whole, without SQLite's side files
+    proc.stop()
+    assert sorted(p.name for p in qdir.glob("search.sqlite*")) == ["search.sqlite"]
+
+
 def test_http_search_and_bulk_and_rq_ls_since(layout, filled):
     proc, errs, _dones = filled
     client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))

@@ -7,16 +7,19 @@ journald is in test_systemd.py.
 
 from __future__ import annotations
 
+import json
 import os
-import resource
+import re
 import selectors
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rqsys.errors import ConfigError, SpawnError
+from rqsys.errors import ConfigError
 from rqsys.output import MAX_LINE, JournalSender, ScriptOutput, journal_fields, split_lines
 from rqsys.systemd import default_idle_timeout
 
@@ -162,28 +165,40 @@ def test_a_run_without_a_job_dir_gets_one_under_journald(tmp_path: Path,
     assert ScriptOutput("q1", sel, journal=False).stdout_fd(str(job), "m2", 0) is None
 
 
-@pytest.mark.parametrize("spare", [1, 0])  # the log opens and the pipe does not; or neither
-def test_out_of_fds_is_a_failed_start_not_a_crash(tmp_path: Path, journald: socket.socket,
-                                                  spare: int) -> None:
-    # Given a daemon under journald with its fds used up (a real EMFILE)
-    sel = selectors.DefaultSelector()
-    output = ScriptOutput("q1", sel, journal=True)
-    assert output.journal is not None
-    output.journal.path = journald.getsockname()
-    job = tmp_path / "job"
-    job.mkdir()
+OUT_OF_FDS = """if 1:
+    import json, os, resource, selectors, sys
+    from rqsys.errors import SpawnError
+    from rqsys.output import ScriptOutput
+    journald, job, spare = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    output = ScriptOutput("q1", selectors.DefaultSelector(), journal=True)
+    output.journal.path = journald
     lowest = os.open(os.devnull, os.O_RDONLY)
     os.close(lowest)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (lowest + spare, hard))
     try:
-        # When a script's output is opened, the start fails with the reason
-        with pytest.raises(SpawnError, match="cannot open the script's output .*stdio.log: "
-                                             "Too many open files"):
-            output.stdout_fd(str(job), "m1", 0)
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    # And nothing is left open (the log's fd is closed when its pipe fails)
+        output.stdout_fd(job, "m1", 0)
+        error = ""
+    except SpawnError as exc:
+        error = str(exc)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     probe = os.open(os.devnull, os.O_RDONLY)
-    os.close(probe)
-    assert probe == lowest and not output.pumps
+    print(json.dumps({"error": error, "leaked": probe != lowest, "pumps": len(output.pumps)}))
+"""
+
+
+@pytest.mark.parametrize("spare", [1, 0])  # the log opens and the pipe does not; or neither
+def test_out_of_fds_is_a_failed_start_not_a_crash(tmp_path: Path, journald: socket.socket,
+                                                  spare: int) -> None:
+    # Given a daemon under journald with its fds used up (a real EMFILE, in a
+    # process of its own: this one's threads open and close fds meanwhile)
+    job = tmp_path / "job"
+    job.mkdir()
+    # When a script's output is opened
+    got = subprocess.run([sys.executable, "-c", OUT_OF_FDS, journald.getsockname(), str(job),
+                          str(spare)], capture_output=True, text=True, timeout=60, check=True)
+    result = json.loads(got.stdout)
+    # Then the start fails with the reason, and nothing is left open
+    assert re.fullmatch(r"cannot open the script's output .*/job/stdio\.log: "
+                        r"Too many open files", result["error"]), result
+    assert not result["leaked"] and result["pumps"] == 0

@@ -146,9 +146,11 @@ class Observer:
         self.search.index.start()
 
     def close(self) -> None:
-        """At stop: the timelines' last lines, the stats' snapshot."""
+        """At stop: the timelines' last lines, the stats' snapshot, the search
+        index's last batch (its thread waited for briefly)."""
         self.timeline.close()
         self.file.close()
+        self.search.index.close()
 
     def stats_op(self, r: Request) -> Reply:
         """The queue's numbers: now (depths, in flight, admin, oldest queued),
