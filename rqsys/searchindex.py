@@ -134,7 +134,7 @@ class SearchIndex:
         self.failed = 0  # events or rebuilds that raised (the index is a copy)
         self._thread: threading.Thread | None = None
         drop_leftovers(self.path)  # at the daemon's start, before a search opens it
-        self._make_schema()  # so a search never makes the file (nor races the thread to)
+        self._db = self._open()  # the thread's; made here so a search never makes the file
 
     def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         """The sink: O(1), no disk."""
@@ -156,11 +156,12 @@ class SearchIndex:
             self._thread = threading.Thread(target=self._work, name="rq-search", daemon=True)
             self._thread.start()
 
-    def _make_schema(self) -> None:
+    def _open(self) -> sqlite3.Connection | None:
         try:
-            connect(self.path).close()
+            return connect(self.path)
         except (sqlite3.Error, OSError):
             self.failed += 1  # the thread tries again; searches answer errors meanwhile
+            return None
 
     def close(self) -> None:
         """At the daemon's stop: the last events written, the file closed."""
@@ -171,11 +172,11 @@ class SearchIndex:
 
     def _work(self) -> None:
         name_thread(b"rq-search")
-        try:
-            db = connect(self.path)
-        except (sqlite3.Error, OSError):
-            self.failed += 1  # searches answer errors; the queue goes on
+        db = self._db or self._open()
+        if db is None:  # searches answer errors; the queue goes on
             self.ready.set()
+            while self.todo.get() is not None:
+                pass  # the events are let go, not kept for ever
             return
         self._reconcile(db)
         self.ready.set()
