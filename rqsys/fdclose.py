@@ -21,3 +21,28 @@ def close_fds(fds: Iterable[int]) -> None:
         else:
             os.closerange(ordered[start], ordered[end - 1] + 1)
         start = end
+
+
+class FdBatch:
+    """The fds a loop turn leaves to close, closed together when it ends.
+
+    A run's fds (its pipes, the script's ends of them, its pidfd, its
+    timeline) are made one after the other at its start, so they are
+    neighbours; closed together at its end, they leave a hole the next
+    start fills whole, and its end is one ``close_range`` again.  At most
+    ``limit`` are held: a turn that ends many runs does not run out of fds.
+    """
+
+    def __init__(self, limit: int = 64) -> None:
+        self.limit = limit
+        self._fds: list[int] = []
+
+    def add(self, fds: Iterable[int]) -> None:
+        self._fds.extend(fds)
+        if len(self._fds) >= self.limit:
+            self.close()
+
+    def close(self) -> None:
+        """Close what is held (at the end of the turn)."""
+        fds, self._fds = self._fds, []
+        close_fds(fds)

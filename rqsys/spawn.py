@@ -7,6 +7,12 @@ stdin from /dev/null, stdout and stderr to ``out_fd`` (or to ``stdio.log``
 in cwd, opened by the child), fd 3 = RQ_WRITE (script -> daemon), fd 4 =
 RQ_READ (daemon -> script), a new session, a parent-death signal, every
 other fd closed.  The daemon's ends of the pipes come non-blocking.
+
+A daemon start holds the script's ends of the pipes too, until the run
+ends (``hold``): closed then with the run's other fds, all neighbours,
+they cost no ``close`` of their own.  The daemon then never sees end of
+file on the status pipe, and does not need to: the pidfd says the script
+ended, and the pipe is read to empty after it.
 """
 
 from __future__ import annotations
@@ -45,13 +51,15 @@ class Child:
     pidfd: int
     status_r: int  # we read the script's fd 3 here
     reply_w: int  # we answer on the script's fd 4 here
+    held: tuple[int, ...] = ()  # the script's ends of the pipes, when the start holds them
     closed: set[int] = field(default_factory=set)
     process = ""  # who RQ's exit texts name, when not ``pid N`` (a hand-over's)
 
     def release(self) -> list[int]:
         """Our fds not closed yet, now counted closed, for the caller to close
         (``close_fds``: the ends of a batch of scripts together)."""
-        fds = [fd for fd in (self.pidfd, self.status_r, self.reply_w) if fd not in self.closed]
+        fds = [fd for fd in (self.status_r, self.reply_w, *self.held, self.pidfd)
+               if fd not in self.closed]
         self.closed.update(fds)
         return fds
 
@@ -171,7 +179,7 @@ class QueueEnviron:
 
 def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | object,
           cwd: Path | str, out_fd: int | None, parent: int | None = None,
-          as_limit: int = -1, closing: list[int] | None = None) -> Child:
+          as_limit: int = -1, hold: bool = False) -> Child:
     """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed.
 
     ``env``: a dict, its C strings (:meth:`QueueEnviron.strings`) or their
@@ -179,8 +187,8 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | objec
     ``out_fd`` None: the child opens ``stdio.log`` in ``cwd`` itself.
     ``parent``: this process's pid, when the caller keeps it (else looked up).
     ``as_limit``: RLIMIT_AS in bytes for the child (a run's memory_max), or -1.
-    ``closing``: where the script's ends of its pipes go, for the caller to
-    close with the rest of a batch of starts (``close_fds``); None: closed here.
+    ``hold``: the script's ends of its pipes are kept in the Child, to be
+    closed with the rest of its fds (``release``); False: closed here.
     """
     from rqsys._native._rqspawn import ffi, lib
 
@@ -191,11 +199,10 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | objec
     pid = lib.rq_start(*args) if as_limit < 0 else lib.rq_start_as(*args, as_limit)
     if pid < 0:
         raise ExecFailed(path, -pid)
-    if closing is None:
+    if not hold:
         close_fds((fds[3], fds[4]))
-    else:
-        closing += (fds[3], fds[4])
-    return Child(pid, fds[2], fds[0], fds[1])
+        return Child(pid, fds[2], fds[0], fds[1])
+    return Child(pid, fds[2], fds[0], fds[1], (fds[3], fds[4]))
 
 
 def reset_only_changed_signals() -> None:

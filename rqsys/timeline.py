@@ -7,7 +7,9 @@ together, with one ``write(2)`` on an ``O_APPEND`` file, when the turn ends
 (``flush``), and never fsynced: the loop does not wait for the disk on the
 hot path.  A running message's file stays open from its start to its end
 (the fd follows the directory through its renames), so a run costs one
-open and one close, not one of each per line.  The lines survive a crash of
+open and one close, not one of each per line; it is opened when the run's
+``started`` is told, right after the start made its pipes and pidfd, so
+the run's fds are neighbours and its end closes them in one call.  The lines survive a crash of
 the daemon once their turn has ended (the kernel has them), but a power cut
 can lose the lines of the last seconds (until writeback): the message's
 state and status stay durable as before, and the timeline is its history,
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys import stamps
-from rqsys.fdclose import close_fds
+from rqsys.fdclose import FdBatch
 
 FILE = "timeline"
 ENDS = ("done", "err", "relayed")
@@ -48,8 +50,10 @@ class Timeline:
 
     kinds = KINDS | {"deleted"}  # the events it is told (EventLog)
 
-    def __init__(self, msg_path: Any, host: str | None = None) -> None:
+    def __init__(self, msg_path: Any, host: str | None = None,
+                 closing: FdBatch | None = None) -> None:
         self._msg_path = msg_path  # (state, msg_id) -> its directory, a str (QueueView._path)
+        self._ended = closing or FdBatch(limit=1)  # the loop's: closed with the runs' pipes
         self.host = host or socket.gethostname()
         self.failed = 0  # lines not written (the message had gone, a full disk)
         self._pending: dict[str, tuple[str, list[str]]] = {}  # id -> (its state, lines)
@@ -67,7 +71,8 @@ class Timeline:
         host = ""
         if kind == "started":
             host = self.host
-            self._held.setdefault(msg_id, -1)  # opened at the flush
+            if self._held.get(msg_id, -1) < 0:  # opened now, the start's fds' neighbour
+                self._held[msg_id] = self._open(state, msg_id)
         elif kind in RUN_ENDS and msg_id in self._held:
             self._closing.add(msg_id)
         line = _line(stamps.now(), kind, fields, text[:MAX_TEXT], host)
@@ -86,13 +91,20 @@ class Timeline:
             self._write(msg_id, state, "".join(lines).encode())
         ended = [self._held.pop(msg_id, -1) for msg_id in self._closing]
         self._closing.clear()
-        close_fds(fd for fd in ended if fd >= 0)  # a turn's ended runs': neighbours
+        self._ended.add(fd for fd in ended if fd >= 0)  # a turn's ended runs': neighbours
 
     def close(self) -> None:
         """At stop: everything written, every held file closed."""
         self.flush()
         for msg_id in list(self._held):
             self._close(msg_id)
+
+    def _open(self, state: str, msg_id: str) -> int:
+        """The message's timeline opened to append, or -1 (tried again at the flush)."""
+        try:
+            return os.open(f"{self._msg_path(state, msg_id)}/{FILE}", APPEND, 0o644)
+        except OSError:
+            return -1
 
     def _write(self, msg_id: str, state: str, data: bytes) -> None:
         fd = self._held.get(msg_id)

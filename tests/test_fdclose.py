@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from rqsys.fdclose import close_fds
+from rqsys.fdclose import FdBatch, close_fds
 
 
 def _is_open(fd: int) -> bool:
@@ -22,3 +22,18 @@ def test_every_fd_given_is_closed_and_no_other():
     assert [fd for fd in fds if _is_open(fd)] == [keep]
     os.close(keep)
     close_fds([])
+
+
+def test_a_batch_closes_what_it_holds_when_told_or_when_full():
+    batch = FdBatch(limit=4)
+    first = list(os.pipe())
+    batch.add(first)
+    assert all(_is_open(fd) for fd in first)  # held until the turn ends
+    batch.close()
+    assert not any(_is_open(fd) for fd in first)
+    more = [fd for _ in range(2) for fd in os.pipe()]
+    batch.add(more[:3])
+    assert all(_is_open(fd) for fd in more)
+    batch.add(more[3:])  # the fourth fills it: all four closed at once
+    assert not any(_is_open(fd) for fd in more)
+    batch.close()  # nothing held: nothing closed

@@ -105,7 +105,7 @@ def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
     assert masks == {"SigBlk": 0, "SigIgn": 0, "SigCgt": 0}, seen
 
 
-def test_the_scripts_pipe_ends_are_closed_here_or_left_to_the_caller(tmp_path):
+def test_the_scripts_pipe_ends_are_closed_here_or_held_until_the_run_ends(tmp_path):
     before = set(os.listdir("/proc/self/fd"))
     argv = ["/bin/sh", "-c", "echo done >&3"]
     # Given a start that closes the script's ends itself: its status pipe
@@ -115,17 +115,17 @@ def test_the_scripts_pipe_ends_are_closed_here_or_left_to_the_caller(tmp_path):
     os.set_blocking(child.status_r, True)
     assert os.read(child.status_r, 100) == b"done\n" and os.read(child.status_r, 100) == b""
     close_fds(child.release())
-    # When a start leaves them to the caller (a batch of starts closes them together)
-    closing: list[int] = []
-    child = spawn(argv, "/bin/sh", {}, tmp_path, None, closing=closing)
+    # When a start holds them (the daemon's, closed with the run's other fds)
+    child = spawn(argv, "/bin/sh", {}, tmp_path, None, hold=True)
     os.waitpid(child.pid, 0)
-    # Then the two are the caller's: no end of file while it holds the write end
-    assert len(closing) == 2
+    # Then no end of file while they are held, and the run's release has them
+    assert len(child.held) == 2
     assert os.read(child.status_r, 100) == b"done\n"
     with pytest.raises(BlockingIOError):
         os.read(child.status_r, 100)
-    close_fds(closing)
-    assert os.read(child.status_r, 100) == b""
-    close_fds(child.release())
+    fds = child.release()
+    assert len(fds) == 5 and set(child.held) <= set(fds)
+    close_fds(fds)
+    assert child.release() == []  # released once
     # and nothing is left open either way
     assert set(os.listdir("/proc/self/fd")) == before

@@ -3,11 +3,13 @@
 The loop's selector holds one fd for all of them (this epoll); each turn that
 it is ready, every script that wrote or ended is handled in one batch.  A
 script's two fds are added when it starts and never removed: closing them at
-its end takes them out of the epoll (nothing else holds them: they are
-close-on-exec and every child closes them before exec), which saves two
-``epoll_ctl`` calls per run.  The one exception is a status pipe at end of
-file while its script still runs (it closed fd 3): that one is removed, or
-it would be ready for ever.
+its end (with the turn's other fds, before the loop waits again) takes them
+out of the epoll (nothing else holds them: they are close-on-exec and every
+child closes them before exec), which saves two ``epoll_ctl`` calls per run.
+The one exception is a status pipe at end of file while its run goes on (a
+relay handed to the worker, which holds the write end alone, closed it):
+that one is removed, or it would be ready for ever.  A started script's
+pipe never reads end of file: the daemon holds its write end too.
 
 At an end the script's process group is signalled *before* the script is
 reaped: the zombie keeps the group alive, so the signal reaches whatever the
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.errors import ProtocolError
-from rqsys.fdclose import close_fds
+from rqsys.fdclose import FdBatch
 from rqsys.protocol import Command
 from rqsys.worker import Worker
 
@@ -36,10 +38,11 @@ class Children:
     """The scripts' fds in one epoll; calls back their status lines and exits."""
 
     def __init__(self, selector: selectors.BaseSelector, on_lines: OnLines,
-                 on_exit: OnExit) -> None:
+                 on_exit: OnExit, closing: FdBatch) -> None:
         self._epoll = select.epoll(flags=select.EPOLL_CLOEXEC)
         selector.register(self._epoll.fileno(), selectors.EVENT_READ, self._ready)
         self._on_lines, self._on_exit = on_lines, on_exit
+        self._closing = closing  # the ended ones' fds, closed with the turn's: neighbours
         self._status: dict[int, Worker] = {}  # status pipe fd -> its script
         self._pidfds: dict[int, Worker] = {}
 
@@ -61,12 +64,8 @@ class Children:
         for worker in talked:
             if worker.msg_id not in ended:  # an ended one's lines are read at its reaping
                 self._read(worker)
-        closing: list[int] = []  # the ended ones' fds, closed together: mostly neighbours
-        try:
-            for worker in ended.values():
-                self._reap(worker, closing)
-        finally:
-            close_fds(closing)
+        for worker in ended.values():
+            self._reap(worker)
 
     def _read(self, worker: Worker) -> None:
         lines, eof = worker.read_lines()
@@ -76,7 +75,7 @@ class Children:
                 self._epoll.unregister(fd)
         self._on_lines(worker, lines)
 
-    def _reap(self, worker: Worker, closing: list[int]) -> None:
+    def _reap(self, worker: Worker) -> None:
         child = worker.child
         child.signal_group(signal.SIGTERM)  # background children left behind
         pid, wait_status, worker.rusage = child.wait()
@@ -86,5 +85,5 @@ class Children:
             self._on_lines(worker, worker.read_lines()[0])  # before fd 4 is closed
         del self._pidfds[child.pidfd]
         self._status.pop(child.status_r, None)
-        closing += child.release()  # out of the epoll when closed, before the next wait
+        self._closing.add(child.release())  # out of the epoll when closed, before the next wait
         self._on_exit(worker, wait_status)

@@ -33,6 +33,7 @@ from rqsys.daemon.server import Handler, Server
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import RQError
 from rqsys.events import EventLog
+from rqsys.fdclose import FdBatch
 from rqsys.gates import Gate
 from rqsys.output import ScriptOutput
 from rqsys.pool import member_for
@@ -79,12 +80,13 @@ class QueueDaemon:
         self.intake.after = self.after = After(self.ctx, self.store, self.ledger, self.log,
                                                self.selector, self.background)
         self.clock = LoopClock()
+        self.closing = FdBatch()  # a turn's ended runs' fds, closed when it ends: neighbours
         self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log,
-                                 self.clock)
+                                 self.clock, self.closing)
         self.runner = Runner(self.ctx, self.store, self.ledger, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
-                                                   self.log), self.clock)
+                                                   self.log), self.clock, self.closing)
         self.pool = member_for(self)  # None unless the queue config names a pool
         self.intake.pool = self.pool
         self.server = self._server(extra_ops or {})
@@ -179,6 +181,7 @@ class QueueDaemon:
         self.store.flush()
         self.observer.file.tick(time.monotonic())
         self.log.flush()
+        self.closing.close()  # after the timelines' flush: a run's fds in one close_range
         self._report()
 
     def _shut_down(self) -> None:
@@ -196,6 +199,7 @@ class QueueDaemon:
             self.store.save_que_snapshot(self.schedule.msgs)
         self.notifier.stopping()
         self.log.flush()
+        self.closing.close()
 
     def _timeout(self) -> float:
         if self.intake.pending or self.after.ended:  # taken in after this turn's phase

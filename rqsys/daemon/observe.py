@@ -26,6 +26,7 @@ from rqsys.daemon.transitions import Transitions
 from rqsys.errors import NotFound
 from rqsys.events import EventLog
 from rqsys.failures import FailureGroups
+from rqsys.fdclose import FdBatch
 from rqsys.stats import QueueStats, id_time
 from rqsys.statseries import series
 from rqsys.statsfile import StatsFile
@@ -49,7 +50,8 @@ class Observer:
     """The daemon's timelines and statistics, fed by its EventLog."""
 
     def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
-                 background: Background, log: EventLog, clock: LoopClock) -> None:
+                 background: Background, log: EventLog, clock: LoopClock,
+                 closing: FdBatch) -> None:
         self.ctx, self.ledger, self.store = ctx, ledger, store
         self.clock = clock
         self.watchers: dict[str, list[Push]] = {}  # msg id -> its watch connections
@@ -58,7 +60,7 @@ class Observer:
         self.started = time.time()
         self.failures = FailureGroups(store, background)
         self.search = SearchOps(ctx, store, ledger, background)
-        self.timeline = Timeline(store.msg_path)
+        self.timeline = Timeline(store.msg_path, closing=closing)
         self.log = log  # _tell_watchers is a sink only while someone watches
         log.sinks += [self.timeline, self.file.sink, self.failures, self.search.index]
         log.flushing += [self.timeline, self.file, self.search.index]  # once a loop turn

@@ -31,6 +31,7 @@ from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.events import EventLog
+from rqsys.fdclose import FdBatch
 from rqsys.output import ScriptOutput
 from rqsys.protocol import Command
 from rqsys.retry import retried
@@ -44,17 +45,18 @@ class Runner:
 
     def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
                  selector: selectors.BaseSelector, output: ScriptOutput, log: EventLog,
-                 intake: Intake, outbound: Outbound, clock: LoopClock) -> None:
+                 intake: Intake, outbound: Outbound, clock: LoopClock,
+                 closing: FdBatch) -> None:
         self.ctx, self.store, self.ledger, self.selector = ctx, store, ledger, selector
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
-        self.starts = Starts(clock)  # the spawn helper, timed; its leftover fds batched
+        self.starts = Starts(clock, closing)  # the spawn helper, timed
         self.workers: dict[str, Worker] = {}
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
         self._script = ScriptPath()
         self.env = RunEnvironment(ctx)
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
-        self.children = Children(selector, self._on_lines, self._on_exit)
+        self.children = Children(selector, self._on_lines, self._on_exit, closing)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
         self.limits = RunLimits(ctx, outbound.background, log)
         self.limits.recover()
@@ -94,14 +96,11 @@ class Runner:
         except SpawnError as exc:
             self._set_script_error(str(exc))
             return
-        try:
-            while self.can_start():
-                picked = self.ledger.start_next(now)
-                if picked is None:
-                    return
-                self._start(path, argv, *picked)
-        finally:
-            self.starts.close()
+        while self.can_start():
+            picked = self.ledger.start_next(now)
+            if picked is None:
+                return
+            self._start(path, argv, *picked)
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
         blank = self.ledger.take_blank_status(msg_id)

@@ -1,11 +1,12 @@
 """The spawn helper as the queue's runner calls it.
 
 Each start's time in the helper (a failed one's too) is added to the
-loop's spawn seconds (``rqsys.daemon.loopclock``).  The fds a start leaves
-to close (the script's ends of its pipes, its output's) are held and
-closed together after a batch of starts: started one after the other,
-their numbers run in pairs, so one ``close_range`` a pair; at most
-CLOSE_BATCH are held, so a full turn of starts does not run out of fds.
+loop's spawn seconds (``rqsys.daemon.loopclock``).  A start holds the
+script's ends of its pipes until its run ends (closed then with the run's
+other fds, ``rqsys.daemon.children``); the output fd it gives the script
+is left to the turn's batch (``rqsys.fdclose.FdBatch``), closed before
+the loop waits again, so the output's reader sees end of file when the
+script is done.
 """
 
 from __future__ import annotations
@@ -14,37 +15,28 @@ import os
 import time
 
 from rqsys.daemon.loopclock import LoopClock
-from rqsys.fdclose import close_fds
+from rqsys.fdclose import FdBatch
 from rqsys.spawn import Child, spawn
-
-CLOSE_BATCH = 48
 
 
 class Starts:
-    """Starting scripts: timed, and their leftover fds closed in batches."""
+    """Starting scripts: timed, and their leftover fds closed with the turn's."""
 
-    def __init__(self, clock: LoopClock) -> None:
+    def __init__(self, clock: LoopClock, closing: FdBatch) -> None:
         self.clock = clock
         self._pid = os.getpid()  # the helper checks its child's parent against it
-        self._closing: list[int] = []
+        self._closing = closing
 
     def spawn(self, words: list[str], program: str, env: object, job: str,
               out: int | None, as_limit: int) -> Child:
-        """:func:`rqsys.spawn.spawn`, timed; the script's ends of its pipes
-        are held to be closed with the batch."""
+        """:func:`rqsys.spawn.spawn`, timed; the Child holds the script's
+        ends of its pipes."""
         began = time.perf_counter()
         try:
-            return spawn(words, program, env, job, out, self._pid, as_limit, self._closing)
+            return spawn(words, program, env, job, out, self._pid, as_limit, hold=True)
         finally:
             self.clock.spawn_s += time.perf_counter() - began
 
     def leave(self, fd: int) -> None:
-        """An fd to close with the batch (a start's output: the child has its copy)."""
-        self._closing.append(fd)
-        if len(self._closing) >= CLOSE_BATCH:
-            self.close()
-
-    def close(self) -> None:
-        """Close what the starts so far have left."""
-        fds, self._closing = self._closing, []
-        close_fds(fds)
+        """An fd to close with the turn's (a start's output: the child has its copy)."""
+        self._closing.add((fd,))
