@@ -56,8 +56,9 @@ class Child:
     process = ""  # who RQ's exit texts name, when not ``pid N`` (a hand-over's)
 
     def release(self) -> list[int]:
-        """Our fds not closed yet, now counted closed, for the caller to close
-        (``close_fds``: the ends of a batch of scripts together)."""
+        """Our fds not closed yet (and the script's ends of the pipes, when
+        held), now counted closed, for the caller to close (``FdBatch``: the
+        ended runs of a turn together)."""
         fds = [fd for fd in (self.status_r, self.reply_w, *self.held, self.pidfd)
                if fd not in self.closed]
         self.closed.update(fds)

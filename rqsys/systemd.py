@@ -97,11 +97,11 @@ class Notifier:
         """
         if not self.address:
             return
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-            try:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
                 sock.sendto("\n".join(assignments).encode(), socket.MSG_DONTWAIT, self.address)
-            except OSError:
-                pass  # systemd gone, not listening or behind: nothing to tell
+        except OSError:
+            pass  # out of fds, or systemd gone, not listening or behind: nothing to tell
 
     def ready(self, status: str = "") -> None:
         """READY=1, once, before the loop serves: systemd is waiting to read it."""

@@ -196,11 +196,9 @@ static void close_pair(int p[2])
  * end), reply write end (fd 4's other end), pidfd, and the script's own
  * ends of the two pipes}, all O_CLOEXEC and the first two non-blocking; on
  * failure -errno (exec failures included).  The script's ends are the
- * caller's to close: the child has them once this returns, and a daemon
- * starting several scripts closes them all at once (started one after the
- * other, their numbers run in pairs, so a close_range a pair; closed here,
- * each start's would open holes the next start's pipes fill, and their
- * ends would not be neighbours). */
+ * caller's to close: the child has them once this returns, and the daemon
+ * holds them until the run ends, then closes them with the run's other fds
+ * (made one after the other, they are neighbours: one close_range). */
 static int start_limited(const char *path, char *const argv[], char *const envp[],
                          const char *cwd, int out, int parent, int fds[5],
                          long long as_limit)

@@ -162,6 +162,7 @@ class QueueDaemon:
         for key, mask in events:
             key.data(key, mask)
         self.intake.publish_pending()
+        self.server.resume_accepting()
         self.runner.enforce_deadlines()
         self.after.settle()  # dependencies' ends: waiting messages released or failed
         if self._handle_flags():
@@ -206,7 +207,7 @@ class QueueDaemon:
             return 0.0
         now = time.monotonic()
         waits = [tunables.LONGEST_WAIT, self.runner.next_wait(), self.store.flush_due(),
-                 self.notifier.watchdog_due(now),
+                 self.notifier.watchdog_due(now), self.server.next_wait(),
                  self.pool.next_wait() if self.pool is not None else None]
         if self._status_stale:
             waits.append(self._status_at - now)
@@ -242,7 +243,8 @@ class QueueDaemon:
     # ---------------------------------------------------------------- idle
     def _is_idle(self) -> bool:
         busy = (self.runner.workers or len(self.schedule) or self.intake.pending
-                or self.background.busy() or self.pool is not None)  # a pool pulls
+                or self.background.busy() or self.pool is not None  # a pool pulls
+                or self.server.next_wait() is not None)  # clients wait to be accepted
         others = len(self.selector.get_map()) > self.always_registered  # clients, scripts
         return not busy and not others and self.stopping_until is None
 

@@ -258,7 +258,7 @@ class Runner:
     # ------------------------------------------------------------ exits
     def _on_exit(self, worker: Worker, wait_status: int) -> None:
         """The script has ended and was reaped (its group signalled; its fds are
-        closed with the rest of its batch, ``children``)."""
+        closed with the turn's, ``rqsys.fdclose.FdBatch``)."""
         del self.workers[worker.msg_id]
         self.log.record("exit", worker.msg_id, **timeline.exit_fields(
             wait_status, worker.rusage, time.time() - worker.started))

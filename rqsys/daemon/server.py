@@ -8,14 +8,21 @@ a connection's next request waits for the answer before, so answers keep
 the order of the requests.  An ``RQError`` is answered as itself; any other
 exception is a bug in rqsys: logged with its traceback and answered as an
 ``InternalError``, and the connection goes on with its next request.
+
+Out of fds (``EMFILE``), a connection cannot be accepted: the listener is
+left alone for ``ACCEPT_PAUSE`` (the loop does not spin on a backlog it
+cannot take), clients wait in the backlog, and it is watched again when
+the pause ends; the log says when that began and when it ended.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import socket
 import struct
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +34,8 @@ from rqsys.errors import BadRequest, InternalError, ProtocolError, RQError, Stor
 from rqsys.events import EventLog
 
 Reply = dict[str, Any]
+ACCEPT_PAUSE = 0.5  # seconds the listener is left alone when a connection cannot be accepted
+GONE_BEFORE_ACCEPT = (errno.ECONNABORTED, errno.EPROTO)  # that client only: take the next
 
 
 @dataclass
@@ -75,6 +84,8 @@ class Server:
             raise InternalError(f"operations and schemas differ: {sorted(missing)}")
         self.listener: socket.socket | None = None
         self._conn_of: dict[int, Connection] = {}
+        self._paused_until: float | None = None  # the listener left alone (out of fds)
+        self._accept_failed = ""  # why accepting failed, until a connection is taken again
 
     def listen(self, listener: socket.socket) -> None:
         self.listener = listener
@@ -83,9 +94,20 @@ class Server:
 
     def stop_listening(self) -> None:
         """Take no new connections (they wait in the backlog for the next daemon)."""
-        if self.listener is not None:
+        if self.listener is not None and self._paused_until is None:
             self.selector.unregister(self.listener)
-            self.listener = None
+        self.listener, self._paused_until = None, None
+
+    def next_wait(self) -> float | None:
+        """Seconds until a paused listener is watched again (None: not paused)."""
+        return None if self._paused_until is None else self._paused_until - time.monotonic()
+
+    def resume_accepting(self) -> None:
+        """Once a turn: watch the listener again when its pause is over."""
+        if self._paused_until is not None and time.monotonic() >= self._paused_until:
+            self._paused_until = None
+            if self.listener is not None:
+                self.selector.register(self.listener, selectors.EVENT_READ, self._accept)
 
     def connections(self) -> int:
         return len(self._conn_of)
@@ -98,9 +120,27 @@ class Server:
                 sock, _ = self.listener.accept()
             except BlockingIOError:
                 return
+            except OSError as exc:
+                if exc.errno in GONE_BEFORE_ACCEPT:
+                    continue
+                self._pause_accepting(exc)
+                return
+            if self._accept_failed:
+                self.log.event("daemon", f"connections taken again (after: {self._accept_failed})")
+                self._accept_failed = ""
             sock.setblocking(False)
             self.selector.register(sock, selectors.EVENT_READ, self._conn_event)
             self._conn_of[sock.fileno()] = Connection(sock)
+
+    def _pause_accepting(self, exc: OSError) -> None:
+        """Out of fds or memory: leave the listener alone for ACCEPT_PAUSE."""
+        if not self._accept_failed:
+            self._accept_failed = exc.strerror or str(exc)
+            self.log.event("warning", f"cannot take connections: {self._accept_failed}; "
+                           "clients wait until fds are free")
+        assert self.listener is not None
+        self.selector.unregister(self.listener)
+        self._paused_until = time.monotonic() + ACCEPT_PAUSE
 
     def _conn_event(self, key: Any, mask: int) -> None:
         conn = self._conn_of[key.fd]
