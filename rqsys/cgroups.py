@@ -88,18 +88,24 @@ def _writable(path: Path) -> bool:
                (path, path / "cgroup.procs", path / "cgroup.subtree_control"))
 
 
-def find() -> Delegation | None:
-    """The delegated cgroup of this daemon, or None.  Only where the unit says
-    it delegates (RQ_CGROUP_DELEGATED=1, from rq-scan's drop-in): a daemon
-    started from a shell of a desktop session has a cgroup its user owns
-    (the user's systemd made it), but not one to rearrange."""
+def find() -> tuple[Delegation | None, str]:
+    """The delegated cgroup of this daemon, or None and why not ("" when the
+    unit does not delegate).  Only where the unit says it delegates
+    (RQ_CGROUP_DELEGATED=1, from rq-scan's drop-in): a daemon started from
+    a shell of a desktop session has a cgroup its user owns (the user's
+    systemd made it), but not one to rearrange."""
     if os.environ.get(DELEGATED_ENV) != "1":
-        return None
+        return None, ""
     try:
         path = own_cgroup()
-        return Delegation(path) if path is not None and delegated(path) else None
-    except OSError:
-        return None
+        if path is None:
+            return None, "no cgroup v2 line in /proc/self/cgroup, or no cgroup v2 mounted"
+        if not delegated(path):
+            return None, (f"{path} has no delegate xattr (nor, for a User= service, "
+                          f"is it owned by uid {os.geteuid()}), or is not writable")
+        return Delegation(path), ""
+    except OSError as exc:
+        return None, f"cannot read the cgroup: {exc}"
 
 
 def oom_kills(path: Path | None) -> int:

@@ -135,3 +135,21 @@ def test_a_sigkill_after_a_new_oom_kill_of_the_unit_is_the_queues_memory_max(tmp
     assert limits.queue_oom(Outcome("err", "exit 1", kind="exit")).text == "exit 1"
     ctx.config = {}
     assert limits.queue_oom(killed) == killed
+
+
+def test_a_unit_that_says_it_delegates_but_did_not_is_told_why(layout, make_queue):
+    from conftest import DaemonProcess, wait_for
+
+    # Given a daemon told its cgroup is delegated (rq-scan's drop-in says so)
+    # on a host that delegated nothing to it
+    make_queue("q", "echo done >&3\n")
+    daemon = DaemonProcess(layout, "q", env={"RQ_CGROUP_DELEGATED": "1"})
+    try:
+        # Then its log says why it is not used, and which way runs are limited instead
+        wait_for(lambda: "runs with limits get" in daemon.stderr_path.read_text(), 10, "the way")
+        log = daemon.stderr_path.read_text()
+        assert "delegated cgroup not found: " in log, log
+        reason = log.split("delegated cgroup not found: ")[1].splitlines()[0]
+        assert "cgroup" in reason and len(reason) > 20, reason
+    finally:
+        daemon.stop()

@@ -61,7 +61,7 @@ class RunLimits:
 
     def __init__(self, ctx: QueueContext, background: Background, log: EventLog) -> None:
         self.ctx, self.queue, self.background, self.log = ctx, ctx.name, background, log
-        self.cgroups = cgroups.find()
+        self.cgroups, self._not_delegated = cgroups.find()
         self.systemd = scopes.Systemd() if scopes.available() and not self.cgroups else None
         self.runs: dict[str, Run] = {}
         self.ending = 0  # runs ended whose scope is still being stopped
@@ -74,6 +74,8 @@ class RunLimits:
     # ------------------------------------------------------------ start-up
     def recover(self) -> None:
         """Stop the scopes a previous daemon left (their messages are back in que)."""
+        if self._not_delegated:  # the unit says it delegates: say why that is not used
+            self._say_once("cgroup", f"delegated cgroup not found: {self._not_delegated}")
         if self.cgroups is not None:
             self.background.submit(self.cgroups.setup, self._delegated, LANE)
             return
