@@ -53,7 +53,8 @@ class Timeline:
     def __init__(self, msg_path: Any, host: str | None = None,
                  closing: FdBatch | None = None) -> None:
         self._msg_path = msg_path  # (state, msg_id) -> its directory, a str (QueueView._path)
-        self._ended = closing or FdBatch(limit=1)  # the loop's: closed with the runs' pipes
+        # ended runs' files: the loop's batch (closed with the runs' pipes), else at each flush
+        self._ended = closing or FdBatch(limit=1)
         self.host = host or socket.gethostname()
         self.failed = 0  # lines not written (the message had gone, a full disk)
         self._pending: dict[str, tuple[str, list[str]]] = {}  # id -> (its state, lines)

@@ -125,3 +125,14 @@ def test_run_count_of_an_ended_message(store):
     assert store.read_msg("done", once)["count"] == 0
     assert store.read_msg("done", thrice)["count"] == 3
     assert "count" not in store.read_msg("que", store.create({"dest": "q"}))
+
+
+def test_a_status_that_cannot_be_written_fails_nothing(store):
+    msg_id = store.create({"dest": "q"})
+    store.move(msg_id, "que", "run")
+    status = store.msg_dir("run", msg_id) / "status"
+    status.unlink(missing_ok=True)
+    status.mkdir()  # opening it to write fails (EISDIR), as out of fds or disk would
+    store.write_status("run", msg_id, "half way")  # advisory: the run goes on
+    store.move(msg_id, "run", "que")
+    assert store.msg_dir("que", msg_id).is_dir()

@@ -142,11 +142,7 @@ class Transitions(Retries):
         running = self.running.pop(msg_id, None)
         guard(running is not None, f"{msg_id} is not running")
         self.schedule.ended(running or queued)
-        try:
-            self.store.write_status("run", msg_id, why)
-        except OSError:
-            pass  # out of fds (why it did not start) or of disk: the move back matters, the
-            # status is advisory and the log says why
+        self.store.write_status("run", msg_id, why)
         self._move(msg_id, "run", "que")
         self.schedule.add(msg_id, queued)
 

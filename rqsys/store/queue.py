@@ -8,6 +8,7 @@ pruning and the admin state.  The renames and syncs themselves are in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -236,12 +237,14 @@ class QueueStore(QueueView):
                                    json.dumps(msg).encode())
 
     def write_status(self, state: str, msg_id: str, text: str) -> None:
-        """Record the script's last status line (not synced: advisory)."""
+        """Record the script's last status line (not synced: advisory).  Not
+        written when the message moved on meanwhile, or when fds or disk run
+        out: every status also goes to the log and the timeline, and the state
+        move it goes with must not fail for it (out of fds, a failed start's
+        move back to que ended the daemon)."""
         path = f"{self._path(state, msg_id)}/status"
-        try:
+        with contextlib.suppress(OSError):
             durable.overwrite(path, text.encode("utf-8", "replace"))
-        except FileNotFoundError:
-            pass  # the message moved on meanwhile
 
     def write_started(self, msg_id: str, at: float) -> None:
         """Record when a run with a timeout started (not synced: recovery's
