@@ -24,6 +24,15 @@ def _soft_limit(pid: int) -> int:
     raise AssertionError("no Max open files line")
 
 
+def _settled_fds(pid: int) -> set[int] | None:
+    """The daemon's open fds, if the same over half a second."""
+    seen = [{int(fd) for fd in os.listdir(f"/proc/{pid}/fd")}]
+    for _ in range(5):
+        time.sleep(0.1)
+        seen.append({int(fd) for fd in os.listdir(f"/proc/{pid}/fd")})
+    return seen[0] if all(fds == seen[0] for fds in seen) else None
+
+
 def test_a_daemon_started_with_a_low_soft_limit_runs_128_scripts_at_once(
         layout, make_queue, tmp_path):
     gate = tmp_path / "gate"
@@ -59,9 +68,12 @@ def test_a_daemon_out_of_fds_lets_clients_wait_and_lives_on(layout, make_queue):
     pid = daemon.proc.pid
     hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
     try:
-        # Given a daemon with every fd its limit allows in use
-        in_use = len(os.listdir(f"/proc/{pid}/fd"))
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use, hard))
+        # Given a daemon with every fd its limit allows in use: the limit is its
+        # lowest free fd number (a new fd takes the lowest free number below it),
+        # once its start-up's passing fds (the search index's walk) are closed
+        in_use = wait_for(lambda: _settled_fds(pid), 20, "the daemon's fds to settle")
+        lowest_free = min(set(range(len(in_use) + 1)) - in_use)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free, hard))
         # When a client connects: it cannot be accepted
         answers: list[dict] = []
         asking = threading.Thread(target=lambda: answers.append(daemon.call("create", msg={})))
