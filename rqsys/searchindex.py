@@ -19,6 +19,12 @@ stop the thread writes what is left and closes the file (SQLite folds its
 ``-wal`` back in); a file removed by hand is made again from nothing, its
 ``-wal`` and ``-shm`` removed first (SQLite would replay that old log into
 the new file, and the thread never came to the reconcile).
+
+A batch or reconcile that fails (a full disk, an I/O error) is rolled back and
+counted (``failed``, ``error``, in the daemon's ``stats``); the index is then
+*behind*: searches answer ``partial``, and every HEAL_WAIT seconds the thread
+reconciles again, re-reading the messages whose events were lost, until it
+succeeds.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ BATCH = 2000  # events applied in one transaction
 GATHER = 0.05  # seconds a burst of events has to join one transaction
 GATHER_BUSY = 0.5  # at most this long while events keep coming (a busy queue)
 STOP_WAIT = 2.0  # seconds the daemon's stop waits for the thread's last batch
+HEAL_WAIT = 5.0  # seconds between tries to mend an index a failed write left behind
 LEFTOVERS = ("-wal", "-shm")  # SQLite's files beside the index
 PARAMS = ("param1", "param2", "param3", "param4", "src", "dest")
 STATE_OF = {"committed": "que", "retried": "que", "retry": "que", "resend": "que",
@@ -131,7 +138,11 @@ class SearchIndex:
         self.todo: queue.SimpleQueue[list[Event] | None] = queue.SimpleQueue()
         self._turn: list[Event] = []  # this loop turn's events, handed over by flush()
         self.ready = threading.Event()  # the first reconcile has ended
-        self.failed = 0  # events or rebuilds that raised (the index is a copy)
+        self.failed = 0  # batches or rebuilds that raised (the index is a copy)
+        self.error = ""  # the last one's reason
+        self.behind = False  # events were lost: mended by a reconcile (HEAL_WAIT)
+        self._lost: set[str] = set()  # the ids whose events were lost
+        self._heal_at = 0.0
         self._thread: threading.Thread | None = None
         drop_leftovers(self.path)  # at the daemon's start, before a search opens it
         self._db = self._open()  # the thread's; made here so a search never makes the file
@@ -159,9 +170,19 @@ class SearchIndex:
     def _open(self) -> sqlite3.Connection | None:
         try:
             return connect(self.path)
-        except (sqlite3.Error, OSError):
-            self.failed += 1  # the thread tries again; searches answer errors meanwhile
+        except (sqlite3.Error, OSError) as exc:
+            self._failed(exc)  # the thread tries again; searches answer errors meanwhile
             return None
+
+    def _failed(self, exc: BaseException, lost: set[str] | None = None) -> None:
+        """A write that raised: counted, and the index behind until mended."""
+        if lost is not None:
+            self._lost |= lost
+            self.behind = True
+            self.ready.clear()  # searches say partial until the index is mended
+            self._heal_at = time.monotonic() + HEAL_WAIT
+        self.error = str(exc) or type(exc).__name__
+        self.failed += 1  # last: who sees the count sees the rest (stats, another thread)
 
     def close(self) -> None:
         """At the daemon's stop: the last events written, the file closed."""
@@ -178,11 +199,21 @@ class SearchIndex:
             while self.todo.get() is not None:
                 pass  # the events are let go, not kept for ever
             return
-        self._reconcile(db)
-        self.ready.set()
+        if self._reconcile(db):
+            self.ready.set()
         while (batch := self._next_batch()) is not None:
-            self._apply(db, batch)
+            if batch:
+                self._apply(db, batch)
+            if self.behind and time.monotonic() >= self._heal_at:
+                self._heal(db)
         db.close()
+
+    def _heal(self, db: sqlite3.Connection) -> None:
+        """Reconcile, re-reading the messages whose events were lost."""
+        lost, self._lost = self._lost, set()
+        if self._reconcile(db, lost):
+            self.behind = False
+            self.ready.set()
 
     def _next_batch(self) -> list[Event] | None:
         """The next events, up to BATCH: after the first, what comes within
@@ -192,7 +223,10 @@ class SearchIndex:
         lone event is searchable within GATHER, and one in a stream of them
         within GATHER_BUSY.  The thread sleeps through GATHER rather than
         waiting on the queue: one wake-up a GATHER, not one per loop turn's put."""
-        first = self.todo.get()
+        try:  # behind: back in time to mend it, events or not
+            first = self.todo.get(timeout=HEAL_WAIT if self.behind else None)
+        except queue.Empty:
+            return []
         if first is None:
             return None
         batch, until = list(first), time.monotonic() + GATHER_BUSY
@@ -218,11 +252,14 @@ class SearchIndex:
             took = True
         return took
 
-    def _reconcile(self, db: sqlite3.Connection) -> None:
+    def _reconcile(self, db: sqlite3.Connection, lost: set[str] | None = None) -> bool:
         try:
-            reconcile(db, self.view)
-        except (sqlite3.Error, OSError, RQError):
-            self.failed += 1
+            reconcile(db, self.view, lost or set())
+        except (sqlite3.Error, OSError, RQError) as exc:
+            _roll_back(db)
+            self._failed(exc, lost or set())
+            return False
+        return True
 
     def _apply(self, db: sqlite3.Connection, batch: list[Event]) -> None:
         from rqsys import searchfold  # it builds on this module's row writes
@@ -230,13 +267,21 @@ class SearchIndex:
             db.execute("BEGIN")
             rebuild = searchfold.apply_batch(db, self.view, batch)
             db.execute("COMMIT")
-        except (sqlite3.Error, OSError):
-            self.failed += 1
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+        except (sqlite3.Error, OSError) as exc:
+            _roll_back(db)
+            self._failed(exc, {event[2] for event in batch if event[2]})
             return
         if rebuild:
             self._reconcile(db)
+
+
+def _roll_back(db: sqlite3.Connection) -> None:
+    """The failed transaction undone, so the next one can begin."""
+    try:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # SQLite rolled it back itself (an I/O error does)
 
 
 def apply(db: sqlite3.Connection, view: QueueView, event: Event) -> bool:
@@ -318,15 +363,17 @@ def insert(db: sqlite3.Connection, msg_id: str, state: str, msg: dict[str, Any],
                    [(t, cur.lastrowid) for t in tags])
 
 
-def reconcile(db: sqlite3.Connection, view: QueueView) -> dict[str, int]:
-    """Make the index agree with the store; how many rows were added, dropped, moved."""
+def reconcile(db: sqlite3.Connection, view: QueueView,
+              reread: Collection[str] = ()) -> dict[str, int]:
+    """Make the index agree with the store; how many rows were added, dropped,
+    moved (``reread``: messages whose rows are read again, whatever their state)."""
     known = dict(db.execute("SELECT id, state FROM msgs").fetchall())
     found: dict[str, str] = {}
     for state in STATES:
         if view.state_dir(state).is_dir():
             found.update(dict.fromkeys(view.ids(state), state))
     gone = [i for i in known if i not in found]
-    changed = sorted(i for i, s in found.items() if known.get(i) != s)
+    changed = sorted(i for i, s in found.items() if known.get(i) != s or i in reread)
     db.execute("BEGIN")
     db.executemany("DELETE FROM msgs WHERE id=?", [(i,) for i in gone])
     db.execute("COMMIT")

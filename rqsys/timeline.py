@@ -57,6 +57,7 @@ class Timeline:
         self._ended = closing or FdBatch(limit=1)
         self.host = host or socket.gethostname()
         self.failed = 0  # lines not written (the message had gone, a full disk)
+        self.error = ""  # why the last one was not
         self._pending: dict[str, tuple[str, list[str]]] = {}  # id -> (its state, lines)
         self._held: dict[str, int] = {}  # a running message's open timeline
         self._closing: set[str] = set()  # held ones whose run is over: closed at flush
@@ -117,8 +118,9 @@ class Timeline:
                     return
                 fd = self._held[msg_id] = opened
             os.write(fd, data)
-        except OSError:
+        except OSError as exc:
             self.failed += 1
+            self.error = str(exc)
 
     def _close(self, msg_id: str) -> None:
         fd = self._held.pop(msg_id, None)

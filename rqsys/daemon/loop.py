@@ -181,6 +181,7 @@ class QueueDaemon:
         directory syncs when due, the events' lines (timelines, stats, log)."""
         self.store.flush()
         self.observer.file.tick(time.monotonic())
+        self.observer.copies.tell()  # a copy's failed writes, once per change
         self.log.flush()
         self.closing.close()  # after the timelines' flush: a run's fds in one close_range
         self._report()

@@ -17,6 +17,7 @@ from typing import Any
 
 from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.copyhealth import CopyHealth
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.schema import MSG_ID, request
 from rqsys.daemon.searchops import SCHEMAS as SEARCH_SCHEMAS
@@ -64,6 +65,7 @@ class Observer:
         self.log = log  # _tell_watchers is a sink only while someone watches
         log.sinks += [self.timeline, self.file.sink, self.failures, self.search.index]
         log.flushing += [self.timeline, self.file, self.search.index]  # once a loop turn
+        self.copies = CopyHealth(self.timeline, self.search.index, log)
 
     def ops(self) -> dict[str, Handler]:
         return {"stats": self.stats_op, "watch": self.watch_op, "groups": self.groups_op,
@@ -163,6 +165,7 @@ class Observer:
                 "num_workers": self.ctx.config["num_workers"],
                 "oldest_queued_s": self._oldest_queued(),
                 "fsync_s": self.file.fsync_s, "loop": self.clock.report(),
+                **self.copies.report(),
                 **self.stats.report(),
                 "series": series(self.stats)}
 

@@ -184,7 +184,7 @@ def _health(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
         uptime.add_metric([name], got["uptime_s"])
         if got.get("fsync_s") is not None:
             fsync.add_metric([name], got["fsync_s"])
-    yield from (starts, uptime, fsync, *_loop(answers))
+    yield from (starts, uptime, fsync, *_loop(answers), *_copies(answers))
 
 
 LOOP = {"idle_s": ("rqsys_queue_loop_idle_seconds",
@@ -204,3 +204,22 @@ def _loop(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
             if key in got.get("loop", {}):  # an older daemon has none
                 family.add_metric([name], got["loop"][key])
         yield family
+
+
+def _copies(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    """The daemon's copies of its store (``rqsys.daemon.copyhealth``): their
+    failed writes since the daemon started, and whether the index is behind."""
+    failed = CounterMetricFamily("rqsys_queue_copy_write_failures",
+                                 "writes to a copy of the store that failed since the daemon"
+                                 " started (timelines: lines; index: batches)",
+                                 labels=["queue", "copy"])
+    behind = GaugeMetricFamily("rqsys_queue_search_index_behind",
+                               "1 while the search index misses events (searches are partial)",
+                               labels=["queue"])
+    for name, got in answers.items():
+        for copy in ("timelines", "index"):
+            if copy in got:  # an older daemon has none
+                failed.add_metric([name, copy], got[copy]["failed"])
+        if "index" in got:
+            behind.add_metric([name], int(got["index"]["behind"]))
+    yield from (failed, behind)

@@ -112,7 +112,17 @@ STATS = {"type": "object", "required": ["totals", "hist", "windows", "days", "co
                       "daemon started: waiting for events, blocked starting scripts, its "
                       "thread's CPU", "properties": {
                           "idle_s": {"type": "number"}, "spawn_s": {"type": "number"},
-                          "cpu_s": {"type": "number"}}}}}
+                          "cpu_s": {"type": "number"}}},
+             "timelines": {"type": "object", "description": "timeline lines not written "
+                           "since the daemon started, and the last one's reason",
+                           "properties": {"failed": {"type": "integer"},
+                                          "error": {"type": "string"}}},
+             "index": {"type": "object", "description": "search index batches that failed "
+                       "since the daemon started, the last one's reason, and whether the "
+                       "index misses events (searches are partial until it is mended)",
+                       "properties": {"failed": {"type": "integer"},
+                                      "error": {"type": "string"},
+                                      "behind": {"type": "boolean"}}}}}
 WHEN = {"type": ["number", "null"], "description": "epoch seconds"}
 TIMER = {"type": "object", "required": ["name", "file"], "properties": {
     "name": {"type": "string"}, "file": {"type": "string"},

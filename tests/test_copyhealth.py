@@ -1,0 +1,89 @@
+"""The daemon's copies of its store (message timelines, the search index) on a
+real daemon whose writes to them fail: the messages are unharmed, ``stats``
+counts the failures, the log tells them once, and the index mends itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from conftest import need, wait_for
+from daemon_util import send, settle, store_of
+
+from rqsys import searchindex
+
+
+def test_a_timeline_that_cannot_be_written_is_counted_and_told(layout, make_queue, daemon):
+    # Given a queued message whose timeline has been replaced by a directory
+    make_queue("q", 'echo "done fine" >&3\n')
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")
+    msg_id = send(proc)
+    path = store_of(layout, "q").msg_dir("que", msg_id) / "timeline"
+    wait_for(path.exists, 10, "its created line")
+    path.unlink()
+    path.mkdir()
+    # When it runs
+    proc.call("adminoper", oper="up")
+    got = settle(proc, msg_id)
+    # Then it ends as its script said, and stats and the log tell the lines lost
+    assert (got["state"], got["status"]) == ("done", "fine")
+    stats = wait_for(lambda: (s := proc.call("stats"))["timelines"]["failed"] >= 2 and s,
+                     10, "the started and ended lines counted")
+    assert "Is a directory" in stats["timelines"]["error"], stats["timelines"]
+    assert stats["index"] == {"failed": 0, "error": "", "behind": False}
+    wait_for(lambda: "lines not written since the start" in proc.stderr_text(), 10, "the log")
+    told = [line for line in proc.stderr_text().splitlines() if "timelines:" in line]
+    assert len(told) <= 2 and "the messages are unharmed" in told[0], told
+
+
+def test_a_search_index_that_cannot_write_is_behind_then_mended(layout, make_queue, daemon):
+    need(shutil.which("strace") is not None, "strace (Debian strace)")
+    # Given a queue whose index has a first message
+    make_queue("q", 'echo "done fine $RQ_PARAM1" >&3\n')
+    proc = daemon("q")
+    settle(proc, send(proc, param1="before"))
+    wait_for(lambda: _found(proc, "before"), 10, "the first message indexed")
+    # When every write of the index's thread fails with EIO (strace's fault injection)
+    tid = _thread(proc.proc.pid, "rq-search")
+    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64,write",
+                               "-e", "inject=pwrite64,write:error=EIO", "-p", tid],
+                              stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: _traced(proc.proc.pid, tid), 10, "strace attached")
+        during = send(proc, param1="during")
+        assert settle(proc, during)["state"] == "done"
+        # Then the message is done, the index is behind, and searches say partial
+        stats = wait_for(lambda: (s := proc.call("stats"))["index"]["failed"] and s, 10,
+                         "the failed batch counted")
+        assert stats["index"]["behind"] is True and "I/O" in stats["index"]["error"], stats
+        assert proc.call("search", text="during")["partial"] is True
+        wait_for(lambda: "searches answer partial" in proc.stderr_text(), 10, "the log")
+    finally:
+        tracer.terminate()
+        tracer.wait(10)
+    # And once the disk writes again the thread mends it (HEAL_WAIT) and finds the message
+    wait_for(lambda: _found(proc, "during"), searchindex.HEAL_WAIT + 10, "the index mended")
+    assert proc.call("stats")["index"]["behind"] is False
+    wait_for(lambda: "search index mended" in proc.stderr_text(), 10, "the log")
+    assert _found(proc, "before")
+
+
+def _found(proc, word: str) -> bool:
+    got = proc.call("search", text=word)
+    return got["total"] == 1 and not got["partial"]
+
+
+def _thread(pid: int, name: str) -> str:
+    def find() -> str | None:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == name:
+                return tid
+        return None
+    return wait_for(find, 10, f"the {name} thread")
+
+
+def _traced(pid: int, tid: str) -> bool:
+    return "TracerPid:\t0\n" not in Path(f"/proc/{pid}/task/{tid}/status").read_text()
