@@ -11,6 +11,7 @@ from pathlib import Path
 
 from conftest import need, wait_for
 from daemon_util import send, settle, store_of
+from test_metrics import _client, _scrape
 
 from rqsys import searchindex
 
@@ -35,6 +36,9 @@ def test_a_timeline_that_cannot_be_written_is_counted_and_told(layout, make_queu
     assert "Is a directory" in stats["timelines"]["error"], stats["timelines"]
     assert stats["index"] == {"failed": 0, "error": "", "behind": False}
     wait_for(lambda: "lines not written since the start" in proc.stderr_text(), 10, "the log")
+    scraped = _scrape(_client(layout))
+    assert scraped[("rqsys_queue_copy_write_failures_total", (("copy", "timelines"),
+                                                                ("queue", "q")))] >= 2
     told = [line for line in proc.stderr_text().splitlines() if "timelines:" in line]
     assert len(told) <= 2 and "the messages are unharmed" in told[0], told
 

@@ -82,6 +82,10 @@ def test_metrics_after_scripted_runs_and_a_restart(make_queue, daemon, layout):
     assert 0 < spawned < waited + spawned <= _value(v, "rqsys_queue_daemon_uptime_seconds",
                                                     queue="q")
     assert cpu > 0 and _value(v, "rqsys_queue_loop_spawn_seconds_total", queue="idle") == 0
+    # and its copies of the store lost no write (tests/test_copyhealth.py makes them fail)
+    assert [_value(v, "rqsys_queue_copy_write_failures_total", queue="q", copy=c)
+            for c in ("timelines", "index")] == [0, 0]
+    assert _value(v, "rqsys_queue_search_index_behind", queue="q") == 0
     # When the daemon is killed and another starts
     proc.kill(signal.SIGKILL)
     proc.proc.wait()
