@@ -22,6 +22,7 @@ from nats_util import OK, LocalNats, free_port, nats_available, pause_pulls, use
 from rqsys import config
 from rqsys.errors import ConfigError
 from rqsys.pool.ids import PoolIds, host_of
+from rqsys.pool.link import public_url
 from rqsys.store import MSG_ID_RE, Layout
 
 RESEND_ONCE = ('if [ "$RQ_COUNT" = 0 ]; then echo "resend 0-once more" >&3; exit 0; fi\n'
@@ -107,6 +108,35 @@ def test_bad_credentials_fail_the_start(tmp_path: Path, layout: Layout,
         assert "wrong" not in str(failed.value)  # the password is not shown
     finally:
         server.stop()
+
+
+def test_good_credentials_are_not_in_the_log(tmp_path: Path, layout: Layout,
+                                            make_queue: Callable[..., Path],
+                                            daemon: Callable[..., DaemonProcess]) -> None:
+    need(nats_available(), "nats-server (Debian package nats-server)")
+    server = LocalNats(tmp_path / "nats-auth", extra='authorization { user: rq, password: s3Pw }')
+    try:
+        # Given a pool queue whose NATS URL carries its user and password
+        use_nats(layout, f"nats://rq:s3Pw@127.0.0.1:{server.port}")
+        make_queue("pq", OK, pool={"name": "p2", "replicas": 1})
+        # When its daemon joins the pool
+        pq = daemon("pq")
+        wait_for(lambda: "joined as host" in pq.stderr_text(), 10, "the join line")
+        # Then the log names the server and the user, never the password
+        assert f"(nats://rq:***@127.0.0.1:{server.port})" in pq.stderr_text()
+        assert "s3Pw" not in pq.stderr_text()
+        pq.stop()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("nats://rq:pw@h:4222", "nats://rq:***@h:4222"),
+    ("nats://t0ken@h:4222", "nats://***@h:4222"),  # a token: NATS's user part alone
+    ("nats://h:4222", "nats://h:4222"),
+])
+def test_a_servers_secret_is_not_shown(url: str, shown: str) -> None:
+    assert public_url(url) == shown
 
 
 def test_pool_queue_on_one_server(pool_queue: Callable[..., DaemonProcess]) -> None:

@@ -88,7 +88,7 @@ class Link:
             why = "; ".join(dict.fromkeys(self.errors)) or f"{exc or type(exc).__name__}"
             self.errors.clear()
             raise Unavailable(f"pool {self.s.pool}: cannot reach NATS at "
-                              f"{', '.join(_public(u) for u in self.s.servers)}: {why}") from exc
+                              f"{', '.join(public_url(u) for u in self.s.servers)}: {why}") from exc
         nc.options["max_reconnect_attempts"] = -1  # a server that goes later comes back
         return nc
 
@@ -237,8 +237,12 @@ class Link:
             await msg.in_progress()
 
 
-def _public(url: str) -> str:
-    """A server URL without the password it may carry."""
+def public_url(url: str) -> str:
+    """A server URL without the secret it may carry: a password (``user:***@``)
+    or a token, which NATS takes as the user part alone (``***@``)."""
     scheme, sep, rest = url.partition("://")
     user, at, host = rest.rpartition("@")
-    return f"{scheme}{sep}{user.split(':')[0]}:***@{host}" if at else url
+    if not at:
+        return url
+    name, colon, _password = user.partition(":")
+    return f"{scheme}{sep}{name + colon if colon else ''}***@{host}"

@@ -22,7 +22,7 @@ from rqsys.pool import unique
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import Outgoing, local_files
 from rqsys.pool.ids import PoolIds
-from rqsys.pool.link import Link
+from rqsys.pool.link import Link, public_url
 from rqsys.pool.settings import from_configs
 from rqsys.pool.worker import PoolWorker
 
@@ -65,7 +65,7 @@ class PoolMember:
                           lambda _key, _mask: self.bridge.run_finished())
         self.worker.hand_back.start()
         self.log.event("daemon", f"pool {self.settings.pool}: joined as host {number} "
-                       f"({', '.join(self.settings.servers)})")
+                       f"({', '.join(map(public_url, self.settings.servers))})")
 
     def close(self) -> None:
         """At stop, after the store's last flush: ack what ended, hand the rest back."""
