@@ -16,7 +16,11 @@ answering, N times), ``{"attach_503": N}`` (refuse N uploads),
 true}`` (an RQ that queues at once whatever ``_method`` says),
 ``{"lose_attachments": true}`` (the commit drops what was uploaded),
 ``{"stall_commit": N}`` (a commit writes ``DIR/stalled``, waits for
-``DIR/unstall``, then answers 503 without committing, N times).
+``DIR/unstall``, then answers 503 without committing, N times),
+``{"vanish_at_commit": N}`` (a commit loses the prepared message and
+answers RQ's "cannot find message"), ``{"attachments_list": N}`` (message
+JSON whose ``_attachments`` is a list), ``{"unicode_prep": N}`` (a prep
+answers a URL whose path is not ASCII).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import shutil
 import sys
 import threading
 import time
@@ -109,6 +114,8 @@ class Peer(BaseHTTPRequestHandler):
                            "size": p.stat().st_size}
                   for p in sorted((mdir / "attach").glob("*"))}
         doc = dict(json.loads((mdir / "msg.json").read_text()), _attachments=attach)
+        if self.fault("attachments_list"):
+            doc["_attachments"] = list(attach) or ["x"]
         if not self.fault("no_state"):
             doc["state"] = (mdir / "state").read_text()
         self.answer(200, doc)
@@ -160,7 +167,8 @@ class Peer(BaseHTTPRequestHandler):
         if form.get("x_format", "json") != "json":
             self.html_redirect()
             return
-        self.answer(200, ["ok", f"{self.url}q/{queue}/{msg_id}"])
+        odd = "\u20ac/" if self.fault("unicode_prep") else ""
+        self.answer(200, ["ok", f"{self.url}{odd}q/{queue}/{msg_id}"])
 
     def attach(self, queue: str, msg_id: str) -> None:
         mdir = self.msg_dir(queue, msg_id)
@@ -215,6 +223,8 @@ class Peer(BaseHTTPRequestHandler):
         if form.get("_method") != "commit":
             self.answer(400, ["fail", "400 - Invalid method param"])
             return
+        if self.fault("vanish_at_commit"):
+            shutil.rmtree(mdir)
         if not (mdir / "state").exists() or (mdir / "state").read_text() != "prep":
             self.answer(200, ["fail", "cannot find message"])
             return

@@ -212,6 +212,44 @@ def test_far_end_forgot_prepared_message_prepares_again(w: World) -> None:
     assert got["status"].endswith(far.name)
 
 
+def test_prepared_message_lost_at_its_commit_is_prepared_again(w: World) -> None:
+    # Given a far end that loses the prepared message when it is committed, once
+    w.faults(vanish_at_commit=1)
+    msg_id = w.send(f"{w.peer_url}q/work")
+    # Then the relay prepares it again (it ended in err: a review found it)
+    got = w.wait_state(msg_id, "relayed")
+    (far,) = w.arrived()
+    assert w.far_state(far) == "que" and got["status"].endswith(far.name)
+    assert w.runs(msg_id) == 2
+
+
+def test_far_end_answering_malformed_attachments_is_asked_again(w: World) -> None:
+    # Given a far end whose message JSON once has _attachments as a list
+    w.faults(attachments_list=1)
+    msg_id = w.send(f"{w.peer_url}q/work", {"f": b"data"})
+    # Then the relay resends, asks again, and relays (it crashed the script)
+    got = w.wait_state(msg_id, "relayed")
+    (far,) = w.arrived()
+    assert w.runs(msg_id) == 2 and got["status"].endswith(far.name)
+    assert "_attachments is not an object" in _log(w, msg_id)
+
+
+def test_prep_answered_with_a_url_not_ascii_is_prepared_again(w: World) -> None:
+    # Given a far end whose prep answers a URL HTTP cannot carry, once
+    w.faults(unicode_prep=1)
+    msg_id = w.send(f"{w.peer_url}q/work")
+    # Then that URL is never used (it was kept, and every rerun crashed on it)
+    got = w.wait_state(msg_id, "relayed")
+    queued = [far for far in w.arrived() if w.far_state(far) == "que"]
+    assert len(queued) == 1 and got["status"].endswith(queued[0].name)
+    assert "not a message URL" in _log(w, msg_id)
+
+
+def _log(w: World, msg_id: str) -> str:
+    (log,) = w.a.layout.queue_dir("relay").rglob(f"{msg_id}/job/stdio.log")
+    return log.read_text()
+
+
 def test_loop_back_to_origin_is_err(w: World) -> None:
     # A message that this host's relay already sent once has come round again
     msg_id = w.send(f"{w.peer_url}q/work", relay_via=["http://10.213.1.9:3333/", w.a.url])

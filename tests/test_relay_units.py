@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,14 @@ import pytest
 from rqsys.errors import BadRequest
 from rqsys.scripts.cleaner import parse_days
 from rqsys.scripts.jobkit import Job
-from rqsys.scripts.relay import Relay, RelayLoop, state_of, target_queue_url, url_parts
+from rqsys.scripts.relay import (
+    Relay,
+    RelayLoop,
+    relay,
+    state_of,
+    target_queue_url,
+    url_parts,
+)
 from rqsys.scripts.rqhttp import Peer, PeerError, PeerRefused, PeerUnknown, Reply, rq_answer
 from rqsys.special import SPECIAL_QUEUES, install_special_queues, webhook_message
 from rqsys.store import Layout
@@ -210,6 +218,30 @@ def test_relay_id_naming_another_message_is_prepared_again(tmp_path: Path) -> No
         assert relay.resume() == (other, True)
         relay.far_state = lambda url: ("done", {})  # type: ignore
         assert relay.resume() == (other, True)
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_an_error_not_foreseen_resends_with_its_reason(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a relay whose run raises what no branch expects (a far end's odd
+    # answer, or a bug): it ended the relay worker's process, and every relay in it
+    make_job(tmp_path, {"dest": "http://b.example/q/x"})
+    job_dir = next(tmp_path.rglob("job"))
+
+    def odd(self: Relay) -> int:
+        raise AttributeError("'list' object has no attribute 'get'")
+    monkeypatch.setattr(Relay, "run", odd)
+    read, write = os.pipe()
+    try:
+        job = Job({"RQ_MSG_DIR": str(job_dir), "RQ_HOST": HOST, "RQ_COUNT": "2"},
+                  out=write, write=write)
+        # When it relays, Then it asks for a resend saying why, with the traceback logged
+        assert relay(job) == 0
+        said = os.read(read, 65536).decode()
+        assert re.search(r"resend \d+-relay failed: AttributeError: 'list' object", said)
+        assert "Traceback" in said
     finally:
         os.close(read)
         os.close(write)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -152,7 +153,7 @@ class Relay:
             return url, True
         if state != "prep":
             raise PeerError(f"{url}: unexpected state {state!r}")
-        self.far_attachments = info.get("_attachments") or {}
+        self.far_attachments = info["_attachments"]
         self.known_prep = True
         return url, False
 
@@ -204,7 +205,11 @@ class Relay:
         except PeerUnknown as exc:
             raise PeerError(f"{url} vanished before its commit; preparing again") from exc
         except PeerRefused:
-            if self.far_state(url)[0] not in COMMITTED_STATES:
+            try:
+                state = self.far_state(url)[0]
+            except PeerUnknown as exc:  # RQ's "cannot find message" for one it lost
+                raise PeerError(f"{url} vanished at its commit; preparing again") from exc
+            if state not in COMMITTED_STATES:
                 raise  # RQ says "cannot find message" for one it has already committed
             return False
 
@@ -213,7 +218,7 @@ class Relay:
         state, info = self.far_state(url)
         if state not in COMMITTED_STATES:
             raise PeerError(f"{url} is {state!r} after its commit; trying again")
-        far = info.get("_attachments") or {}
+        far = info["_attachments"]
         for path in self.job.attachments():
             want, have = local_md5(path), far.get(path.name) or {}
             got = have.get("md5") if isinstance(have, dict) else None
@@ -226,6 +231,9 @@ class Relay:
         """The far message's state and JSON (``state.json`` asked when the JSON lacks it)."""
         info = self.peer.get_json(f"{url}.json")
         info = info if isinstance(info, dict) else {}
+        info["_attachments"] = info.get("_attachments") or {}
+        if not isinstance(info["_attachments"], dict):  # name -> {md5, size}
+            raise PeerError(f"{url}.json: _attachments is not an object; asking again later")
         state = info.get("state")
         if not isinstance(state, str):
             state = state_of(self.peer.get_json(f"{url}/state.json"))
@@ -268,7 +276,8 @@ def state_of(answer: Any) -> str | None:
 def url_parts(url: str, n: int) -> list[str]:
     """The last ``n`` path parts of a queue (2) or message (3) URL: ``q, name[, id]``."""
     parts = [p for p in urlsplit(url).path.split("/") if p][-n:]
-    if len(parts) != n or parts[0] != "q" or not url.startswith(("http://", "https://")):
+    if (len(parts) != n or parts[0] != "q" or not url.startswith(("http://", "https://"))
+            or not url.isascii()):  # an HTTP request line carries ASCII alone
         raise BadRequest(f"not a {'queue' if n == 2 else 'message'} URL: {url!r}")
     check_queue_name(parts[1])
     if n == 3:
@@ -290,6 +299,9 @@ def relay(job: Job, conns: Connections | None = None, cancel: Cancel | None = No
     except (PeerRefused, PeerUnknown, RelayLoop, RelayIncomplete) as exc:
         job.say("err", str(exc))
         return 0
+    except Exception as exc:  # noqa: BLE001 - a far end's answer we did not foresee, or a bug
+        job.log(traceback.format_exc())
+        return job.resend(f"relay failed: {type(exc).__name__}: {exc}")
 
 
 def main() -> int:

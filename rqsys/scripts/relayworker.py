@@ -28,6 +28,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -97,6 +98,9 @@ class Worker:
                 conn.sendall(f"exit {code}\n".encode())
         except (BadRequest, OSError) as exc:
             print(f"relay worker: connection refused: {exc}", file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - a bug: this connection ends, not the worker
+            print(f"relay worker: internal error:\n{traceback.format_exc()}", file=sys.stderr,
+                  flush=True)
         finally:
             for fd in fds:
                 os.close(fd)
