@@ -255,7 +255,7 @@ class SearchIndex:
     def _reconcile(self, db: sqlite3.Connection, lost: set[str] | None = None) -> bool:
         try:
             reconcile(db, self.view, lost or set())
-        except (sqlite3.Error, OSError, RQError) as exc:
+        except (sqlite3.Error, OSError, RQError, ValueError) as exc:
             _roll_back(db)
             self._failed(exc, lost or set())
             return False
@@ -267,7 +267,7 @@ class SearchIndex:
             db.execute("BEGIN")
             rebuild = searchfold.apply_batch(db, self.view, batch)
             db.execute("COMMIT")
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError, ValueError) as exc:  # a bug must not end the thread
             _roll_back(db)
             self._failed(exc, {event[2] for event in batch if event[2]})
             return
@@ -350,8 +350,8 @@ def add(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str) -> Non
 def insert(db: sqlite3.Connection, msg_id: str, state: str, msg: dict[str, Any],
            status: str, times: dict[str, Any]) -> None:
     """A message's row (and its tags), replacing any it had."""
-    params = " ".join(str(msg[k]) for k in PARAMS if msg.get(k) not in (None, ""))
-    tags = [str(t) for t in msg.get("tags") or []]
+    params = _text(" ".join(str(msg[k]) for k in PARAMS if msg.get(k) not in (None, "")))
+    tags, status = [_text(str(t)) for t in msg.get("tags") or []], _text(status)
     db.execute("DELETE FROM msgs WHERE id=?", (msg_id,))
     cur = db.execute(
         "INSERT INTO msgs(id, state, created, started, ended, run_s, status, params, tags,"
@@ -361,6 +361,12 @@ def insert(db: sqlite3.Connection, msg_id: str, state: str, msg: dict[str, Any],
          row_text(params, tags, status)))
     db.executemany("INSERT OR IGNORE INTO msg_tags(tag, rid) VALUES (?, ?)",
                    [(t, cur.lastrowid) for t in tags])
+
+
+def _text(text: str) -> str:
+    """``text`` as SQLite can take it: a lone surrogate (in a message stored
+    before intake refused them) made "?", or it raised, and its batch with it."""
+    return text if text.isascii() else text.encode("utf-8", "replace").decode()
 
 
 def reconcile(db: sqlite3.Connection, view: QueueView,

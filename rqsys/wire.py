@@ -16,6 +16,8 @@ The protocol (unix stream socket, ``/run/rq/<q>.sock`` or ``<root>/sock/<q>.sock
   against their MD5, which the daemon does on a thread of its own.
 * A line longer than MAX_LINE, or one that is not a JSON object, is answered
   with an error and the connection is closed; the daemon never dies of it.
+* A request holding NaN or Infinity, or a string with a lone UTF-16
+  surrogate, is answered with a ``BadRequest`` (``decode_request``).
 * A request that does not match its operation's JSON Schema is answered with
   a ``BadRequest`` naming the field; a bug in the daemon with an
   ``InternalError`` (and logged); the connection goes on in both cases.
@@ -28,11 +30,12 @@ from __future__ import annotations
 
 import array
 import json
+import re
 import socket
 from typing import Any
 
 from rqsys import errors
-from rqsys.errors import ProtocolError
+from rqsys.errors import BadRequest, ProtocolError
 
 MAX_LINE = 8 << 20
 MAX_FDS = 64
@@ -46,14 +49,49 @@ def encode(obj: dict[str, Any]) -> bytes:
     return _ENCODE(obj).encode() + b"\n"
 
 
-def decode(line: bytes) -> dict[str, Any]:
+def decode(line: bytes, parse_constant: Any = None) -> dict[str, Any]:
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_constant=parse_constant)
     except ValueError as exc:
         raise ProtocolError(f"request is not JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise ProtocolError("request is not a JSON object")
     return obj
+
+
+def decode_request(line: bytes) -> dict[str, Any]:
+    """A request line, refused (``BadRequest``) when it holds what no message
+    may: NaN or Infinity (not JSON: a ``due`` of NaN never came), or a lone
+    UTF-16 surrogate (``"\\ud800"``: text no file or exec can carry; its
+    message's start raised, every time the daemon came back).  A surrogate
+    pair is one character once parsed: only a line with such an escape is walked."""
+    obj = decode(line, _refuse_constant)
+    if _SURROGATE.search(line) and not _is_text(obj):
+        raise BadRequest("a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
+                         "which is not text")
+    return obj
+
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadRequest(f"{name} is not a JSON number")
+
+
+def _is_text(value: Any) -> bool:
+    """No string in ``value`` (keys too) holds a lone surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(_is_text(k) and _is_text(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_is_text(item) for item in value)
+    return True
 
 
 def error_reply(exc: Exception) -> dict[str, Any]:

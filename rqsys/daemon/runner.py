@@ -125,6 +125,9 @@ class Runner:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
             return
+        except UnicodeEncodeError:  # stored before intake refused it: no exec can carry it
+            self._unstartable(msg_id, "its params hold a lone UTF-16 surrogate, not text")
+            return
         finally:
             if out is not None:
                 self.starts.leave(out)  # the child has its copy (or none will run)
@@ -152,15 +155,19 @@ class Runner:
         errno_ = getattr(exc, "errno", None)
         if errno_ == errno.E2BIG and not limits.env_problem(self.env.shared(), tuple(argv)):
             why = limits.env_problem(env, tuple(argv)) or "its environment is too large"
-            text = f"cannot start the script for this message: {exc} ({why})"
-            self.log.event("err", text, msg_id)
-            self._webhooks(self.ledger.end(msg_id, Outcome("err", text), ""))
+            self._unstartable(msg_id, f"{exc} ({why})")
             return
         if errno_ == errno.E2BIG:
             exc = SpawnError(f"{exc}: the queue's own environment is too large "
                              f"({limits.env_problem(self.env.shared(), tuple(argv))})")
         self.ledger.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
         self._set_script_error(str(exc))
+
+    def _unstartable(self, msg_id: str, why: str) -> None:
+        """The message itself cannot be started: it alone ends in err."""
+        text = f"cannot start the script for this message: {why}"
+        self.log.event("err", text, msg_id)
+        self._webhooks(self.ledger.end(msg_id, Outcome("err", text), ""))
 
     def _script_ready(self) -> bool:
         """False while a SCRIPTERROR stands (the script missing or not executable, or

@@ -190,7 +190,7 @@ class Server:
     def _dispatch(self, conn: Connection, line: bytes, fds: list[int]) -> Reply | None:
         op = "?"
         try:
-            args = wire.decode(line)
+            args = wire.decode_request(line)
             op = str(args.get("op"))
             handler = self.ops.get(op)
             if handler is None:

@@ -7,6 +7,7 @@ Forms may use Rack's nested names as RQ's own pages do (``mesg[param1]``,
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 from urllib.parse import parse_qsl
@@ -96,9 +97,13 @@ def _form_body(raw: bytes) -> Pairs:
 
 def _parse_json(raw: bytes | str, what: str) -> Any:
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_not_json)
     except ValueError as exc:
         raise BadRequest(f"{what} is not valid JSON: {exc}") from exc
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def nested(pairs: Pairs, prefix: str) -> dict[str, Any]:
@@ -156,12 +161,13 @@ def _from_form_fields(params: dict[str, Any]) -> dict[str, Any]:
 
 def _typed(field: str, value: str) -> Any:
     try:
-        if field == "due":
-            return float(value)
         if field in ("max_count", "priority", "retry_max"):
             return int(value)
-        if field in ("timeout", "unique_for"):
-            return float(value)
+        if field in ("due", "timeout", "unique_for"):
+            number = float(value)
+            if not math.isfinite(number):  # nan, inf: no time
+                raise ValueError(value)
+            return number
     except ValueError as exc:
         raise BadRequest(f"mesg_{field} must be a number, not {value[:40]!r}") from exc
     if field == "force_remote":
