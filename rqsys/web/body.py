@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl
 import falcon
 
 from rqsys.errors import BadRequest, TooLarge
+from rqsys.web.answers import safe_back
 
 MAX_BODY = 2 << 20  # a message is at most 1 MB of JSON; attachments go by multipart
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
@@ -32,7 +33,24 @@ def read_params(req: falcon.Request) -> dict[str, Any]:
 
 
 def read_pairs(req: falcon.Request) -> Pairs:
-    """Query and body parameters in order, repeated names kept (for ``name[]``)."""
+    """Query and body parameters in order, repeated names kept (for ``name[]``);
+    a ``back`` checked before anything is done (a bad one answered 400 after
+    the action, which had happened)."""
+    pairs = _read_pairs(req)
+    for name, value in pairs:
+        if name == "back" and value:
+            check_back(value)
+    return pairs
+
+
+def check_back(back: Any) -> str:
+    """``back``, a path on this site (``answers.safe_back``), or BadRequest."""
+    if not isinstance(back, str):
+        raise BadRequest("back must be a path on this site, not a " + type(back).__name__)
+    return safe_back(back)
+
+
+def _read_pairs(req: falcon.Request) -> Pairs:
     pairs: Pairs = list(parse_qsl(req.query_string, keep_blank_values=True))
     ctype = (req.content_type or "").split(";")[0].strip().lower()
     if ctype == "multipart/form-data":

@@ -93,6 +93,9 @@ class AttachNew(Resource):
         queue, msg_id = queue_and_id(name, mid)
         if self.web.store(queue).find(msg_id) != "prep":
             raise BadRequest(f"message {msg_id} is not in prep: attach before commit")
+        query = dict(parse_qsl(req.query_string))  # the body is the upload itself
+        if query.get("back"):
+            body.check_back(query["back"])  # before the upload is taken, not after
         fallback = Path(self.web.sysconfig["tmpdir"])
         got = upload.receive(req, self.web.layout.queue_dir(queue), fallback)
         try:
@@ -100,7 +103,6 @@ class AttachNew(Resource):
                           md5=got.md5)
         finally:
             os.close(got.fd)
-        query = dict(parse_qsl(req.query_string))  # the body was the upload itself
         ok(req, resp, f"{got.md5}-Attached successfully", query,
            page=self.web.msg_path(queue, msg_id))
 

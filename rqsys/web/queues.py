@@ -182,7 +182,7 @@ class AdminOper(Resource):
         check_queue_name(name)
         params = body.read_params(req)
         opers = [op for op in ADMIN_OPERS if op in params]
-        if params.get("oper") in ADMIN_OPERS:
+        if isinstance(params.get("oper"), str) and params["oper"] in ADMIN_OPERS:
             opers.append(params["oper"])
         if len(set(opers)) != 1:
             raise BadRequest("name exactly one of up, down, pause, resume")
