@@ -24,6 +24,7 @@ from rqsys.errors import ConfigError
 from rqsys.pool.ids import PoolIds, host_of
 from rqsys.pool.link import public_url
 from rqsys.store import MSG_ID_RE, Layout
+from rqsys.store.layout import TMP_DIR
 
 RESEND_ONCE = ('if [ "$RQ_COUNT" = 0 ]; then echo "resend 0-once more" >&3; exit 0; fi\n'
                'echo "done second run, count $RQ_COUNT" >&3\n')
@@ -177,6 +178,29 @@ def test_a_bad_message_in_the_stream_does_not_stop_the_queue(
     assert pq.proc.poll() is None
     assert "a message that cannot be taken is dropped from the pool: KeyError" in (
         pq.stderr_text())
+
+
+def test_a_message_this_host_cannot_take_goes_back_to_the_pool(
+        layout: Layout, pool_queue: Callable[..., DaemonProcess]) -> None:
+    # Given a pool message whose staging here will fail (a file where its
+    # directory goes: the mkdir fails, as on a full disk)
+    pq = pool_queue("p8", num_workers=1)
+    pause_pulls(pq)
+    msg_id = pq.call("create", msg={"dest": "pq", "param1": "kept"})["msg_id"]
+    blocker = layout.queue_dir("pq") / TMP_DIR / f"{msg_id}.que"
+    blocker.write_text("in the way")
+    # When the host takes it
+    pq.call("adminoper", oper="up")
+    wait_for(lambda: "pool: cannot take a message here" in pq.stderr_text(), 15, "the failure")
+    # Then it went back to the pool, not out of it (it was terminated: never run
+    # anywhere, and a worker slot kept for it for good), and runs once it can be taken
+    blocker.unlink()
+    got = wait_for(lambda: (g := pq.call("get", msg_id=msg_id))["state"] == "done" and g,
+                   15, "run after all")
+    assert got["status"].startswith("ran kept count ")
+    others = [pq.call("create", msg={"dest": "pq", "param1": f"m{n}"})["msg_id"] for n in range(3)]
+    for other in others:  # its worker slot is free again (one: it was kept for good)
+        wait_for(lambda i=other: pq.call("get", msg_id=i)["state"] == "done", 15, "the rest")
 
 
 def publish_raw(url: str, subject: str, data: bytes) -> None:

@@ -21,7 +21,7 @@ import shutil
 import time
 from typing import Any
 
-from rqsys.errors import NotFound
+from rqsys.errors import BadRequest, NotFound
 from rqsys.message import due_time
 from rqsys.pool import unique
 from rqsys.pool.acks import RETRY, SEND_TIMEOUT, Acks
@@ -114,10 +114,25 @@ class PoolWorker:
         for msg in msgs:
             try:
                 self._take(msg)
-            except Exception as exc:  # noqa: BLE001 - one message never stops the queue
+            except (ValueError, KeyError, TypeError, BadRequest) as exc:  # the message itself
                 self.log.event("err", f"pool: a message that cannot be taken is dropped "
                                f"from the pool: {type(exc).__name__}: {exc}")
                 self.bridge.submit(self.link.term(msg))
+            except Exception as exc:  # noqa: BLE001 - this host's trouble (a full disk)
+                self._not_taken(msg)
+                self.log.event("err", f"pool: cannot take a message here: {why(exc)}; "
+                               f"back to the pool, for any host, in {RETRY:g} s")
+                self.bridge.submit(self.link.nak(msg, RETRY))
+
+    def _not_taken(self, delivery: NatsMsg) -> None:
+        """Undo a take that failed half-way: no worker kept for it, nothing staged."""
+        msg_id = json.loads(delivery.data)["msg_id"]  # parsed before: _take got past it
+        if self.held.get(msg_id) is delivery:
+            del self.held[msg_id]
+            self.placing.discard(msg_id)
+            self.singles.pop(msg_id, None)
+            self.attached.pop(msg_id, None)
+        shutil.rmtree(f"{self.store.qdir}/{TMP_DIR}/{msg_id}.que", ignore_errors=True)
 
     # ------------------------------------------------------------ a message arrives
     def _take(self, delivery: NatsMsg) -> None:
