@@ -13,15 +13,19 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from rqsys.errors import BadRequest
+from rqsys.errors import BadRequest, TooLarge
+from rqsys.wire import LineTooLong
 
 BATCH = 1000  # messages per create_many request: answers flow back as the input streams
 Result = dict[str, Any]  # {"msg_id", "url"} or {"index", "error", "kind"}
 
 
-def ndjson(lines: Iterable[bytes | str]) -> Iterator[Any]:
+def ndjson(lines: Iterable[bytes | str | BadRequest]) -> Iterator[Any]:
     """The messages of NDJSON lines (blank lines skipped); a bad line is a BadRequest."""
     for line in lines:
+        if isinstance(line, BadRequest):  # refused by the reader (a line too long)
+            yield line
+            continue
         if not line.strip():
             continue
         try:
@@ -37,13 +41,25 @@ def send(items: Iterable[Any], call: Callable[[list[Any]], list[Result]],
     index = 0
     for batch in _batches(items):
         good = [_with(item, defaults) for item in batch if not isinstance(item, BadRequest)]
-        answers = iter(call(good) if good else [])
+        answers = iter(_create(call, good) if good else [])
         for item in batch:
             got = _failed(item) if isinstance(item, BadRequest) else dict(next(answers))
             if "error" in got:
                 got["index"] = index
             yield got
             index += 1
+
+
+def _create(call: Callable[[list[Any]], list[Result]], msgs: list[Any]) -> list[Result]:
+    """``call(msgs)``, in halves while the request is over the socket's line
+    limit (BATCH counts messages; large ones fill a line sooner)."""
+    try:
+        return call(msgs)
+    except LineTooLong as exc:
+        if len(msgs) == 1:
+            return [_failed(TooLarge(f"message too large to send: {exc}"))]
+        half = len(msgs) // 2
+        return _create(call, msgs[:half]) + _create(call, msgs[half:])
 
 
 def _with(item: Any, defaults: dict[str, Any] | None) -> Any:

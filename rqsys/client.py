@@ -54,9 +54,10 @@ class QueueClient:
 
     def call(self, op: str, fds: list[int] | tuple[int, ...] = (), **args: Any) -> dict[str, Any]:
         """Send one request and return its ok answer (errors are raised)."""
+        line = wire.encode_request({"op": op, **args})
         sock = self._connect()
         try:
-            wire.send(sock, wire.encode({"op": op, **args}), fds)
+            wire.send(sock, line, fds)
             return wire.raise_for(wire.decode(self._read_line(sock)))
         except (OSError, wire.ProtocolError) as exc:
             self.close()

@@ -35,7 +35,7 @@ import socket
 from typing import Any
 
 from rqsys import errors
-from rqsys.errors import BadRequest, ProtocolError
+from rqsys.errors import BadRequest, ProtocolError, TooLarge
 
 MAX_LINE = 8 << 20
 MAX_FDS = 64
@@ -45,8 +45,20 @@ _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps makes one a call
 
 
+class LineTooLong(TooLarge):
+    """A request over MAX_LINE: not sent (the daemon would refuse it whole)."""
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     return _ENCODE(obj).encode() + b"\n"
+
+
+def encode_request(obj: dict[str, Any]) -> bytes:
+    """A request line, or LineTooLong when the daemon could not take it."""
+    line = encode(obj)
+    if len(line) > MAX_LINE:
+        raise LineTooLong(f"request of {len(line)} bytes is over the line limit of {MAX_LINE}")
+    return line
 
 
 def decode(line: bytes, parse_constant: Any = None) -> dict[str, Any]:

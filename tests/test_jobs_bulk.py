@@ -9,13 +9,16 @@ import json
 import signal
 import subprocess
 
+import falcon.testing
 import pytest
 from conftest import wait_for
 from daemon_util import store_of
 from test_cli import RQ, rq
 from test_web_support import web_server  # noqa: F401
 
-from rqsys.errors import BadRequest
+from rqsys import config
+from rqsys.errors import BadRequest, Unavailable
+from rqsys.web.app import create_app
 
 
 @pytest.fixture
@@ -61,6 +64,60 @@ def test_new_messages_over_http(layout, paused, web_server):
         status, _h, data = server.request("POST", "/q/q/new_messages", bad,
                                           {"Content-Type": ctype})
         assert status == 400 and json.loads(data)[0] == "fail", data
+
+
+def test_new_messages_larger_than_a_socket_line_are_all_created(layout, paused, web_server):
+    # Given 1,000 messages of 9 KB each: one create_many of them is over the
+    # socket's 8 MiB line (it was a 502, and nothing was created)
+    server = web_server()
+    body = json.dumps([{"param1": f"{n:04d}" + "x" * 9000} for n in range(1000)])
+    status, _h, data = server.request("POST", "/q/q/new_messages", body,
+                                      {"Content-Type": "application/json"})
+    got = json.loads(data)
+    # Then all are created, in order (the batch went in halves)
+    assert status == 200 and (got["created"], got["failed"]) == (1000, 0), data[:300]
+    store = store_of(layout, "q")
+    assert [store.read_msg("que", r["msg_id"])["param1"][:4] for r in got["results"][::250]] == [
+        "0000", "0250", "0500", "0750"]
+
+
+def test_an_ndjson_line_too_long_fails_alone(layout, paused, web_server):
+    # Given NDJSON with one line over 2 MiB among good ones (it was a 413 for the
+    # whole request, after the lines before it were created)
+    server = web_server()
+    lines = [json.dumps({"param1": "a"}), json.dumps({"param1": "b" * (3 << 20)}),
+             json.dumps({"param1": "c"})]
+    status, _h, data = server.request("POST", "/q/q/new_messages", "\n".join(lines),
+                                      {"Content-Type": "application/x-ndjson"})
+    got = json.loads(data)
+    assert status == 200 and (got["created"], got["failed"]) == (2, 1), data[:300]
+    assert got["results"][1]["index"] == 1 and "over 2097152 bytes" in got["results"][1]["error"]
+    assert store_of(layout, "q").read_msg("que", got["results"][2]["msg_id"])["param1"] == "c"
+
+
+def test_a_daemon_failing_after_a_batch_answers_what_was_created(layout, paused, monkeypatch):
+    # Given a web whose second create_many fails (the daemon went away)
+    from rqsys import bulkinput
+    from rqsys.web.context import Web
+    monkeypatch.setattr(bulkinput, "BATCH", 2)
+    real, calls = Web.call, []
+
+    def failing_second(self, queue, op, **args):
+        calls.append(op)
+        if op == "create_many" and calls.count("create_many") == 2:
+            raise Unavailable("queue q: [Errno 32] Broken pipe")
+        return real(self, queue, op, **args)
+    monkeypatch.setattr(Web, "call", failing_second)
+    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    # When five messages are sent
+    got = client.simulate_post("/q/q/new_messages", json=[{"param1": str(n)} for n in range(5)])
+    # Then the answer says which were created and where it stopped (a 503 had a
+    # client send the created ones again)
+    assert got.status_code == 200, got.text
+    assert (got.json["created"], len(got.json["results"])) == (2, 2)
+    assert got.json["stopped"] == {"index": 2, "error": "queue q: [Errno 32] Broken pipe",
+                                   "kind": "Unavailable"}
+    assert paused.call("counts")["counts"]["que"] == 2
 
 
 def test_rq_sendmesg_bulk(layout, paused, tmp_path):

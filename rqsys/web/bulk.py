@@ -5,7 +5,11 @@
 the queue daemon ``create_many`` by batches; the answer lists every
 message's result in order: ``{"created": N, "failed": M, "results":
 [{"msg_id", "url"} | {"index", "error", "kind"}, ...]}``.  A message that
-is refused fails alone; the others are created.
+is refused fails alone (an NDJSON line over MAX_LINE too); the others are
+created.  When the daemon fails after earlier batches were created, the
+answer is still 200 with their results and ``"stopped": {"index", "error",
+"kind"}``: the messages from ``index`` on were not sent (a failure status
+would have had a client send the created ones again).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 import falcon
 
 from rqsys import bulkinput
-from rqsys.errors import BadRequest, TooLarge
+from rqsys.errors import BadRequest, RQError, TooLarge
 from rqsys.store import check_queue_name
 from rqsys.web.context import Resource
 
@@ -34,9 +38,18 @@ class NewMessages(Resource):
             return list(self.web.call(name, "create_many", msgs=msgs,
                                       by=f"http {req.remote_addr}")["results"])
 
-        results = list(bulkinput.send(_items(req), create_many))
+        results: list[dict[str, Any]] = []
+        answer: dict[str, Any] = {}
+        try:
+            results.extend(bulkinput.send(_items(req), create_many))
+        except RQError as exc:
+            if not results:
+                raise  # nothing was created: the failure is the answer
+            answer["stopped"] = {"index": len(results), "error": str(exc),
+                                 "kind": type(exc).__name__}
         failed = sum(1 for got in results if "error" in got)
-        resp.media = {"created": len(results) - failed, "failed": failed, "results": results}
+        resp.media = {"created": len(results) - failed, "failed": failed, "results": results,
+                      **answer}
 
 
 def _items(req: falcon.Request) -> Iterator[Any]:
@@ -60,13 +73,19 @@ def _items(req: falcon.Request) -> Iterator[Any]:
     return iter(data)
 
 
-def _lines(req: falcon.Request) -> Iterator[bytes]:
-    """The body's lines as they stream in (64 KiB reads)."""
-    tail = b""
+def _lines(req: falcon.Request) -> Iterator[bytes | TooLarge]:
+    """The body's lines as they stream in (64 KiB reads); a line over
+    MAX_LINE is a TooLarge in its place (it fails alone) and is skipped."""
+    tail, skipping = b"", False
     while chunk := req.bounded_stream.read(65536):
         *complete, tail = (tail + chunk).split(b"\n")
+        if skipping and complete:  # the over-long line ends in this chunk
+            complete, skipping = complete[1:], False
         yield from complete
-        if len(tail) > MAX_LINE:
-            raise TooLarge(f"an NDJSON line is over {MAX_LINE} bytes")
-    if tail:
+        if len(tail) > MAX_LINE and not skipping:
+            yield TooLarge(f"an NDJSON line is over {MAX_LINE} bytes")
+            skipping = True
+        if skipping:
+            tail = b""
+    if tail and not skipping:
         yield tail

@@ -289,7 +289,12 @@ def _queue_paths() -> dict[str, Any]:
                 "application/x-ndjson": {"schema": {"type": "string"}}}},
             "responses": _answers({"type": "object", "properties": {
                 "created": {"type": "integer"}, "failed": {"type": "integer"},
-                "results": {"type": "array", "items": {"type": "object"}}}})}},
+                "results": {"type": "array", "items": {"type": "object"}},
+                "stopped": {"type": "object", "description": "the daemon failed after "
+                            "earlier batches were created: the messages from index on were "
+                            "not sent", "properties": {
+                                "index": {"type": "integer"}, "error": {"type": "string"},
+                                "kind": {"type": "string"}}}}})}},
         "/q/{name}/messages.json": {"get": {
             "summary": "One state's message ids, a page at a time, optionally by tag",
             "parameters": [QUEUE, {"name": "state", "in": "query", "required": False,
