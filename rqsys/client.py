@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rqsys import wire
-from rqsys.errors import BadRequest, NotFound, Unavailable
+from rqsys.errors import BadRequest, NotFound, NotSent, Unavailable
 from rqsys.message import is_remote
 from rqsys.special import RELAY_QUEUE
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
@@ -58,6 +58,10 @@ class QueueClient:
         sock = self._connect()
         try:
             wire.send(sock, line, fds)
+        except OSError as exc:  # a daemon that closes a connection reads no part line
+            self.close()
+            raise NotSent(f"queue {self.queue}: {exc.strerror or exc}") from exc
+        try:
             return wire.raise_for(wire.decode(self._read_line(sock)))
         except (OSError, wire.ProtocolError) as exc:
             self.close()

@@ -41,5 +41,10 @@ class Unavailable(RQError):
     """A queue daemon could not be reached."""
 
 
+class NotSent(Unavailable):
+    """A request that never reached the daemon (the connection failed while
+    sending it): sending it again on a new connection cannot do it twice."""
+
+
 class InternalError(RQError):
     """A bug in rqsys, not the client's fault."""

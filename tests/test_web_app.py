@@ -10,6 +10,7 @@ import socket
 import falcon
 import falcon.testing
 import pytest
+from conftest import wait_for
 
 from rqsys import config
 from rqsys.errors import (
@@ -156,19 +157,27 @@ def test_pool_never_reuses_a_connection_idle_too_long_between_sweeps(layout, mak
     assert first._sock is None and pool._free["between"][0][0] is not first
 
 
-def test_pool_retries_reads_but_not_creates_after_a_daemon_restart(layout, make_queue, daemon):
+def test_pool_retries_what_was_not_sent_after_a_daemon_restart(layout, make_queue, daemon):
     make_queue("restarts", 'echo "done ok" >&3\n')
     first = daemon("restarts")
     pool = ClientPool(layout)
     pool.call("restarts", "ping")
     first.stop()
-    daemon("restarts")
-    # a read on the stale pooled connection is retried on a fresh one
-    assert pool.call("restarts", "counts")["admin"] == "UP"
+    proc = daemon("restarts")
+    proc.call("adminoper", oper="pause")
+    # a create on the stale pooled connection could not be sent: it is sent on a
+    # fresh one (the first create after a restart was a 503), and made once
+    assert pool.call("restarts", "create", msg={"param1": "once"})["msg_id"]
+    assert pool.call("restarts", "counts")["counts"]["que"] == 1
+    # a read on a stale connection is retried too
     pool.call("restarts", "ping")  # leaves a pooled connection
-    pool._free["restarts"][0][0]._sock.shutdown(socket.SHUT_RDWR)
-    # a create on a dead connection is not repeated: the client hears 503, nothing doubles
+    pool._free["restarts"][0][0]._sock.shutdown(socket.SHUT_RD)
+    assert pool.call("restarts", "counts")["admin"] == "PAUSE"
+    # a create that was sent, whose answer is lost, is not repeated: the client
+    # hears 503, and the message is not made twice
+    pool.call("restarts", "ping")
+    pool._free["restarts"][0][0]._sock.shutdown(socket.SHUT_RD)
     with pytest.raises(Unavailable):
-        pool.call("restarts", "create", msg={"param1": "once"})
-    counts = pool.call("restarts", "counts")["counts"]
-    assert counts["que"] + counts["run"] + counts["done"] == 0
+        pool.call("restarts", "create", msg={"param1": "sent"})
+    wait_for(lambda: pool.call("restarts", "counts")["counts"]["que"] == 2, 5, "it made once")
+    assert pool.call("restarts", "counts")["counts"]["que"] == 2

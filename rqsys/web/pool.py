@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.client import QueueClient
-from rqsys.errors import ProtocolError, RQError, Unavailable
+from rqsys.errors import NotSent, ProtocolError, RQError, Unavailable
 from rqsys.store import Layout
 
 IDLE_CLOSE = 2.0
@@ -31,13 +31,15 @@ class ClientPool:
 
     def call(self, queue: str, op: str, fds: list[int] | tuple[int, ...] = (),
              **args: Any) -> dict[str, Any]:
-        """One request on a pooled connection; a stale one is retried for reads only."""
+        """One request on a pooled connection; on a stale one (its daemon
+        restarted), a request that was not sent is sent again on a new one, and
+        one that was, only if it reads (a write may have been done)."""
         client, reused = self._acquire(queue)
         try:
             reply = client.call(op, fds=fds, **args)
-        except Unavailable:
+        except Unavailable as exc:
             client.close()
-            if not (reused and op in READ_ONLY_OPS):
+            if not (reused and (isinstance(exc, NotSent) or op in READ_ONLY_OPS)):
                 raise
             with QueueClient(self.layout, queue) as fresh:
                 return fresh.call(op, fds=fds, **args)
