@@ -235,6 +235,7 @@ let
         relative_root = cfg.web.relativeRoot;
       }
       // lib.optionalAttrs (cfg.host != null) { inherit (cfg) host; }
+      // lib.optionalAttrs (cfg.web.allowedHosts != [ ]) { allowed_hosts = cfg.web.allowedHosts; }
       // lib.optionalAttrs (natsServers != [ ]) { nats = natsConfig; }
     )
   );
@@ -348,6 +349,11 @@ in
         type = types.strMatching "/.*";
         default = "/";
         description = "Path prefix of every web route (behind a reverse proxy).";
+      };
+      allowedHosts = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        description = "More DNS names the web answers to, besides host, the machine's name and localhost (others are refused 421: DNS rebinding).";
       };
       basicAuthFile = mkOption {
         type = types.nullOr types.path;

@@ -62,6 +62,19 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "c
         time.sleep(0.02)
 
 
+def web_client(layout: Layout) -> Any:
+    """The web app in process (falcon's TestClient), asked as a browser on this
+    machine asks it: ``Host: localhost`` (falcon's own default names another
+    host, which rqsys.web.hostnames refuses)."""
+    import falcon.testing
+
+    from rqsys import config
+    from rqsys.web.app import create_app
+
+    return falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)),
+                                     headers={"Host": "localhost"})
+
+
 @pytest.fixture
 def layout(tmp_path: Path) -> Layout:
     lay = Layout(tmp_path / "root", tmp_path / "root" / "sock")

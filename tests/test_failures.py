@@ -15,15 +15,14 @@ import sys
 import threading
 import time
 
-import falcon.testing
 import pytest
+from conftest import web_client
 from daemon_util import drain, send, settle, store_of
 
-from rqsys import config, failures, timeline
+from rqsys import failures, timeline
 from rqsys.background import Background
 from rqsys.errors import BadRequest, NotFound, StoreError
 from rqsys.failures import FailureGroups, normalise
-from rqsys.web.app import create_app
 
 RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
 SCRIPT = """
@@ -121,7 +120,7 @@ def test_http_groups_and_group_action(layout, make_queue, daemon):
     proc = daemon("q")
     _errs(proc, ("db", "1"), ("db", "2"))
     layout.config_file.write_text(json.dumps({"host": "h.example", "port": 3333}))
-    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    client = web_client(layout)
     groups = client.simulate_get("/q/q/groups.json").json
     assert [g["count"] for g in groups] == [2]
     path = f"/q/q/groups/{groups[0]['key']}"

@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 from urllib.parse import urlencode
 
-import falcon.testing
 import pytest
-from conftest import wait_for
+from conftest import wait_for, web_client
 from daemon_util import send, settle, store_of
 
-from rqsys import config
 from rqsys.errors import BadRequest
-from rqsys.web.app import create_app
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -47,7 +44,7 @@ def test_the_socket_refuses_what_no_message_may_hold(make_queue, daemon, msg, wh
 def test_http_refuses_what_no_message_may_hold(make_queue, daemon, layout, form, why):
     make_queue("q", 'echo "done" >&3\n')
     proc = daemon("q")
-    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    client = web_client(layout)
     got = client.simulate_post("/q/q/new_message", body=urlencode(form), headers=FORM)
     assert got.status_code == 400 and why in got.content, (got.status, got.text)
     assert proc.call("counts")["counts"]["que"] == 0 and json.loads(got.text)[0] == "fail"

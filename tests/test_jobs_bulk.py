@@ -9,16 +9,13 @@ import json
 import signal
 import subprocess
 
-import falcon.testing
 import pytest
-from conftest import wait_for
+from conftest import wait_for, web_client
 from daemon_util import store_of
 from test_cli import RQ, rq
 from test_web_support import web_server  # noqa: F401
 
-from rqsys import config
 from rqsys.errors import BadRequest, Unavailable
-from rqsys.web.app import create_app
 
 
 @pytest.fixture
@@ -108,7 +105,7 @@ def test_a_daemon_failing_after_a_batch_answers_what_was_created(layout, paused,
             raise Unavailable("queue q: [Errno 32] Broken pipe")
         return real(self, queue, op, **args)
     monkeypatch.setattr(Web, "call", failing_second)
-    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    client = web_client(layout)
     # When five messages are sent
     got = client.simulate_post("/q/q/new_messages", json=[{"param1": str(n)} for n in range(5)])
     # Then the answer says which were created and where it stopped (a 503 had a

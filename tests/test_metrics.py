@@ -7,12 +7,9 @@ import base64
 import json
 import signal
 
-import falcon.testing
+from conftest import web_client
 from daemon_util import send, settle
 from prometheus_client.parser import text_string_to_metric_families
-
-from rqsys import config
-from rqsys.web.app import create_app
 
 SCRIPT = """
 case "$RQ_PARAM1" in
@@ -28,7 +25,7 @@ AUTH = {"Authorization": "Basic " + base64.b64encode(b"u:p").decode()}
 def _client(layout):
     layout.config_file.write_text(json.dumps({
         "host": "h.example", "port": 3333, "basic_auth": {"realm": "R", "users": {"u": "p"}}}))
-    return falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    return web_client(layout)
 
 
 def _scrape(client):

@@ -8,13 +8,12 @@ import subprocess
 import sys
 import time
 
-import falcon.testing
 import pytest
+from conftest import web_client
 from daemon_util import send, settle
 
-from rqsys import config, searchquery
+from rqsys import searchquery
 from rqsys.errors import BadRequest
-from rqsys.web.app import create_app
 
 RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
 SCRIPT = """
@@ -111,7 +110,7 @@ def test_an_index_removed_by_hand_is_made_again_whatever_sqlite_left(layout, fil
 
 def test_http_search_and_bulk_and_rq_ls_since(layout, filled):
     proc, errs, _dones = filled
-    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    client = web_client(layout)
     got = client.simulate_get("/q/q/search.json", params={"text": "database", "since": "1h"})
     assert got.status_code == 200 and got.json["total"] == 3
     bad = client.simulate_get("/q/q/search.json", params={"since": "yesterdayish"})

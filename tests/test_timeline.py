@@ -10,14 +10,13 @@ import re
 import socket
 import time
 
-import falcon.testing
 import pytest
+from conftest import web_client
 from daemon_util import send, settle, store_of
 
 from rqsys import config, timeline
 from rqsys.errors import BadRequest
 from rqsys.events import EventLog
-from rqsys.web.app import create_app
 
 FORM_HDR = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -110,7 +109,7 @@ def test_web_json_page_and_listing_show_times(layout, make_queue, daemon):
     make_queue("q", 'echo "done fine" >&3\n')
     proc = daemon("q")
     layout.config_file.write_text(json.dumps({"host": "h.example", "port": 3333}))
-    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    client = web_client(layout)
     got = client.simulate_post("/q/q/new_message", headers=FORM_HDR, body="mesg={}",
                                remote_addr="192.0.2.7")
     msg_id = got.json[1].rsplit("/", 1)[1]

@@ -10,9 +10,8 @@ import socket
 import falcon
 import falcon.testing
 import pytest
-from conftest import wait_for
+from conftest import wait_for, web_client
 
-from rqsys import config
 from rqsys.errors import (
     BadRequest,
     ConfigError,
@@ -25,7 +24,6 @@ from rqsys.errors import (
     Unavailable,
 )
 from rqsys.web import answers, body, logs
-from rqsys.web.app import create_app
 from rqsys.web.pool import ClientPool
 
 FORM_HDR = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -33,7 +31,7 @@ FORM_HDR = {"Content-Type": "application/x-www-form-urlencoded"}
 
 def _client(layout, **cfg) -> falcon.testing.TestClient:
     layout.config_file.write_text(json.dumps({"host": "h.example", "port": 3333, **cfg}))
-    return falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    return web_client(layout)
 
 
 @pytest.mark.parametrize(("exc", "status"), [

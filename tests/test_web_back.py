@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 from urllib.parse import urlencode
 
-import falcon.testing
 import pytest
+from conftest import web_client
 from daemon_util import send
-
-from rqsys import config
-from rqsys.web.app import create_app
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -22,7 +19,7 @@ def web(make_queue, daemon, layout):
     make_queue("q", 'echo "done" >&3\n')
     proc = daemon("q")
     proc.call("adminoper", oper="pause")
-    client = falcon.testing.TestClient(create_app(layout, config.load_system_config(layout)))
+    client = web_client(layout)
     return proc, client
 
 

@@ -25,6 +25,7 @@ from rqsys.web import (
     auth,
     csrf,
     framing,
+    hostnames,
     listen,
     messages,
     metrics,
@@ -59,7 +60,8 @@ class OpenAPI(Resource):
 def create_app(layout: Layout, sysconfig: dict[str, Any],
                pool: ClientPool | None = None) -> falcon.App:
     web = Web(layout, sysconfig, pool or ClientPool(layout))
-    middleware: list[Any] = [paths.HidePaths(layout), auth.BasicAuth(sysconfig.get("basic_auth")),
+    middleware: list[Any] = [hostnames.KnownHost(sysconfig), paths.HidePaths(layout),
+                             auth.BasicAuth(sysconfig.get("basic_auth")),
                              csrf.SameOrigin(), framing.NoFraming()]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
