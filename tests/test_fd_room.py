@@ -92,3 +92,44 @@ def test_a_daemon_out_of_fds_lets_clients_wait_and_lives_on(layout, make_queue):
         assert "connections taken again" in daemon.stderr_path.read_text()
     finally:
         daemon.stop()
+
+
+def test_a_resent_run_ending_out_of_fds_ends_and_the_daemon_lives_on(layout, make_queue,
+                                                                      tmp_path):
+    gate = tmp_path / "gate"
+    second = tmp_path / "second"
+    make_queue("q", f"""[ "$RQ_COUNT" = 0 ] && {{ echo "resend 0-again" >&3; exit 0; }}
+touch {second}
+while [ ! -e {gate} ]; do sleep 0.05; done
+echo "done at last" >&3
+""")
+    daemon = DaemonProcess(layout, "q")
+    pid = daemon.proc.pid
+    hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
+    try:
+        # Given a message's second run (count 1), waiting, in a daemon out of fds
+        # (one ended before: the hour's done/ shard is made, which takes an fd)
+        gate.touch()
+        first = daemon.call("create", msg={})["msg_id"]
+        wait_for(lambda: daemon.call("status", msg_id=first)["state"] == "done", 10, "the first")
+        gate.unlink()
+        second.unlink()
+        msg_id = daemon.call("create", msg={})["msg_id"]
+        wait_for(second.exists, 10, "its second run")
+        in_use = wait_for(lambda: _settled_fds(pid), 20, "the daemon's fds to settle")
+        resource.prlimit(pid, resource.RLIMIT_NOFILE,
+                         (min(set(range(len(in_use) + 1)) - in_use), hard))
+        # When it ends: its count file cannot be opened (this ended the daemon,
+        # the message left in run/ to run a third time)
+        gate.touch()
+        wait_for(lambda: "count not written: Too many open files"
+                 in daemon.stderr_path.read_text(), 10, "the warning")
+        # Then the daemon lives on, and the message ended as its script said
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (FD_SOFT, hard))
+        assert daemon.proc.poll() is None
+        wait_for(lambda: daemon.call("get", msg_id=msg_id)["state"] == "done", 10, "done")
+        # (its status file could not be written either: the log has its last status)
+        assert f"{msg_id}: done: at last" in daemon.stderr_path.read_text()
+    finally:
+        gate.touch()
+        daemon.stop()

@@ -294,7 +294,8 @@ class Runner:
         self.deadlines.fire()
 
     def _arm_timeout(self, worker: Worker, seconds: float) -> None:
-        self.store.write_started(worker.msg_id, worker.started)  # for recovery: the time used
+        if why := self.store.write_started(worker.msg_id, worker.started):  # recovery's
+            self.log.event("warning", why, worker.msg_id)  # estimate of the time used
         self.deadlines.after(seconds, lambda: self._time_out(worker))
 
     def _limit(self, worker: Worker, limits: dict[str, Any]) -> None:

@@ -181,7 +181,7 @@ class Transitions(Retries):
         outcome = Outcome(state, f"duplicate {url}")
         self._blank.discard(msg_id)
         self.store.write_status("que", msg_id, outcome.text)
-        self.store.write_count("que", msg_id, int(msg.get("count", 0)))
+        self._advisory(self.store.write_count("que", msg_id, int(msg.get("count", 0))), msg_id)
         self._move(msg_id, "que", state)
         self._counts[state] += 1
         self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE=state)
@@ -201,13 +201,18 @@ class Transitions(Retries):
             return []
         # run → done | err | relayed
         guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
-        self.store.write_count("run", msg_id, msg["count"])
+        self._advisory(self.store.write_count("run", msg_id, msg["count"]), msg_id)
         self._move(msg_id, "run", outcome.state)
         self._counts[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
                        RQ_STATE=outcome.state,
                        **({"RQ_KIND": outcome.kind} if outcome.kind else {}))
         return [(msg_id, msg, outcome)]
+
+    def _advisory(self, why: str, msg_id: str) -> None:
+        """A file the state does not hang on that was not written: told, and on."""
+        if why:
+            self.log.event("warning", why, msg_id)
 
     def _requeue(self, msg_id: str, msg: Msg, outcome: Outcome) -> None:
         """run → que (resend, or the daemon stopping): the msg with its new

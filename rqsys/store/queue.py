@@ -220,16 +220,17 @@ class QueueStore(QueueView):
         return functools.partial(durable.remove_renamed, src.parent, doomed)
 
     # -- message files -------------------------------------------------------
-    def write_count(self, state: str, msg_id: str, count: int) -> None:
+    def write_count(self, state: str, msg_id: str, count: int) -> str:
         """Record an ending message's count (RQ's: its resends; not synced, like status).
 
         A separate small file, so the ``msg`` is not replaced at the end of
         every run (a rename over a file makes ext4 write it back at once);
         not written for the common count 0 (one run, no resend), which is what
-        its absence means.
+        its absence means.  Why it was not written, or "".
         """
-        if count != 0:  # only an ending writes it, once: no older count file to replace
-            durable.overwrite(f"{self._path(state, msg_id)}/count", str(count).encode())
+        if count == 0:  # only an ending writes it, once: no older count file to replace
+            return ""
+        return _advisory(f"{self._path(state, msg_id)}/count", str(count).encode())
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
         """Replace a message's ``msg`` file atomically and durably."""
@@ -246,10 +247,11 @@ class QueueStore(QueueView):
         with contextlib.suppress(OSError):
             durable.overwrite(path, text.encode("utf-8", "replace"))
 
-    def write_started(self, msg_id: str, at: float) -> None:
+    def write_started(self, msg_id: str, at: float) -> str:
         """Record when a run with a timeout started (not synced: recovery's
-        estimate of the time a crash cut short, see ``recovery``)."""
-        durable.overwrite(f"{self._path('run', msg_id)}/{recovery.STARTED}", f"{at:.3f}".encode())
+        estimate of the time a crash cut short, see ``recovery``); why it was
+        not written, or ""."""
+        return _advisory(f"{self._path('run', msg_id)}/{recovery.STARTED}", f"{at:.3f}".encode())
 
     def job_path(self, msg_id: str) -> str:
         """The ``job/`` dir of a running message: a spare brings it, a run after
@@ -312,3 +314,14 @@ class QueueStore(QueueView):
     def take_que_snapshot(self) -> dict[str, dict[str, Any]] | None:
         """The last clean stop's snapshot if its ids are exactly those in que/."""
         return recovery.take_que_snapshot(self)
+
+
+def _advisory(path: str, data: bytes) -> str:
+    """Write a file the message's state does not hang on (unsynced); why it
+    failed (out of fds or disk), or "": the caller logs it and goes on (it
+    ended the daemon, with the message in run/ to be run again)."""
+    try:
+        durable.overwrite(path, data)
+    except OSError as exc:
+        return f"{path.rsplit('/', 1)[-1]} not written: {exc.strerror or exc}"
+    return ""
