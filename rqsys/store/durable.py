@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from rqsys.errors import StoreError
 from rqsys.store import dirsync
 from rqsys.tunables import FLUSH_INTERVAL
 
@@ -64,12 +63,12 @@ def fsync_tree(adir: Path) -> None:
 
 def syncfs(path: Path | str) -> None:
     """Flush the whole file system holding ``path`` (one journal commit)."""
-    from rqsys._native._rqspawn import lib  # type: ignore[import-not-found]
+    from rqsys._native._rqspawn import ffi, lib  # type: ignore[import-not-found]
 
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if lib.syncfs(fd) != 0:
-            raise StoreError(f"syncfs {path} failed")
+        if lib.syncfs(fd) != 0:  # an OSError, as every other write's: its callers answer it
+            raise OSError(ffi.errno, f"syncfs {path}: {os.strerror(ffi.errno)}")
     finally:
         os.close(fd)
 

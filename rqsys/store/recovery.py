@@ -97,7 +97,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rqsys.errors import RQError, StoreError
+from rqsys.errors import RQError
 from rqsys.store import dirsync, durable, msgshare
 from rqsys.store.layout import (
     MSG_ID_RE,
@@ -213,8 +213,8 @@ def _count_crashed_run(store: QueueStore, msg_id: str) -> None:
     """
     try:
         msg = store.read_msg("run", msg_id)
-    except StoreError:
-        return  # an unreadable msg is reported when que/ is loaded
+    except RQError:  # unreadable, or missing (NotFound: e2fsck, an operator)
+        return  # reported, and the message put in err, when que/ is loaded
     msg = dict(msg, count=int(msg.get("count", 0)) + 1)
     used = _time_used(store.msg_dir("run", msg_id))
     if used:

@@ -1,0 +1,59 @@
+"""Faults of the disk and of the store's files, under a real daemon: each is
+that message's trouble, or a clear error to the client, never the end of the
+daemon (a review found both below ending it)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from conftest import need, wait_for
+from daemon_util import send, settle, store_of
+
+from rqsys.errors import StoreError
+
+
+def test_a_run_directory_without_its_msg_goes_to_err_and_the_queue_starts(layout, make_queue,
+                                                                       daemon):
+    # Given a run/ directory whose msg is gone (e2fsck after a power cut, an operator)
+    make_queue("q", 'echo "done fine" >&3\n')
+    daemon("q").stop()
+    lost = store_of(layout, "q").msg_dir("run", "20261124.1200.00.000.0")
+    (lost / "job").mkdir(parents=True)
+    (lost / "status").write_text("running")
+    # When the daemon starts (it exited 1 at every start: "no message ... in q/run")
+    proc = daemon("q")
+    # Then that message is in err, saying why, and the queue runs
+    assert store_of(layout, "q").find(lost.name) == "err"
+    wait_for(lambda: f"{lost.name}: err: unreadable" in proc.stderr_text(), 10, "the reason")
+    assert settle(proc, send(proc))["state"] == "done"
+
+
+def test_a_failing_syncfs_fails_its_creates_and_the_daemon_lives_on(layout, make_queue, daemon):
+    need(shutil.which("strace") is not None, "strace (Debian strace)")
+    make_queue("q", 'echo "done fine" >&3\n')
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")
+    # Given a disk whose syncfs fails (a writeback error of any file on it: EIO)
+    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=syncfs",
+                               "-e", "inject=syncfs:error=EIO", "-p", str(proc.proc.pid)],
+                              stderr=subprocess.PIPE)
+    try:
+        status = Path(f"/proc/{proc.proc.pid}/status")
+        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), 10, "strace attached")
+        # When two messages are created in one group commit (its durability is one syncfs)
+        results = proc.call("create_many", msgs=[{"param1": "a"}, {"param1": "b"}])["results"]
+        # Then each is refused with the reason, and none is stored
+        assert [r.get("kind") for r in results] == [StoreError.__name__] * 2, results
+        assert "Input/output error" in results[0]["error"], results
+    finally:
+        tracer.terminate()
+        tracer.wait(10)
+    assert proc.call("counts")["counts"]["que"] == 0
+    # And the daemon lives on: once the disk syncs again, they are stored
+    results = proc.call("create_many", msgs=[{"param1": "a"}, {"param1": "b"}])["results"]
+    assert all("msg_id" in r for r in results), results
+    assert proc.call("counts")["counts"]["que"] == 2
+
+
