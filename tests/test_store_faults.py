@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from conftest import need, wait_for
@@ -57,3 +58,25 @@ def test_a_failing_syncfs_fails_its_creates_and_the_daemon_lives_on(layout, make
     assert proc.call("counts")["counts"]["que"] == 2
 
 
+
+
+def test_a_leftover_a_script_made_read_only_does_not_stop_the_start(layout, make_queue):
+    need(shutil.which("setpriv") is not None, "setpriv (Debian util-linux)")
+    # Given a deleted message's leftover in .tmp/ with a directory its script made
+    # read-only (Go's module cache is 0555)
+    make_queue("q", 'echo "done" >&3\n')
+    leftover = layout.queue_dir("q") / ".tmp" / "deleted.20261124.1609.46.585.0.1"
+    pkg = leftover / "job" / "gomod" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "file.go").write_text("package x\n")
+    pkg.chmod(0o555)
+    # When recovery runs as a daemon does under its unit (user rq: without
+    # CAP_DAC_OVERRIDE; every start failed with PermissionError)
+    got = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", sys.executable,
+         "-c", "import sys, pathlib; from rqsys.store import QueueStore; "
+         "QueueStore(pathlib.Path(sys.argv[1])).recover()", str(layout.queue_dir("q"))],
+        capture_output=True, text=True, timeout=60)
+    # Then it succeeds, and the leftover is gone
+    assert got.returncode == 0, got.stderr
+    assert not leftover.exists()

@@ -9,6 +9,7 @@ the store renames or syncs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -250,14 +251,48 @@ def remove_dir(path: Path, doomed: Path) -> None:
     """
     os.rename(path, doomed)
     fsync_path(path.parent)
-    shutil.rmtree(doomed, ignore_errors=True)
+    remove_tree(doomed)
 
 
 def remove_renamed(parent: Path, doomed: Path) -> None:
     """The second half of :func:`remove_dir`, once ``path`` was renamed to
     ``doomed`` by :func:`rename`: fsync the directory it left, then delete it."""
     fsync_path(parent)
-    shutil.rmtree(doomed, ignore_errors=True)
+    remove_tree(doomed)
+
+
+def remove_tree(path: str | Path) -> str:
+    """Delete a tree; why not all of it, or "".  Directories a script made
+    read-only (Go's module cache is 0555) are made writable by their owner
+    and it is tried again: without that the daemon (user rq, without
+    CAP_DAC_OVERRIDE) left them in .tmp/, and recovery failed at every start."""
+    try:
+        shutil.rmtree(path)
+        return ""
+    except FileNotFoundError:
+        return ""
+    except OSError:
+        _make_writable(str(path))
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return f"{exc.filename or path}: {exc.strerror or exc}"
+    return ""
+
+
+def _make_writable(path: str) -> None:
+    """Each directory under ``path`` writable and searchable by its owner,
+    parents first (a 0000 one is opened only once it is)."""
+    if os.path.islink(path):
+        return  # never its target's mode
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    _make_writable(entry.path)
 
 
 def unlink_durably(path: Path) -> None:

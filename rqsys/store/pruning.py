@@ -16,7 +16,6 @@ and the rename.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Container
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,7 +48,7 @@ class Removal:
         the slow half, for a background lane."""
         durable.fsync_dirs(self._left, missing_ok=True)
         for doomed in self._doomed:
-            shutil.rmtree(doomed, ignore_errors=True)
+            durable.remove_tree(doomed)  # what it cannot remove, recovery tries again
 
 
 def untouched(store: QueueStore, state: str, before: float, removal: Removal) -> list[str]:

@@ -93,7 +93,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,13 +154,13 @@ def _recover_tmp(store: QueueStore) -> None:
         path = tmp / entry
         msg_id, state = _published_as(path)
         if msg_id and _placed_whole(store, msg_id):
-            shutil.rmtree(path)  # its publish reached the disk; this is the leftover
+            durable.remove_tree(path)  # its publish reached the disk; this is the leftover
         elif msg_id:
             _replace_torn(store, state, msg_id)
             durable.rename(path, store.state_dir(state) / msg_id)
             store.dirty.add(str(tmp), str(store.state_dir(state)))
         elif path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
+            durable.remove_tree(path)  # what it cannot remove waits for the next start
         else:
             path.unlink()
 
@@ -183,7 +182,7 @@ def _replace_torn(store: QueueStore, state: str, msg_id: str) -> None:
     temp copy that holds the message can take its place."""
     target = store.state_dir(state) / msg_id
     if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
+        durable.remove_tree(target)
 
 
 def _published_as(path: Path) -> tuple[str, str]:
