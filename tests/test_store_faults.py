@@ -80,3 +80,32 @@ def test_a_leftover_a_script_made_read_only_does_not_stop_the_start(layout, make
     # Then it succeeds, and the leftover is gone
     assert got.returncode == 0, got.stderr
     assert not leftover.exists()
+
+
+def test_a_message_directory_removed_by_hand_is_dropped_and_the_daemon_lives_on(
+        layout, make_queue, daemon, tmp_path):
+    gate = tmp_path / "gate"
+    make_queue("q", f'[ "$RQ_PARAM1" = wait ] && while [ ! -e {gate} ]; do sleep 0.05; done\n'
+                    'echo "done $RQ_PARAM1" >&3\n')
+    proc = daemon("q")
+    store = store_of(layout, "q")
+    proc.call("adminoper", oper="pause")
+    # Given a queued message whose directory an operator removed (rm -rf que/<id>)
+    removed = send(proc, param1="removed")
+    kept = send(proc, param1="kept")
+    shutil.rmtree(store.msg_dir("que", removed))
+    # When it comes due (this ended the daemon: "no message ... in q/que")
+    proc.call("adminoper", oper="up")
+    # Then it is dropped, saying so, and the next one runs
+    assert settle(proc, kept)["status"] == "kept"
+    wait_for(lambda: f"{removed}: deleted: gone from que/" in proc.stderr_text(), 10, "the log")
+    # Given a running message whose directory is removed (rm -rf run/<id>)
+    running = send(proc, param1="wait")
+    wait_for(lambda: proc.call("status", msg_id=running)["state"] == "run", 10, "it running")
+    shutil.rmtree(store.msg_dir("run", running))
+    # When its script ends (this ended the daemon too), Then it is dropped, and
+    # the queue goes on
+    gate.touch()
+    wait_for(lambda: f"{running}: deleted: gone from run/" in proc.stderr_text(), 10, "the log")
+    assert settle(proc, send(proc, param1="after"))["status"] == "after"
+    assert proc.proc.poll() is None

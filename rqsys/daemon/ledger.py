@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.daemon.unique import UniqueIndex
-from rqsys.errors import InternalError, RQError
+from rqsys.errors import InternalError, NotFound, RQError
 from rqsys.events import EventLog
 from rqsys.scheduler import Schedule
 from rqsys.store import STATES, QueueStore
@@ -158,6 +158,22 @@ class Ledger:
         self.store.move(msg_id, src, dest)
         if dest in ENDED:
             self.unique.ended(msg_id, time.time())
+
+    def _moved(self, msg_id: str, src: str, dest: str) -> bool:
+        """``_move`` of a message the daemon moves on its own (a start, an end):
+        False when its directory is gone, removed by hand.  It is dropped as a
+        delete is, and the daemon goes on (it ended, the running scripts to
+        be run again at the restart)."""
+        try:
+            self._move(msg_id, src, dest)
+        except NotFound:
+            self._blank.discard(msg_id)
+            self.schedule.remove(msg_id)
+            self.unique.forget(msg_id)
+            self.log.event("deleted", f"gone from {src}/: its directory was removed, not by "
+                           "rqsys", msg_id)
+            return False
+        return True
 
 
 def guard(ok: bool, why: str) -> None:

@@ -108,13 +108,14 @@ class Transitions(Retries):
     # ------------------------------------------------------------ running
     def start_next(self, now: float) -> tuple[str, Msg, Msg] | None:
         """que → run: the next due message its gate lets start, or None."""
-        picked = self.schedule.pop_ready(now)
+        while (picked := self.schedule.pop_ready(now)) is not None:
+            msg_id, queued = picked
+            guard(msg_id not in self.running, f"{msg_id} is running already")
+            if self._moved(msg_id, "que", "run"):
+                break
         if picked is None:
             return None
-        msg_id, queued = picked
-        guard(msg_id not in self.running, f"{msg_id} is running already")
         msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
-        self._move(msg_id, "que", "run")
         self.running[msg_id] = msg
         self.schedule.started(msg, time.time())  # the rate window counts from now, not the turn
         return msg_id, queued, msg
@@ -143,8 +144,8 @@ class Transitions(Retries):
         guard(running is not None, f"{msg_id} is not running")
         self.schedule.ended(running or queued)
         self.store.write_status("run", msg_id, why)
-        self._move(msg_id, "run", "que")
-        self.schedule.add(msg_id, queued)
+        if self._moved(msg_id, "run", "que"):
+            self.schedule.add(msg_id, queued)
 
     def end(self, msg_id: str, outcome: Outcome, written: str | None) -> list[Ended]:
         """run → done | err | relayed | que | gone, with its riders; returns
@@ -158,10 +159,11 @@ class Transitions(Retries):
         url, riders = self._riders.pop(msg_id, ("", []))
         if msg_id in self._busy:  # on its way back to the que (resend): riders wait for it
             self._hold(msg_id, riders)
-            return ended
+            return ended or []
+        state = outcome.state if ended is not None else "gone"  # gone: riders run on their own
         for rider_id, rider in riders:
-            ended += self._settle_rider(rider_id, rider, outcome.state, url)
-        return ended
+            ended = (ended or []) + self._settle_rider(rider_id, rider, state, url)
+        return ended or []
 
     def _hold(self, primary: str, riders: list[tuple[str, Msg]]) -> None:
         """que → que: the riders of a resent primary rejoin the que in the same
@@ -182,13 +184,15 @@ class Transitions(Retries):
         self._blank.discard(msg_id)
         self.store.write_status("que", msg_id, outcome.text)
         self._advisory(self.store.write_count("que", msg_id, int(msg.get("count", 0))), msg_id)
-        self._move(msg_id, "que", state)
+        if not self._moved(msg_id, "que", state):
+            return []
         self._counts[state] += 1
         self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE=state)
         return [(msg_id, msg, outcome)]
 
     def _settle(self, msg_id: str, msg: Msg, outcome: Outcome,
-                written: str | None = None) -> list[Ended]:
+                written: str | None = None) -> list[Ended] | None:
+        """The end of its run; None when its directory was gone."""
         if outcome.state == "deleted":  # run → gone: destroyed while running
             self._offload(self.store.delete_later(msg_id, "run"), self._log_failed(msg_id))
             self.log.event("deleted", "destroyed while running", msg_id)
@@ -202,7 +206,8 @@ class Transitions(Retries):
         # run → done | err | relayed
         guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
         self._advisory(self.store.write_count("run", msg_id, msg["count"]), msg_id)
-        self._move(msg_id, "run", outcome.state)
+        if not self._moved(msg_id, "run", outcome.state):
+            return None
         self._counts[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
                        RQ_STATE=outcome.state,
@@ -223,11 +228,11 @@ class Transitions(Retries):
         def moved(_result: Any, error: BaseException | None) -> None:
             if error is not None:
                 self.log.event("err", f"new count and due not saved: {error}", msg_id)
-            self._move(msg_id, "run", "que")
-            self.schedule.add(msg_id, msg)
-            self.log.event("retry" if outcome.kind == "retry" else "resend", outcome.text,
-                           msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE="que",
-                           RQ_DUE=msg["due"])
+            if self._moved(msg_id, "run", "que"):
+                self.schedule.add(msg_id, msg)
+                self.log.event("retry" if outcome.kind == "retry" else "resend", outcome.text,
+                               msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE="que",
+                               RQ_DUE=msg["due"])
             self._free(msg_id)
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)
@@ -237,7 +242,8 @@ class Transitions(Retries):
         ``kind`` "attachment": a pool message's file did not arrive whole)."""
         guard(self.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
         self.store.write_status("que", msg_id, text)  # (a retry sets it aside)
-        self._move(msg_id, "que", "err")
+        if not self._moved(msg_id, "que", "err"):
+            return
         self._counts["err"] += 1
         self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind)
 
