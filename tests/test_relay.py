@@ -250,6 +250,17 @@ def _log(w: World, msg_id: str) -> str:
     return log.read_text()
 
 
+def test_a_dest_password_is_not_shown_in_status_or_log(w: World) -> None:
+    # Given a dest whose URL carries a user and password, at a far end refusing
+    w.faults(fail_503=1)
+    secret_dest = f"{w.peer_url}q/work".replace("http://", "http://ops:s3cretpw@")
+    msg_id = w.send(secret_dest)
+    # Then its resend status names the user, not the password (a review found it
+    # in both), and it is relayed with it
+    w.wait_state(msg_id, "relayed")
+    assert "s3cretpw" not in _log(w, msg_id) and "ops:***@" in _log(w, msg_id)
+
+
 def test_loop_back_to_origin_is_err(w: World) -> None:
     # A message that this host's relay already sent once has come round again
     msg_id = w.send(f"{w.peer_url}q/work", relay_via=["http://10.213.1.9:3333/", w.a.url])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from rqsys.store import Layout, write_file_durably
 from rqsys.store.durable import write_note_durably
 
+_PASSWORD = re.compile(r"(?<=://)([^/@\s:]*):[^/@\s]*@")  # user:pass@ in a URL
 BACKOFF_UNIT = 10  # RQ: count² × 10 seconds ...
 BACKOFF_MAX = 3600  # ... capped at an hour
 
@@ -79,14 +81,15 @@ class Job:
 
     # -- the pipe -------------------------------------------------------------
     def say(self, kind: str, text: str) -> None:
-        """Write one pipe line on fd 3 (one line: newlines become spaces)."""
-        line = f"{kind} {' '.join(str(text).split())}\n".encode()
+        """Write one pipe line on fd 3 (one line: newlines become spaces), a
+        password in a URL (a dest's ``user:pass@``) shown as ``***``."""
+        line = f"{kind} {' '.join(hide_passwords(str(text)).split())}\n".encode()
         os.write(self.write, line)
         os.write(self.out, line)  # also in job/stdio.log
 
     def log(self, text: str) -> None:
-        """One line of output to ``job/stdio.log``."""
-        os.write(self.out, f"{text}\n".encode())
+        """One line of output to ``job/stdio.log`` (passwords in URLs hidden)."""
+        os.write(self.out, f"{hide_passwords(text)}\n".encode())
 
     def resend(self, why: str) -> int:
         """Ask for a retry after the growing back-off; the script's exit code."""
@@ -114,3 +117,9 @@ def read_small(path: Path) -> bytes:
 
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def hide_passwords(text: str) -> str:
+    """``http://ops:s3cret@h/q/x`` -> ``http://ops:***@h/q/x``: a status line
+    and the log are read by whoever reads the queue."""
+    return _PASSWORD.sub(r"\1:***@", text)
