@@ -125,6 +125,9 @@ def test_live_tail_and_log_range(echo, server):
     assert tail["data"] == "".join(f"\x1b[32mline {i}\x1b[0m plain\n" for i in (1, 2, 3))
     status, tail2 = server.get_json(f"/q/echo/{msg_id}/tail.json?offset={tail['offset']}")
     assert tail2["data"] == "" and tail2["offset"] == tail["offset"]
+    far = server.request("GET", f"/q/echo/{msg_id}/tail.json?offset={10**23}")
+    assert far[0] == 400 and b"offset" in far[2], far  # was a 500 at the seek
+    assert server.get_json(f"/q/echo/{msg_id}/tail.json?offset={2**62}")[1]["data"] == ""
     status, headers, data = server.request("GET", f"/q/echo/{msg_id}/log/stdio.log",
                                            headers={"Range": "bytes=5-10"})
     assert status == 206 and data == b"line 1"

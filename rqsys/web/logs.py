@@ -132,7 +132,7 @@ class Tail(Resource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
-        offset = req.get_param_as_int("offset", min_value=0, default=0)
+        offset = req.get_param_as_int("offset", min_value=0, max_value=MAX_OFFSET, default=0)
         try:
             fd, state = open_job_file(self.web, queue, msg_id, "stdio.log")
         except NotFound:
@@ -144,10 +144,16 @@ class Tail(Resource):
         resp.media = dict(answer, status=self.web.store(queue).read_status(state, msg_id))
 
 
+MAX_OFFSET = 2**62  # what a file offset holds (larger was a 500 at the seek)
+
+
 def _read_tail(fd: int, offset: int, state: str) -> dict[str, Any]:
     with os.fdopen(fd, "rb") as stream:
-        stream.seek(offset)
-        data = stream.read(TAIL_CHUNK)
+        if offset < os.fstat(fd).st_size:  # past the end: nothing new (a seek there can fail)
+            stream.seek(offset)
+            data = stream.read(TAIL_CHUNK)
+        else:
+            data = b""
     at_end = len(data) < TAIL_CHUNK
     if not at_end:
         data = _whole_utf8(data)

@@ -330,7 +330,7 @@ def _message_paths() -> dict[str, Any]:
         "/q/{name}/{mid}/tail.json": {"get": {
             "summary": "New output of job/stdio.log from offset", "parameters": [*qm, {
                 "name": "offset", "in": "query", "required": False,
-                "schema": {"type": "integer", "minimum": 0}}],
+                "schema": {"type": "integer", "minimum": 0, "maximum": 2**62}}],
             "responses": _answers({"type": "object", "required": [
                 "data", "offset", "state", "status", "ended"]})}},
         "/q/{name}/{mid}/log/{file}": _get([*qm, {"name": "file", "in": "path",
