@@ -56,6 +56,12 @@ MESSAGE = {"type": "object", "additionalProperties": False,
                                 "description": "one of them ended in err: fail (default) "
                                 "or wait for its retry"},
                "_method": {"enum": ["commit", "prep", "single_que"]}}}
+# new_messages' items: created as they are (no _method), and no unique_key (a
+# bulk create takes none: each would need its own answer of an existing URL)
+BULK_MESSAGE = dict(MESSAGE, description="One message of a bulk create: the mesg JSON "
+                    "without _method, unique_key or unique_for",
+                    properties={k: v for k, v in MESSAGE["properties"].items()  # type: ignore[attr-defined]
+                                if k not in ("_method", "unique_key", "unique_for")})
 STATES = ["prep", "que", "run", "done", "err", "relayed"]
 TIMES = {"created_at": "Unix time it was created", "started_at": "its last run started",
          "ended_at": "it ended (done, err or relayed)",
@@ -285,7 +291,7 @@ def _queue_paths() -> dict[str, Any]:
                        "fails alone (with its index), the others are created",
             "parameters": [QUEUE],
             "requestBody": {"required": True, "content": {
-                "application/json": {"schema": {"type": "array", "items": MESSAGE}},
+                "application/json": {"schema": {"type": "array", "items": BULK_MESSAGE}},
                 "application/x-ndjson": {"schema": {"type": "string"}}}},
             "responses": _answers({"type": "object", "properties": {
                 "created": {"type": "integer"}, "failed": {"type": "integer"},
