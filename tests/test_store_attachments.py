@@ -29,13 +29,27 @@ def _attach(store, msg_id, name, fd, md5):
         raise
 
 
-def test_attach_links_a_file_and_copies_a_memfd(store, tmp_path):
+def test_attach_copies_a_named_file_links_an_unnamed_one_copies_a_memfd(store, tmp_path):
     msg_id = store.create({"dest": "q"}, state="prep")
     src = tmp_path / "big"
     src.write_bytes(b"a" * 1000)
     with open(src, "rb") as f:
         path = _attach(store, msg_id, "big", f.fileno(), hashlib.md5(b"a" * 1000).hexdigest())
-    assert os.stat(path).st_ino == os.stat(src).st_ino  # hard-linked, not copied
+    # a client's named file is copied: its sender editing it later changes nothing
+    # here (a hard link did: the acknowledged attachment changed, its MD5 no longer
+    # matching; a review found it)
+    assert os.stat(path).st_ino != os.stat(src).st_ino
+    with open(src, "ab") as f:
+        f.write(b"more")
+    assert path.read_bytes() == b"a" * 1000
+    # an unnamed file (the web's O_TMPFILE upload) is linked: no copy of a large upload
+    unnamed = os.open(tmp_path, os.O_TMPFILE | os.O_RDWR, 0o600)
+    try:
+        os.write(unnamed, b"upload")
+        path = _attach(store, msg_id, "up", unnamed, hashlib.md5(b"upload").hexdigest())
+        assert os.fstat(unnamed).st_ino == os.stat(path).st_ino
+    finally:
+        os.close(unnamed)
     mem = os.memfd_create("x")
     os.write(mem, b"from memory")
     try:
@@ -43,7 +57,7 @@ def test_attach_links_a_file_and_copies_a_memfd(store, tmp_path):
     finally:
         os.close(mem)
     assert path.read_bytes() == b"from memory"
-    assert [p.name for p in store.attachments("prep", msg_id)] == ["big", "mem"]
+    assert [p.name for p in store.attachments("prep", msg_id)] == ["big", "mem", "up"]
     assert store.attachment_md5(path) == hashlib.md5(b"from memory").hexdigest()
     assert list((store.qdir / ".tmp").iterdir()) == []
 

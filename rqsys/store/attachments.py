@@ -1,7 +1,11 @@
 """Attachments: uploads taken in, checked and placed; links into clones; file MD5s.
 
 An upload is its own file in ``.tmp/`` until placed: hard-linked to the
-sender's file when that lives on this file system, else copied.  Filling it
+sender's file when that has no name (an unnamed ``O_TMPFILE``, as the web's
+uploads are) or is another message's attachment (a dup), on this file
+system; else copied (a reflink where the file system has them).  A
+client's named file is never linked: its sender editing it would change the
+queued message (the MD5 taken once no longer matching).  Filling it
 (copy, sync, MD5) is the slow part and touches only the upload's own file,
 so the daemon runs it on a thread; placing it is one rename.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import itertools
 import os
 from dataclasses import dataclass
@@ -19,6 +24,7 @@ from rqsys.errors import BadRequest
 from rqsys.store import durable
 from rqsys.store.layout import check_attach_name
 
+FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 _upload_seq = itertools.count(1)  # upload file names are unique within the process
 
 
@@ -48,11 +54,20 @@ def md5_path(path: Path) -> Path:
 
 def new_upload(tmp_dir: str, src_fd: int) -> Upload:
     """Start taking in an attachment sent as an open file: its own file in
-    ``tmp_dir``, hard-linked to the sender's when that lives on this file
-    system (through ``/proc/self/fd``, instantly: large uploads are never
-    copied), else to be copied by :func:`fill_upload`."""
+    ``tmp_dir``, hard-linked to the sender's when that has no name and lives
+    on this file system (through ``/proc/self/fd``, instantly: the web's
+    large uploads are never copied), else to be copied by :func:`fill_upload`."""
     path = f"{tmp_dir}/upload.{os.getpid()}.{next(_upload_seq)}"
-    return Upload(path, _link_fd(src_fd, Path(path)))
+    linkable = os.fstat(src_fd).st_nlink == 0 or _in_store(src_fd, Path(tmp_dir).parent.parent)
+    return Upload(path, linkable and _link_fd(src_fd, Path(path)))
+
+
+def _in_store(fd: int, queues: Path) -> bool:
+    """Whether the open file is one of the store's (``<root>/queue/...``)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").startswith(f"{os.path.realpath(queues)}/")
+    except OSError:
+        return False
 
 
 def fill_upload(upload: Upload, src_fd: int) -> str:
@@ -111,6 +126,11 @@ def _link_fd(src_fd: int, dest: Path) -> bool:
 def _copy_fd(src_fd: int, dest: Path) -> None:
     out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
+        try:
+            fcntl.ioctl(out, FICLONE, src_fd)  # xfs, btrfs: shared blocks, copied on write
+            return
+        except OSError:
+            pass  # not that file system, or another one: copied
         os.lseek(src_fd, 0, os.SEEK_SET)
         while os.sendfile(out, src_fd, None, 1 << 24) > 0:
             pass
