@@ -119,3 +119,50 @@ def test_one_riding_along_with_a_running_one_stays_here(q, make_queue, daemon):
     write_gate(q.gate.with_name("gate2"))
     assert settle(q, rider)["status"].startswith("duplicate")
     assert sum(q2.call("counts")["counts"].values()) == 0, "a copy was made"
+
+
+def test_a_prep_message_being_moved_takes_no_attachment_and_its_commit_waits(
+        q, make_queue, daemon, tmp_path):
+    make_queue("q2", 'echo "done ran there $RQ_PARAM1" >&3')
+    q2 = daemon("q2")
+    # Given a prep message whose bulk move is on its way to a frozen peer
+    prep = q.call("create", msg={"param1": "p", "tags": ["moving"]}, state="prep")["msg_id"]
+    wait_for(lambda: q.call("search", state="prep", tag="moving")["total"] == 1, 10, "indexed")
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(b"late data")
+    answers: dict[str, object] = {}
+
+    def commit() -> None:
+        try:
+            answers["commit"] = q.call("commit", msg_id=prep)
+        except RQError as exc:
+            answers["commit"] = exc
+    with stopped(q2):
+        mover = threading.Thread(target=lambda: answers.update(move=q.call(
+            "bulk", action="move", dest="q2", state="prep", tag="moving")))
+        mover.start()
+        # When a file is attached meanwhile, Then it is refused
+        wait_for(lambda: _refused_attach(q, prep, payload), 10, "the step to hold it")
+        # When it is committed here meanwhile: the commit waits (it ran here and there)
+        committer = threading.Thread(target=commit)
+        committer.start()
+        time.sleep(0.5)
+        assert committer.is_alive() and "commit" not in answers
+    mover.join(20)
+    committer.join(20)
+    # Then the move took it, the commit says it is gone here, and nothing ran here
+    assert answers["move"]["count"] == 1, answers
+    assert isinstance(answers["commit"], NotFound), answers
+    assert q.call("counts")["counts"]["done"] == 0
+
+
+def _refused_attach(q, msg_id, payload) -> bool:
+    """An attach to a message being moved is refused (it was taken, and lost
+    with the original)."""
+    with open(payload, "rb") as f:
+        try:
+            q.call("attach", fds=[f.fileno()], msg_id=msg_id, name="late.bin",
+                   md5="5b8e10e83a7a2c5b2b1a0a3b1d0ae3b1")
+        except RQError as exc:
+            return "being moved" in str(exc)
+    return False

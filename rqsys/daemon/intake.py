@@ -175,8 +175,12 @@ class Intake:
                            "message on the host that holds it (its URL's host)") from None
 
     def _require_prep(self, msg_id: str) -> None:
+        """In prep, and not being sent away by a bulk move (an attachment taken
+        meanwhile was lost with the original, its copy sent without it)."""
         if self.store.find(msg_id) != "prep":
             raise BadRequest(f"message {msg_id} is not in prep")
+        if why := self.ledger.busy(msg_id):
+            raise BadRequest(why)
 
     def _created(self, msg_id: str) -> Reply:
         return {"ok": True, "msg_id": msg_id, "url": self.ctx.url(msg_id)}

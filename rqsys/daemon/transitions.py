@@ -93,7 +93,11 @@ class Transitions(Retries):
                            RQ_BY=staged.origin)
 
     def commit(self, msg_id: str, done: Done) -> None:
-        """prep → que; ``done`` is called once the move is durable."""
+        """prep → que; ``done`` is called once the move is durable.  While a
+        bulk move sends the message away, the commit waits for its answer (it
+        was committed here while its copy went there: it ran twice)."""
+        if self._wait_while_busy(msg_id, lambda: self.commit(msg_id, done), done):
+            return
         state = self.store.find(msg_id)
         if state != "prep":
             raise BadRequest(f"message {msg_id} is in {state}, not prep")
