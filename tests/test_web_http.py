@@ -173,6 +173,7 @@ def test_bad_inputs_get_4xx_with_reason_and_store_unchanged(make_queue, daemon, 
     daemon("quiet").call("adminoper", oper="pause")
     prep_id = _id(server.form("/q/quiet/new_message", {"mesg": "{}", "_method": "prep"})[1][1])
     upload, ctype = multipart("filedata", "../evil", b"x" * 100)
+    cut, cut_type = multipart("filedata", "whole.bin", b"y" * 100, boundary="XB")
     form = {"Content-Type": "application/x-www-form-urlencoded"}
     jtype = {"Content-Type": "application/json"}
     cases = [
@@ -200,6 +201,8 @@ def test_bad_inputs_get_4xx_with_reason_and_store_unchanged(make_queue, daemon, 
         ("POST", f"/q/quiet/{prep_id}/attach/new", upload, {"Content-Type": ctype}, 400,
          "attachment name"),
         ("POST", f"/q/quiet/{prep_id}/attach/new", "x", form, 400, "multipart"),
+        ("POST", f"/q/quiet/{prep_id}/attach/new", cut[:-len(b"\r\n--XB--\r\n")],  # no closing
+         {"Content-Type": cut_type}, 400, "multipart"),  # boundary: it was attached as cut
         ("POST", f"/q/quiet/{prep_id}", "_method=explode", form, 400, "_method"),
         ("PUT", "/q/quiet/new_message", "mesg={}", form, 405, "Method Not Allowed"),
         ("DELETE", f"/q/quiet/{prep_id}", None, {}, 405, "Method Not Allowed"),

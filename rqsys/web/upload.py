@@ -34,7 +34,8 @@ def receive(req: falcon.Request, qdir: Path, fallback_dir: Path) -> Upload:
     """Stream the ``filedata`` part to a temp file; the caller closes ``fd``."""
     if not (req.content_type or "").lower().startswith("multipart/form-data"):
         raise BadRequest("attach needs multipart/form-data with a 'filedata' file part")
-    for part in req.get_media():
+    parts = iter(req.get_media())
+    for part in parts:
         if part.name != FIELD:
             part.stream.read()  # skip other fields: RQ sends only the file
             continue
@@ -42,6 +43,8 @@ def receive(req: falcon.Request, qdir: Path, fallback_dir: Path) -> Upload:
         fd = _temp_fd(qdir / TMP_DIR, fallback_dir)
         try:
             md5, size = _copy(part.stream, fd)
+            for rest in parts:  # to the closing boundary: a body cut short is a 400
+                rest.stream.read()  # (its file part was taken as whatever had come)
         except BaseException:
             os.close(fd)
             raise
