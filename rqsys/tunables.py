@@ -48,6 +48,12 @@ DUP_TIMEOUT = 10.0  # a script's ``dup`` to another queue; then ``fail`` on its 
 DUP_TIMEOUT_ENV = "RQ_DUP_TIMEOUT"
 WEBHOOK_TIMEOUT = 2.0  # queueing a post_run_webhook call; then it is logged, not made
 WEBHOOK_TIMEOUT_ENV = "RQ_WEBHOOK_TIMEOUT"
+# A create's remote ``after`` URLs, asked in parallel: all answered within
+# this, or the create is refused (Unavailable, nothing made).  Under the
+# socket client's 30 s: asked one after another they took up to 64 x 10 s,
+# the client heard "timed out" and its retry made the message twice.
+AFTER_CHECK_DEADLINE = 20.0
+AFTER_CHECK_DEADLINE_ENV = "RQ_AFTER_CHECK_DEADLINE"
 
 SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)

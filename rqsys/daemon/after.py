@@ -18,11 +18,13 @@ the message and its dependencies' states).
 from __future__ import annotations
 
 import selectors
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rqsys import tunables
 from rqsys.client import is_local_url, split_message_url
-from rqsys.daemon.afterwatch import Follower, check_remote
+from rqsys.daemon.afterwatch import Follower, check_all
 from rqsys.errors import BadRequest, NotFound, RQError
 from rqsys.events import listening
 from rqsys.store import MSG_ID_RE, QueueStore, QueueView
@@ -47,6 +49,8 @@ class After:
                  log: EventLog, selector: selectors.BaseSelector, background: Background
                  ) -> None:
         self.ctx, self.store, self.ledger, self.selector = ctx, store, ledger, selector
+        self.check_deadline = tunables.seconds_from_env(tunables.AFTER_CHECK_DEADLINE_ENV,
+                                                        tunables.AFTER_CHECK_DEADLINE)
         self.background = background
         self.waits: dict[str, set[str]] = {}  # waiting id -> URLs not done yet
         self.waiters: dict[str, set[str]] = {}  # URL -> waiting ids
@@ -90,11 +94,8 @@ class After:
             if reply is not None:
                 r.answer(reply)
 
-        def work() -> None:
-            for url in urls:
-                check_remote(url)
-
-        self.background.submit(work, then, CHECKS)
+        deadline = time.monotonic() + self.check_deadline  # from its arrival, not its turn
+        self.background.submit(lambda: check_all(urls, deadline), then, CHECKS)
 
     def _local(self, url: str) -> tuple[str, str] | None:
         """(queue, id) when ``url`` is a message of this host, else None."""

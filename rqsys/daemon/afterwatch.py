@@ -12,6 +12,7 @@ daemon's state: the thread only reads and reports.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import heapq
 import itertools
@@ -32,6 +33,7 @@ FINAL = ("done", "err", "relayed", "gone")
 POLL_FIRST, POLL_MAX = 1.0, 60.0  # a remote message's poll: doubling, at most a minute apart
 RECONNECT = 1.0  # a local daemon that is restarting is asked again after this
 HTTP_TIMEOUT = 10.0
+CHECKS_AT_ONCE = 16  # a create's after URLs asked in parallel (at most 64 of them)
 Local = Callable[[str], "tuple[str, str] | None"]  # url -> (queue, id) on this host, or None
 Ended = tuple[str, str, str]  # (url, final state, status)
 
@@ -201,12 +203,25 @@ def _poke(fd: int) -> None:
         os.write(fd, b"x")
 
 
-def check_remote(url: str) -> None:
-    """On a background thread: BadRequest unless the host of ``url`` knows it."""
+def check_all(urls: list[str], deadline: float) -> None:
+    """On a background thread: BadRequest unless the host of each URL knows
+    it, Unavailable unless all answered by ``deadline`` (asked in parallel)."""
+    left = deadline - time.monotonic()
+    if left <= 0:  # the checks of creates before it took its time
+        raise Unavailable("after: not checked in time (other creates' checks came first); "
+                          "not created")
+    timeout = min(HTTP_TIMEOUT, left)
+    with concurrent.futures.ThreadPoolExecutor(min(CHECKS_AT_ONCE, len(urls))) as pool:
+        for done in [pool.submit(check_remote, url, timeout) for url in urls]:
+            done.result()  # the first failure, in the order given
+
+
+def check_remote(url: str, timeout: float = HTTP_TIMEOUT) -> None:
+    """BadRequest unless the host of ``url`` knows it."""
     from rqsys.scripts.rqhttp import Peer, PeerError, PeerUnknown  # the relay's client
 
     try:
-        Peer(url, HTTP_TIMEOUT).get_json(f"{url}/state.json")
+        Peer(url, timeout).get_json(f"{url}/state.json")
     except PeerUnknown as exc:
         raise BadRequest(f"after: no message {url} (its host says: {exc})") from exc
     except (PeerError, RQError) as exc:
