@@ -53,6 +53,10 @@ WEBHOOK_TIMEOUT_ENV = "RQ_WEBHOOK_TIMEOUT"
 # socket client's 30 s: asked one after another they took up to 64 x 10 s,
 # the client heard "timed out" and its retry made the message twice.
 AFTER_CHECK_DEADLINE = 20.0
+# New messages made durable whose rename into que/ or prep/ failed (a full
+# disk: the directory needed a new block) are tried again this often; they
+# were answered ok (a client's retry would make them twice).
+PLACE_RETRY = 1.0
 AFTER_CHECK_DEADLINE_ENV = "RQ_AFTER_CHECK_DEADLINE"
 
 SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)

@@ -109,3 +109,34 @@ def test_a_message_directory_removed_by_hand_is_dropped_and_the_daemon_lives_on(
     wait_for(lambda: f"{running}: deleted: gone from run/" in proc.stderr_text(), 10, "the log")
     assert settle(proc, send(proc, param1="after"))["status"] == "after"
     assert proc.proc.poll() is None
+
+
+def test_new_messages_a_full_disk_kept_out_of_que_are_placed_once_it_lets(layout, make_queue,
+                                                                          daemon):
+    need(shutil.which("strace") is not None, "strace (Debian strace)")
+    make_queue("q", 'echo "done $RQ_PARAM1" >&3\n')
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")
+    # Given a disk that refuses the third rename on (que/ needs a new block: ENOSPC)
+    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=rename",
+                               "-e", "inject=rename:error=ENOSPC:when=3+",
+                               "-p", str(proc.proc.pid)], stderr=subprocess.PIPE)
+    try:
+        status = Path(f"/proc/{proc.proc.pid}/status")
+        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), 10, "strace attached")
+        # When five are created in one group commit: durable, then renamed into que/
+        results = proc.call("create_many", msgs=[{"param1": f"m{n}"} for n in range(5)])
+        ids = [got["msg_id"] for got in results["results"]]
+        # Then all five are answered (durable in .tmp/: a client's retry would make
+        # them twice), the two renamed are queued, and the log says why the rest wait
+        assert len(ids) == 5
+        assert proc.call("counts")["counts"]["que"] == 2  # (they were not: stuck till restart)
+        wait_for(lambda: "new messages not yet in que/" in proc.stderr_text(), 10, "the log")
+    finally:
+        tracer.terminate()
+        tracer.wait(10)
+    # And once the disk takes them, the rest are placed, and all run
+    wait_for(lambda: proc.call("counts")["counts"]["que"] == 5, 10, "the rest placed")
+    proc.call("adminoper", oper="up")
+    assert [settle(proc, msg_id)["status"] for msg_id in ids] == [f"m{n}" for n in range(5)]
+    assert "new messages placed again" in proc.stderr_text()

@@ -12,9 +12,11 @@ answered when they are checked against the MD5 the client sent.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
+from rqsys import tunables
 from rqsys.background import FILES, Background
 from rqsys.daemon.afterwatch import refuse_after_in_pool
 from rqsys.daemon.context import QueueContext
@@ -49,6 +51,9 @@ class Intake:
         self.ctx, self.store, self.ledger = ctx, store, ledger
         self.background, self.log = background, log
         self.pending: list[tuple[Staged, str, Published]] = []
+        self.unplaced: list[tuple[list[Staged], str]] = []  # durable, not yet in their state
+        self.place_at = 0.0
+        self._place_failing = False  # told in the log, once until they are placed
         self.dups = Duplicates(ctx, ledger.unique)
         self.pool: Any = None  # a pool queue's PoolMember (rqsys.pool): creates go there
         self.after: Any = None  # the queue's dependencies (rqsys.daemon.after)
@@ -247,6 +252,7 @@ class Intake:
         """Group commit: make this turn's new messages durable, move them into
         place (a rename: whoever looks in que/ after the answer finds them
         there), then answer."""
+        self.place_again()
         if not self.pending:
             return
         batch, self.pending = self.pending, []
@@ -269,14 +275,33 @@ class Intake:
             then(None)
 
     def _place(self, staged: list[Staged], state: str) -> None:
-        try:
-            self.ledger.placed(staged, state)
-        except OSError as exc:  # durable in .tmp/: recovery places them at the next start
-            self.log.event("err", f"new messages left in .tmp/ until restart: {exc}")
+        left, error = self.ledger.placed(staged, state)
+        if error is not None:  # durable in .tmp/: answered ok, placed when the disk lets
+            if not self._place_failing:
+                self.log.event("err", f"new messages not yet in {state}/: {error}; tried "
+                               f"again every {tunables.PLACE_RETRY:g} s")
+                self._place_failing = True
+            self.unplaced.append((left, state))
+            self.place_at = time.monotonic() + tunables.PLACE_RETRY
             return
         # Spares are made from the first create on, not at start: a daemon
         # started for one request (socket activation) does not wait for them.
         self.store.spares.start()
+
+    def place_again(self) -> None:
+        """New messages a failed rename left in ``.tmp/``, placed once it works."""
+        if not self.unplaced or time.monotonic() < self.place_at:
+            return
+        waiting, self.unplaced = self.unplaced, []
+        for staged, state in waiting:
+            self._place(staged, state)
+        if not self.unplaced:
+            self._place_failing = False
+            self.log.event("daemon", "new messages placed again: the disk takes them")
+
+    def place_wait(self) -> float | None:
+        """Seconds until the next try to place what waits (None: nothing waits)."""
+        return max(0.0, self.place_at - time.monotonic()) if self.unplaced else None
 
 
 def _close_fds(fds: list[int]) -> None:

@@ -208,6 +208,7 @@ class QueueDaemon:
             return 0.0
         now = time.monotonic()
         waits = [tunables.LONGEST_WAIT, self.runner.next_wait(), self.store.flush_due(),
+                 self.intake.place_wait(),
                  self.notifier.watchdog_due(now), self.server.next_wait(),
                  self.pool.next_wait() if self.pool is not None else None]
         if self._status_stale:

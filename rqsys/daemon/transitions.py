@@ -76,12 +76,12 @@ class Transitions(Retries):
         self._move(msg_id, "que", "err")
 
     # ------------------------------------------------------------ creation
-    def placed(self, batch: list[Staged], state: str) -> None:
-        """new → que | prep: published messages renamed into place (OSError:
-        they stay durable in ``.tmp/``, where recovery finds them)."""
+    def placed(self, batch: list[Staged], state: str) -> tuple[list[Staged], OSError | None]:
+        """new → que | prep: published messages renamed into place; those a
+        failed rename left durable in ``.tmp/``, and why (placed later)."""
         guard(state in ("que", "prep"), f"a new message cannot go to {state}")
-        self.store.place(batch, state)
-        for staged in batch:
+        left, error = self.store.place(batch, state)
+        for staged in batch[:len(batch) - len(left)]:
             self._blank.add(staged.msg_id)
             self.unique.hold(staged.msg_id, staged.msg)
             if state == "prep":
@@ -91,6 +91,7 @@ class Transitions(Retries):
                 self.queued(staged.msg_id, staged.msg)
             self.log.event("created", f"in {state}", staged.msg_id, RQ_STATE=state,
                            RQ_BY=staged.origin)
+        return left, error
 
     def commit(self, msg_id: str, done: Done) -> None:
         """prep → que; ``done`` is called once the move is durable.  While a

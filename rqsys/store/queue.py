@@ -106,23 +106,35 @@ class QueueStore(QueueView):
         on ext4 without a journal they need a syncfs (see spares._make)."""
         return staged.attached or not os.path.basename(staged.tmp).startswith(SPARE_PREFIX)
 
-    def place(self, batch: list[Staged], state: str) -> None:
+    def place(self, batch: list[Staged], state: str) -> tuple[list[Staged], OSError | None]:
         """Move published messages into ``state`` (batched like any transition;
         on ext4 without a journal ``state``'s new entries are on disk before
-        the answer: see :meth:`move`)."""
+        the answer: see :meth:`move`).  A rename that fails (a full disk: the
+        directory needed a new block) stops it: the ones not placed, and why;
+        they stay durable in ``.tmp/``."""
         dest = f"{self._base}/{state}"
         size = self._size_before(dest)
+        placed, error = 0, None
         for staged in batch:
-            durable.rename(staged.tmp, f"{dest}/{staged.msg_id}")
-        if batch:
-            self._synced_if_grown(dest, size)
+            try:
+                durable.rename(staged.tmp, f"{dest}/{staged.msg_id}")
+            except OSError as exc:
+                error = exc
+                break
+            placed += 1
+        if placed:
+            with contextlib.suppress(OSError):  # placed: the dirty set's flush syncs it
+                self._synced_if_grown(dest, size)
             self.dirty.add(f"{self._base}/{TMP_DIR}", dest)
+        return batch[placed:], error
 
     def create(self, msg: dict[str, Any], state: str = "que") -> str:
         """Create one message durably in ``prep`` or ``que``; returns its id."""
         staged = self.stage(msg, state)
         self.publish([staged])
-        self.place([staged], state)
+        _left, error = self.place([staged], state)
+        if error is not None:
+            raise error
         return staged.msg_id
 
     def discard(self, staged: Staged) -> None:
