@@ -159,10 +159,24 @@ class Link:
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
-        try:
-            await self.kv.create(msg_id, json.dumps(record).encode())
-        except KeyWrongLastSequenceError:
-            pass  # a host has pulled it already and said so
+        await self._first_record(msg_id, record)
+
+    async def _first_record(self, msg_id: str, record: dict[str, Any]) -> None:
+        """The record of a published message, tried as the publish is; never a
+        failure of the publish: the message is in the stream (a client told it
+        was not made it again; a host that takes it records it, ``record``)."""
+        for delay in (*PUBLISH_RETRIES, None):
+            try:
+                await self.kv.create(msg_id, json.dumps(record).encode())
+                return
+            except KeyWrongLastSequenceError:
+                return  # a host has pulled it already and said so
+            except Exception as exc:  # noqa: BLE001 - the bucket's leader may be elected anew
+                if delay is None:
+                    self.errors.append(f"record of {msg_id} not written (it is published): "
+                                       f"{exc or type(exc).__name__}")
+                    return
+                await asyncio.sleep(delay)
 
     async def fetch(self, batch: int, wait: float) -> list[NatsMsg]:
         """Up to ``batch`` messages, waiting at most ``wait`` s for the first."""
