@@ -258,6 +258,31 @@ def test_messages_queued_before_the_pool_go_to_the_pool(
     assert pq.stderr_text().count("queued here at start: handed to the pool") == 3
 
 
+def test_a_pulled_message_back_in_que_at_a_restart_is_not_published_again(
+        tmp_path: Path, pool_queue: Callable[..., DaemonProcess],
+        daemon: Callable[..., DaemonProcess]) -> None:
+    gate = tmp_path / "gate"
+    # Given a pool message pulled and running here when the daemon stops: it goes
+    # back to this host's que/, and the stream still has it (naked)
+    pq = pool_queue("p10", f'while [ ! -e {gate} ]; do sleep 0.05; done\n'
+                           'echo "done ran $RQ_PARAM1" >&3\n')
+    msg_id = pq.call("create", msg={"dest": "pq", "param1": "once"})["msg_id"]
+    wait_for(lambda: pq.call("get", msg_id=msg_id)["state"] == "run", 15, "it running")
+    pq.stop()
+    gate.touch()
+    # When the daemon starts again
+    pq = daemon("pq")
+    # Then its local copy is only removed (published again, it was a second message
+    # once JetStream's 10 minutes of duplicate ids had passed, and ran twice), and
+    # the stream's delivers it again: it runs once more, here
+    wait_for(lambda: "handed to the pool, in the pool already" in pq.stderr_text(), 15,
+             "the hand-back")
+    got = wait_for(lambda: (g := pq.call("get", msg_id=msg_id))["state"] == "done" and g,
+                   30, "run after the restart")
+    assert got["status"] == "ran once"
+    assert "handed to the pool, published" not in pq.stderr_text()
+
+
 MD5_OF_A = 'echo "done $(md5sum < ../attach/a | cut -c1-32)" >&3\n'
 
 

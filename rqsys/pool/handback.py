@@ -1,8 +1,10 @@
 """At a pool queue's start: the messages queued in this host's own store
-(pulled and not acked by the last run, or queued before the queue became a
-pool queue) are published to the pool under their own ids, then removed
-here.  A pulled one is still in the stream: JetStream drops the copy as a
-duplicate of its id (within its DUPLICATE_WINDOW).  One whose publish fails
+are handed to the pool, then removed here.  One the pool's bucket has a
+record of was pulled by the last run and not acked: the stream still has it
+and delivers it again, so it is only removed (republished, it was a second
+message once JetStream's DUPLICATE_WINDOW of 10 minutes had passed, and ran
+twice).  One without a record (queued before the queue became a pool
+queue) is published under its own id.  One whose lookup or publish fails
 stays and runs here.
 """
 
@@ -31,16 +33,25 @@ class HandBack:
                 record = {"state": "que", "host": "", "status": "",
                           "url": self.ctx.url(msg_id), "msg": msg}
                 self.pending += 1
-                files = local_files(self.store, "que", msg_id)
-                self.bridge.submit(self.files.publish(msg_id, dict(msg, msg_id=msg_id), record,
-                                                      files), self._handed_back(msg_id, msg))
+                self.bridge.submit(self._hand_back(msg_id, msg, record),
+                                   self._handed_back(msg_id, msg))
+
+    async def _hand_back(self, msg_id: str, msg: dict[str, Any], record: dict[str, Any]
+                         ) -> str:
+        """How it went to the pool: "in the pool already", or "published"."""
+        if await self.files.link.lookup(msg_id) is not None:
+            return "in the pool already (the stream delivers it again)"
+        files = local_files(self.store, "que", msg_id)
+        await self.files.publish(msg_id, dict(msg, msg_id=msg_id), record, files)
+        return "published"
 
     def _handed_back(self, msg_id: str, msg: dict[str, Any]) -> Any:
-        def then(_result: Any, error: BaseException | None) -> None:
+        def then(how: Any, error: BaseException | None) -> None:
             self.pending -= 1
             if error is None:
                 self.ledger.delete(msg_id, lambda _error: None)
-                self.log.event("pool", "queued here at start: handed to the pool", msg_id)
+                self.log.event("pool", f"queued here at start: handed to the pool, {how}",
+                               msg_id)
             else:
                 self.ledger.schedule.add(msg_id, msg)
                 self.log.event("err", f"pool: not handed to the pool ({error}); runs here",
