@@ -274,6 +274,34 @@ def test_relay_crash_resumes_without_second_copy(world: World, tmp_path: Path, s
     assert world.new_far(before) == {"done": [far["msg"]["msg_id"]]}
 
 
+def test_a_committed_relay_whose_far_copy_was_cleaned_is_not_sent_again(world: World) -> None:
+    # Given a relay that stops once after its commit, whose far copy then runs and
+    # is deleted there (a cleaner)...
+    set_relay_env(world.a, RELAY_HOLD_AT="committed")
+    world.a.call("relay", "reload")
+    before = world.far_ids()
+    try:
+        url = world.rq("sendmesg", "--dest", world.work)
+        msg_id = url.rsplit("/", 1)[1]
+        note = world.a.layout.queue_dir("relay") / "run" / msg_id / "job" / "held-committed"
+        wait_for(note.exists, 30, "the relay to reach its commit")
+        (_state, (far_id,)), = world.new_far(before).items()
+        wait_for(lambda: world.b.call("work", "state", msg_id=far_id)["state"] == "done", 30,
+                 "done on b")
+        world.b.call("work", "delete", msg_id=far_id)
+        # ...when the relay queue daemon and its script die (SIGKILL)
+        pid = world.a.call("relay", "ping")["pid"]
+        os.kill(pid, signal.SIGKILL)
+        # Then the rerun finds it gone from b, knows it committed it, and says relayed
+        # (it prepared it again: b ran it twice; a review found it)
+        got = wait_for(lambda: _state_after_restart(world, url, pid), 60, "relayed after restart")
+        assert got["status"].endswith(far_id)
+    finally:
+        set_relay_env(world.a)
+        _reload_when_up(world)
+    assert world.new_far(before) == {}  # no second copy on b
+
+
 def _state_after_restart(world: World, url: str, old_pid: int) -> dict[str, Any] | None:
     try:
         if world.a.call("relay", "ping")["pid"] == old_pid:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rqsys.store import Layout, write_file_durably
-from rqsys.store.durable import write_note_durably
+from rqsys.store.durable import overwrite, write_note_durably
 
 _PASSWORD = re.compile(r"(?<=://)([^/@\s:]*):[^/@\s]*@")  # user:pass@ in a URL
 BACKOFF_UNIT = 10  # RQ: count² × 10 seconds ...
@@ -57,6 +57,11 @@ class Job:
         """Keep one line in ``job/<name>`` durably, written in place (cheaper);
         read it back with :meth:`read_whole_note`, which ignores a torn one."""
         write_note_durably(self.job_dir / name, (text + "\n").encode())
+
+    def write_passing_note(self, name: str, text: str) -> None:
+        """One line in ``job/<name>``, not synced: it survives a crash of the
+        process, not a power cut (an fsync a message costs a relay's rate)."""
+        overwrite(self.job_dir / name, (text + "\n").encode())
 
     def read_whole_note(self, name: str) -> str:
         """The line in ``job/<name>``; "" when missing or torn (no final newline)."""

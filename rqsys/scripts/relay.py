@@ -49,6 +49,7 @@ from rqsys.store import QueueStore, check_msg_id, check_queue_name, file_md5
 MAX_HOPS = 16
 KEPT_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count", "post_run_webhook")
 COMMITTED_STATES = ("que", "run", "done", "err", "relayed")
+COMMITTED = "relay_committed"  # job/ note: the far end took the commit of this URL
 RUN_MARK = "relay run to"  # first line of each run in job/stdio.log (as RQ logs its dest)
 
 
@@ -84,6 +85,7 @@ class Relay:
         self.peer = Peer(self.target, float(job.env.get("RELAY_TIMEOUT") or 60), conns)
         self.far_attachments: dict[str, Any] = {}
         self.known_prep = False  # the far end has shown the message in prep
+        self.forgotten = False  # committed by a run before, gone from the far end since
 
     def run(self) -> int:
         where = ", in the relay worker" if self.in_worker else ""  # no getpid a message
@@ -100,8 +102,9 @@ class Relay:
             self.hold("uploaded")
             self.step()
             committed = self.commit(url)
+            self.job.write_passing_note(COMMITTED, url)
             self.hold("committed")
-        if not committed or self.job.attachments():
+        if (not committed or self.job.attachments()) and not self.forgotten:
             self.verify(url)
         self.job.say("relayed", url)
         return 0
@@ -142,6 +145,10 @@ class Relay:
         try:
             state, info = self.far_state(url)
         except PeerUnknown:
+            if self.job.read_whole_note(COMMITTED) == url:  # it ran there and was cleaned
+                self.job.log(f"far end no longer knows {url}, committed before: relayed")
+                self.forgotten = True
+                return url, True
             self.job.say("run", f"far end no longer knows {url}; preparing again")
             return "", False
         theirs = info.get("orig_msg_id")
