@@ -101,6 +101,20 @@ def test_an_ended_window_expires(tmp_path):
     assert (tmp_path / ENDED_FILE).read_text() == ""
 
 
+def test_garbage_in_the_ended_file_frees_its_keys_alone(tmp_path):
+    # Given an ended window whose file got a garbage block after a power cut
+    index = UniqueIndex(tmp_path)
+    index.hold("m1", {"unique_key": "k", "unique_for": 100})
+    index.ended("m1", now=100.0)
+    with open(tmp_path / ENDED_FILE, "ab") as f:
+        f.write(b"\xff\xfe\x00garbage\n")
+    # When a daemon starts (the bytes that are not UTF-8 failed every start)
+    later = UniqueIndex(tmp_path)
+    later.load([], now=150.0)
+    # Then the whole lines still hold their keys
+    assert later.holder(key_of({"unique_key": "k"}) or "", 150.0) == "m1"
+
+
 def test_literal_and_params_keys_never_collide():
     assert key_of({"unique_key": "params", "param1": "a"}) != key_of({"unique_key": '["params"'})
     assert key_of({}) is None

@@ -117,7 +117,9 @@ class UniqueIndex:
 
     def _read_ended(self) -> list[tuple[str, str, float]]:
         try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
+            # garbage blocks after a power cut (ext4 without a journal) are not
+            # UTF-8: replaced, their lines fail alone below (it failed every start)
+            lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
         except FileNotFoundError:
             return []
         entries = []
