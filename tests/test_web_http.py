@@ -132,6 +132,9 @@ def test_live_tail_and_log_range(echo, server):
                                            headers={"Range": "bytes=5-10"})
     assert status == 206 and data == b"line 1"
     assert headers["Content-Range"].startswith("bytes 5-10/")
+    status, _h, data = server.request("GET", f"/q/echo/{msg_id}/log/stdio.log",
+                                      headers={"Range": "items=0-1"})
+    assert status == 200 and data.count(b"plain") == 3  # an unknown unit is ignored
     status, _h, data = server.request("GET", f"/q/echo/{msg_id}/log/stdio.log")
     assert status == 200 and data.count(b"plain") == 3
     assert server.request("GET", f"/q/echo/{msg_id}/log/nosuch.log")[0] == 404

@@ -93,7 +93,7 @@ def send_file(req: falcon.Request, resp: falcon.Response, fd: int, ctype: str) -
     resp.content_type = ctype
     resp.accept_ranges = "bytes"
     start, end = _range(req, size)
-    if (start, end) != (0, size - 1) and req.range is not None:
+    if (start, end) != (0, size - 1) and req.range is not None and req.range_unit == "bytes":
         resp.status = falcon.HTTP_206
         resp.content_range = (start, end, size)
     stream.seek(start)
@@ -102,8 +102,8 @@ def send_file(req: falcon.Request, resp: falcon.Response, fd: int, ctype: str) -
 
 def _range(req: falcon.Request, size: int) -> tuple[int, int]:
     wanted = req.range
-    if wanted is None or size == 0:
-        return 0, size - 1
+    if wanted is None or size == 0 or req.range_unit != "bytes":  # another unit: ignored
+        return 0, size - 1                                         # (RFC 9110 14.2)
     first, last = wanted
     if first < 0:
         first = max(0, size + first)
