@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -41,6 +42,17 @@ def read_pairs(req: falcon.Request) -> Pairs:
         if name == "back" and value:
             check_back(value)
     return pairs
+
+
+def text_of(params: dict[str, Any]) -> Callable[[str], str | None]:
+    """``params.get`` for fields that must be text: a JSON body's number or
+    list for one is a 400 naming it (it was a 500)."""
+    def get(name: str) -> str | None:
+        value = params.get(name)
+        if value is not None and not isinstance(value, str):
+            raise BadRequest(f"{name} must be text, not a {type(value).__name__}")
+        return value
+    return get
 
 
 def check_back(back: Any) -> str:

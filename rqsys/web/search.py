@@ -59,9 +59,10 @@ class BulkAction(Resource):
         if action not in ACTIONS:
             raise BadRequest(f"action must be one of {', '.join(ACTIONS)}, "
                              f"not {str(action)[:40]!r}")
-        args = searchquery.from_params(params.get)
-        if params.get("dest"):
-            args["dest"] = str(params["dest"])
+        text = body.text_of(params)
+        args = searchquery.from_params(text)
+        if text("dest"):
+            args["dest"] = text("dest")
         with QueueClient(self.web.layout, name, timeout=BULK_TIMEOUT) as client:
             got = client.call("bulk", action=action, **args)
         result = {k: got[k] for k in ("action", "matched", "count", "passed_over")}
