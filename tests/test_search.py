@@ -120,7 +120,7 @@ def test_http_search_and_bulk_and_rq_ls_since(layout, filled):
     bad = client.simulate_post("/q/q/bulk", params={"action": "explode"})
     assert bad.status_code == 400 and "action" in bad.json[1]
     for field, value in (("state", 5), ("since", 5), ("dest", ["q2"])):  # were a 500
-        bad = client.simulate_post("/q/q/bulk", json={"action": "delete", field: value})
+        bad = client.simulate_post("/q/q/bulk", json={"mesg": 1, "action": "delete", field: value})
         assert bad.status_code == 400 and f"{field} must be text" in bad.json[1], bad.json
     assert proc.call("counts")["counts"]["err"] == 3  # nothing was deleted
     out = subprocess.run([*RQ, "--root", str(layout.root), "ls", "--queue", "q", "--state",
