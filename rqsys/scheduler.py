@@ -180,6 +180,13 @@ class Schedule:
         """``msg`` no longer runs: a message held by its keys may start."""
         self._wake(self.gate.ended(msg))
 
+    def dropped(self, msg: Msg) -> None:
+        """A popped ``msg`` that will not run (its directory was removed by
+        hand): what its start and end would have woken is woken, so the
+        messages parked behind its keys are not left waiting for it."""
+        self._wake(self.gate.started(msg, None))
+        self._wake(self.gate.ended(msg))
+
     def unhold(self, msg_id: str) -> None:
         """``msg_id`` no longer waits for other messages."""
         self.after.discard(msg_id)

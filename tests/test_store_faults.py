@@ -140,3 +140,21 @@ def test_new_messages_a_full_disk_kept_out_of_que_are_placed_once_it_lets(layout
     proc.call("adminoper", oper="up")
     assert [settle(proc, msg_id)["status"] for msg_id in ids] == [f"m{n}" for n in range(5)]
     assert "new messages placed again" in proc.stderr_text()
+
+
+def test_a_removed_message_parked_behind_a_key_does_not_hold_the_others(
+        layout, make_queue, daemon, tmp_path):
+    gate = tmp_path / "gate"
+    make_queue("q", f'[ "$RQ_PARAM2" = wait ] && while [ ! -e {gate} ]; do sleep 0.05; done\n'
+                    'echo "done $RQ_PARAM2" >&3\n', num_workers=3, blocking_params=[1])
+    proc = daemon("q")
+    # Given a running message of a key, and two parked behind it (one at a time a key)
+    first = send(proc, param1="k", param2="wait")
+    wait_for(lambda: proc.call("status", msg_id=first)["state"] == "run", 10, "it running")
+    removed, last = send(proc, param1="k", param2="b"), send(proc, param1="k", param2="c")
+    # When the next one's directory is removed by hand and the first ends
+    shutil.rmtree(store_of(layout, "q").msg_dir("que", removed))
+    gate.touch()
+    # Then the last one runs all the same (it stayed parked: the wake went to the gone one)
+    assert settle(proc, last)["status"] == "c"
+    wait_for(lambda: f"{removed}: deleted: gone from que/" in proc.stderr_text(), 10, "the log")

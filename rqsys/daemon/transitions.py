@@ -118,6 +118,7 @@ class Transitions(Retries):
             guard(msg_id not in self.running, f"{msg_id} is running already")
             if self._moved(msg_id, "que", "run"):
                 break
+            self.schedule.dropped(queued)  # its keys' parked messages compete again
         if picked is None:
             return None
         msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
