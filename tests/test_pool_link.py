@@ -51,7 +51,13 @@ def test_a_published_message_is_published_whatever_its_record_does(fails: int,
     # When it is published, Then the publish succeeds (it raised, and the client
     # told "not published" made it again: a review found it); the record is
     # written once the bucket answers, or the log is told it was not
-    asyncio.run(link.publish("20260101.0000.00.000.1", {"dest": "q"}, {"state": "que"}))
+    async def publish() -> None:
+        await link.publish("20260101.0000.00.000.1", {"dest": "q"}, {"state": "que"})
+        # answered after one try: the record's retries go on behind it (awaited,
+        # they took longer than a client waits for its answer)
+        assert link.kv.records == [] and len(link._recording) == 1
+        await asyncio.gather(*link._recording)
+    asyncio.run(publish())
     assert link.js.held == ["20260101.0000.00.000.1"]
     assert link.kv.records == (["20260101.0000.00.000.1"] if recorded else [])
     assert bool(link.errors) is not recorded

@@ -56,6 +56,7 @@ class Link:
         self.kv: Any = None
         self.sub: Any = None
         self.errors: list[str] = []  # asynchronous errors, for the daemon's log
+        self._recording: set[asyncio.Task[bool]] = set()  # first records tried again
 
     # ------------------------------------------------------------ start
     async def open(self) -> int:
@@ -159,24 +160,32 @@ class Link:
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
-        await self._first_record(msg_id, record)
+        if not await self._first_record(msg_id, record, PUBLISH_RETRIES[:0]):
+            task = asyncio.get_running_loop().create_task(  # the answer does not wait for
+                self._first_record(msg_id, record, PUBLISH_RETRIES))  # the retries (30 s)
+            self._recording.add(task)
+            task.add_done_callback(self._recording.discard)
 
-    async def _first_record(self, msg_id: str, record: dict[str, Any]) -> None:
-        """The record of a published message, tried as the publish is; never a
-        failure of the publish: the message is in the stream (a client told it
-        was not made it again; a host that takes it records it, ``record``)."""
-        for delay in (*PUBLISH_RETRIES, None):
+    async def _first_record(self, msg_id: str, record: dict[str, Any],
+                            retries: tuple[float, ...]) -> bool:
+        """The record of a published message, tried once more after each of
+        ``retries``; whether it is written.  Never a failure of the publish:
+        the message is in the stream (a client told it was not made it again;
+        a host that takes it records it, ``record``)."""
+        for delay in (*retries, None):
             try:
                 await self.kv.create(msg_id, json.dumps(record).encode())
-                return
+                return True
             except KeyWrongLastSequenceError:
-                return  # a host has pulled it already and said so
+                return True  # a host has pulled it already and said so
             except Exception as exc:  # noqa: BLE001 - the bucket's leader may be elected anew
                 if delay is None:
-                    self.errors.append(f"record of {msg_id} not written (it is published): "
-                                       f"{exc or type(exc).__name__}")
-                    return
+                    if retries:  # the last try of the background ones
+                        self.errors.append(f"record of {msg_id} not written (it is "
+                                           f"published): {exc or type(exc).__name__}")
+                    return False
                 await asyncio.sleep(delay)
+        return False
 
     async def fetch(self, batch: int, wait: float) -> list[NatsMsg]:
         """Up to ``batch`` messages, waiting at most ``wait`` s for the first."""
