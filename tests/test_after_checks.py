@@ -45,15 +45,15 @@ def _urls(server, n: int) -> list[str]:
 
 
 def test_many_slow_hosts_are_asked_at_once(make_queue, daemon, slow_host):
-    # Given twelve remote dependencies whose host takes 1.5 s to answer each
+    # Given forty remote dependencies whose host takes 1.5 s to answer each
     make_queue("q", 'echo "done" >&3\n')
     proc = daemon("q")
     proc.call("adminoper", oper="pause")
     slow_host.delay = 1.5
     # When a message waiting for them is created
     began = time.monotonic()
-    got = proc.call("create", msg={"after": _urls(slow_host, 12)})
-    # Then it is answered once all have (one after another: 18 s)
+    got = proc.call("create", msg={"after": _urls(slow_host, 40)})
+    # Then it is answered once all have (one after another: 60 s)
     assert got["ok"] and time.monotonic() - began < 8
     assert proc.call("counts")["counts"]["que"] == 1
 
@@ -67,7 +67,7 @@ def test_hosts_that_answer_too_late_refuse_the_create(make_queue, daemon, slow_h
     # When a message waiting for its messages is created, Then it is refused in
     # time, and nothing is made (a retry cannot make it twice)
     began = time.monotonic()
-    with pytest.raises(Unavailable, match="could not be checked"):
+    with pytest.raises(Unavailable, match="did not answer in time|could not be checked"):
         proc.call("create", msg={"after": _urls(slow_host, 3)})
     assert time.monotonic() - began < 4
     time.sleep(5)  # past the host's answers

@@ -33,7 +33,6 @@ FINAL = ("done", "err", "relayed", "gone")
 POLL_FIRST, POLL_MAX = 1.0, 60.0  # a remote message's poll: doubling, at most a minute apart
 RECONNECT = 1.0  # a local daemon that is restarting is asked again after this
 HTTP_TIMEOUT = 10.0
-CHECKS_AT_ONCE = 16  # a create's after URLs asked in parallel (at most 64 of them)
 Local = Callable[[str], "tuple[str, str] | None"]  # url -> (queue, id) on this host, or None
 Ended = tuple[str, str, str]  # (url, final state, status)
 
@@ -205,23 +204,30 @@ def _poke(fd: int) -> None:
 
 def check_all(urls: list[str], deadline: float) -> None:
     """On a background thread: BadRequest unless the host of each URL knows
-    it, Unavailable unless all answered by ``deadline`` (asked in parallel)."""
-    left = deadline - time.monotonic()
-    if left <= 0:  # the checks of creates before it took its time
+    it, Unavailable unless all answered by ``deadline`` (all asked at once)."""
+    if deadline <= time.monotonic():  # the checks of creates before it took its time
         raise Unavailable("after: not checked in time (other creates' checks came first); "
                           "not created")
-    timeout = min(HTTP_TIMEOUT, left)
-    with concurrent.futures.ThreadPoolExecutor(min(CHECKS_AT_ONCE, len(urls))) as pool:
-        for done in [pool.submit(check_remote, url, timeout) for url in urls]:
-            done.result()  # the first failure, in the order given
+    pool = concurrent.futures.ThreadPoolExecutor(len(urls))
+    try:
+        asked = [pool.submit(check_remote, url, deadline) for url in urls]
+        _done, late = concurrent.futures.wait(asked, max(0.0, deadline - time.monotonic()))
+        if late:
+            raise Unavailable(f"after: {len(late)} of {len(urls)} hosts did not answer in "
+                              "time; not created")
+        for answer in asked:
+            answer.result()  # the first failure, in the order given
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a late one ends at its timeout
 
 
-def check_remote(url: str, timeout: float = HTTP_TIMEOUT) -> None:
-    """BadRequest unless the host of ``url`` knows it."""
+def check_remote(url: str, deadline: float) -> None:
+    """BadRequest unless the host of ``url`` knows it (asked until ``deadline``)."""
     from rqsys.scripts.rqhttp import Peer, PeerError, PeerUnknown  # the relay's client
 
     try:
-        Peer(url, timeout).get_json(f"{url}/state.json")
+        Peer(url, max(0.1, min(HTTP_TIMEOUT, deadline - time.monotonic()))).get_json(
+            f"{url}/state.json")
     except PeerUnknown as exc:
         raise BadRequest(f"after: no message {url} (its host says: {exc})") from exc
     except (PeerError, RQError) as exc:

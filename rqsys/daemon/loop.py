@@ -245,6 +245,7 @@ class QueueDaemon:
     # ---------------------------------------------------------------- idle
     def _is_idle(self) -> bool:
         busy = (self.runner.workers or len(self.schedule) or self.intake.pending
+                or self.intake.unplaced  # answered ok, not in que/ yet (a full disk)
                 or self.background.busy() or self.pool is not None  # a pool pulls
                 or self.server.next_wait() is not None)  # clients wait to be accepted
         others = len(self.selector.get_map()) > self.always_registered  # clients, scripts
