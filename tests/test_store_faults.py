@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import need, wait_for
@@ -158,3 +159,26 @@ def test_a_removed_message_parked_behind_a_key_does_not_hold_the_others(
     # Then the last one runs all the same (it stayed parked: the wake went to the gone one)
     assert settle(proc, last)["status"] == "c"
     wait_for(lambda: f"{removed}: deleted: gone from que/" in proc.stderr_text(), 10, "the log")
+
+
+def test_an_idle_daemon_holding_unplaced_messages_does_not_exit(layout, make_queue, daemon):
+    need(shutil.which("strace") is not None, "strace (Debian strace)")
+    make_queue("q", 'echo "done $RQ_PARAM1" >&3\n', idle_timeout=1)
+    proc = daemon("q")
+    # Given a disk that refuses every rename into que/, and a daemon that exits when idle
+    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=rename",
+                               "-e", "inject=rename:error=ENOSPC", "-p", str(proc.proc.pid)],
+                              stderr=subprocess.PIPE)
+    try:
+        status = Path(f"/proc/{proc.proc.pid}/status")
+        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), 10, "strace attached")
+        # When a message is created (answered ok: durable in .tmp/), and it stays there
+        msg_id = proc.call("create", msg={"param1": "kept"})["msg_id"]
+        time.sleep(3)
+        # Then the daemon has not exited as idle (it left it invisible till the next start)
+        assert proc.proc.poll() is None
+    finally:
+        tracer.terminate()
+        tracer.wait(10)
+    wait_for(lambda: "new messages placed again" in proc.stderr_text(), 10, "it placed")
+    assert settle(proc, msg_id)["status"] == "kept"
