@@ -54,6 +54,8 @@ class Intake:
         self.unplaced: list[tuple[list[Staged], str]] = []  # durable, not yet in their state
         self.place_at = 0.0
         self._place_failing = False  # told in the log, once until they are placed
+        self.when_placed: set[str] = set()  # ids whose ``then`` waits for their placing
+        self._deferred: dict[str, Published] = {}  # such ids not placed yet -> their then
         self.dups = Duplicates(ctx, ledger.unique)
         self.pool: Any = None  # a pool queue's PoolMember (rqsys.pool): creates go there
         self.after: Any = None  # the queue's dependencies (rqsys.daemon.after)
@@ -270,12 +272,27 @@ class Intake:
                 self.store.discard(one)
                 then(StoreError(f"not stored: {exc}"))
             return
-        self._place(staged, state)
-        for _one, _state, then in group:
-            then(None)
+        left = {one.msg_id for one in self._place(staged, state)}
+        for one, _state, then in group:
+            if one.msg_id in left and one.msg_id in self.when_placed:
+                self._deferred[one.msg_id] = then  # told once it is placed
+            else:
+                self.when_placed.discard(one.msg_id)
+                then(None)  # durable: answered
 
-    def _place(self, staged: list[Staged], state: str) -> None:
+    def add_placed(self, staged: Staged, state: str, then: Published) -> None:
+        """A new message whose ``then`` needs it in its state (a pool delivery
+        refused at once: failed in que), not only durable as a client's answer."""
+        self.when_placed.add(staged.msg_id)
+        self.pending.append((staged, state, then))
+
+    def _place(self, staged: list[Staged], state: str) -> list[Staged]:
+        """Into ``state``; those a failed rename left in ``.tmp/`` (tried again)."""
         left, error = self.ledger.placed(staged, state)
+        for one in staged[:len(staged) - len(left)]:
+            if (then := self._deferred.pop(one.msg_id, None)) is not None:
+                self.when_placed.discard(one.msg_id)
+                then(None)
         if error is not None:  # durable in .tmp/: answered ok, placed when the disk lets
             if not self._place_failing:
                 self.log.event("err", f"new messages not yet in {state}/: {error}; tried "
@@ -283,10 +300,11 @@ class Intake:
                 self._place_failing = True
             self.unplaced.append((left, state))
             self.place_at = time.monotonic() + tunables.PLACE_RETRY
-            return
+            return left
         # Spares are made from the first create on, not at start: a daemon
         # started for one request (socket activation) does not wait for them.
         self.store.spares.start()
+        return []
 
     def place_again(self) -> None:
         """New messages a failed rename left in ``.tmp/``, placed once it works."""

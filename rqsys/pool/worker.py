@@ -209,7 +209,7 @@ class PoolWorker:
                            self._files_fetched(staged))
 
     def _stage(self, staged: Staged) -> None:
-        self.intake.pending.append((staged, "que", self._placed(staged.msg_id)))
+        self.intake.add_placed(staged, "que", self._placed(staged.msg_id))
         self._record(staged.msg_id, staged.msg, "run", f"taken by {self.ctx.sysconfig['host']}")
 
     def _files_fetched(self, staged: Staged) -> Any:
@@ -238,7 +238,7 @@ class PoolWorker:
         self.log.event("err", f"pool: {status}", staged.msg_id)
         shutil.rmtree(f"{staged.tmp}/attach", ignore_errors=True)  # what came is not kept
         staged.attached = False
-        self.intake.pending.append((staged, "que", self._placed(staged.msg_id, status)))
+        self.intake.add_placed(staged, "que", self._placed(staged.msg_id, status))
 
     def _placed(self, msg_id: str, refused: str = "") -> Any:
         def then(error: BaseException | None) -> None:
