@@ -5,11 +5,14 @@ page has loaded; the operator's browser then sends that page's requests to
 this server, as same-origin requests of the attacker's name: every
 same-origin check passes, and without ``basic_auth`` every route answers.
 What gives it away is the ``Host`` header, which names the attacker's
-domain.  A request whose Host is a DNS name is served only when the name is
-this server's: the config's ``host`` (the name in message URLs), this
-machine's host name, ``localhost``, or one of ``allowed_hosts``; others are
-answered 421.  An IP address, and a request without a Host (HTTP/1.0:
-not a browser), pass: neither can be rebound.
+domain.  A browser's request (one that carries ``Sec-Fetch-*`` or ``Origin``,
+as every current browser's does) whose Host is a DNS name is served only when
+the name is this server's: the config's ``host`` (the name in message URLs),
+this machine's host name, ``localhost``, or one of
+``allowed_hosts``; others are answered 421.  An IP address passes (it cannot
+be rebound), and so do requests not from a browser (curl, RQ's clients,
+relay peers and other hosts' dependency checks, which may use any name of
+this host).
 """
 
 from __future__ import annotations
@@ -26,11 +29,14 @@ class KnownHost:
     """falcon middleware: 421 for a request that names another host."""
 
     def __init__(self, sysconfig: dict[str, Any]) -> None:
-        names = [sysconfig.get("host"), socket.gethostname(), "localhost",
+        names = [sysconfig.get("host"), socket.gethostname(), "localhost",  # no DNS asked
                  *(sysconfig.get("allowed_hosts") or [])]
         self.names = frozenset(str(name).lower().rstrip(".") for name in names if name)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if not (req.get_header("Sec-Fetch-Site") or req.get_header("Sec-Fetch-Mode")
+                or req.get_header("Origin")):
+            return  # not a browser: no page can have rebound its name
         host = req.get_header("Host") or ""
         name = host_name(host)
         if name and not _is_address(name) and name not in self.names:
