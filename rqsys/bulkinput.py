@@ -50,16 +50,22 @@ def send(items: Iterable[Any], call: Callable[[list[Any]], list[Result]],
             index += 1
 
 
-def _create(call: Callable[[list[Any]], list[Result]], msgs: list[Any]) -> list[Result]:
-    """``call(msgs)``, in halves while the request is over the socket's line
-    limit (BATCH counts messages; large ones fill a line sooner)."""
+def _create(call: Callable[[list[Any]], list[Result]], msgs: list[Any]) -> Iterator[Result]:
+    """``call(msgs)``'s results, in halves while the request is over the
+    socket's line limit (BATCH counts messages; large ones fill a line
+    sooner); a half's are yielded before the next is sent, so a failure of
+    the next leaves them answered, not lost."""
     try:
-        return call(msgs)
+        results = call(msgs)
     except LineTooLong as exc:
         if len(msgs) == 1:
-            return [_failed(TooLarge(f"message too large to send: {exc}"))]
+            yield _failed(TooLarge(f"message too large to send: {exc}"))
+            return
         half = len(msgs) // 2
-        return _create(call, msgs[:half]) + _create(call, msgs[half:])
+        yield from _create(call, msgs[:half])
+        yield from _create(call, msgs[half:])
+        return
+    yield from results
 
 
 def _with(item: Any, defaults: dict[str, Any] | None) -> Any:

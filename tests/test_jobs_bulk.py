@@ -158,3 +158,23 @@ def test_bulk_killed_halfway_loses_no_answered_message(layout, paused, daemon, t
     store = store_of(layout, "q")
     assert all(store.find(url.rsplit("/", 1)[1]) == "que" for url in urls)
     wait_for(lambda: proc.call("counts")["counts"]["que"] >= len(urls), what="que count")
+
+
+def test_a_halved_batch_whose_second_half_fails_keeps_the_first_halfs_answers():
+    # Given a batch over the socket's line, sent in halves, whose second half fails
+    from rqsys import bulkinput
+    from rqsys.wire import LineTooLong
+
+    def create_many(msgs):
+        if len(msgs) == 4:
+            raise LineTooLong("too long")
+        if msgs[0]["param1"] == "2":
+            raise Unavailable("queue q: [Errno 32] Broken pipe")
+        return [{"msg_id": f"id{m['param1']}", "url": "u"} for m in msgs]
+    got = []
+    # When it is sent, Then the first half's answers come out before the failure
+    # (they were lost, and the answer's "stopped" index had the client resend them)
+    with pytest.raises(Unavailable):
+        for result in bulkinput.send([{"param1": str(n)} for n in range(4)], create_many):
+            got.append(result)
+    assert [r["msg_id"] for r in got] == ["id0", "id1"]
