@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import array
 import json
+import math
 import re
 import socket
 from typing import Any
@@ -61,9 +62,9 @@ def encode_request(obj: dict[str, Any]) -> bytes:
     return line
 
 
-def decode(line: bytes, parse_constant: Any = None) -> dict[str, Any]:
+def decode(line: bytes, parse_constant: Any = None, parse_float: Any = None) -> dict[str, Any]:
     try:
-        obj = json.loads(line, parse_constant=parse_constant)
+        obj = json.loads(line, parse_constant=parse_constant, parse_float=parse_float)
     except ValueError as exc:
         raise ProtocolError(f"request is not JSON: {exc}") from exc
     if not isinstance(obj, dict):
@@ -77,18 +78,27 @@ def decode_request(line: bytes) -> dict[str, Any]:
     UTF-16 surrogate (``"\\ud800"``: text no file or exec can carry; its
     message's start raised, every time the daemon came back).  A surrogate
     pair is one character once parsed: only a line with such an escape is walked."""
-    obj = decode(line, _refuse_constant)
+    obj = decode(line, _refuse_constant, _finite)
     if _SURROGATE.search(line) and not _is_text(obj):
         raise BadRequest("a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
                          "which is not text")
     return obj
 
 
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+# a surrogate's escape, or its bytes (json.loads takes them with surrogatepass)
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
 def _refuse_constant(name: str) -> Any:
     raise BadRequest(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number's float, refused when too large for one (1e999 was inf)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise BadRequest(f"{text[:40]} is out of range for a number")
+    return number
 
 
 def _is_text(value: Any) -> bool:

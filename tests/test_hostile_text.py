@@ -6,12 +6,14 @@ of NaN never came).  Each is refused with a clear error; the queue goes on."""
 from __future__ import annotations
 
 import json
+import socket
 from urllib.parse import urlencode
 
 import pytest
 from conftest import wait_for, web_client
 from daemon_util import send, settle, store_of
 
+from rqsys.client import QueueClient
 from rqsys.errors import BadRequest
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -68,3 +70,21 @@ def test_a_stored_message_with_a_lone_surrogate_ends_in_err_alone(layout, make_q
     assert settle(proc, send(proc, param1="next"))["status"] == "next"
     wait_for(lambda: proc.call("search", text="next")["total"] == 1, 10, "the index")
     assert proc.call("stats")["index"]["failed"] == 0
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    (b'{"op":"create","msg":{"param1":"\xed\xa0\x80"}}\n', "lone UTF-16 surrogate"),
+    (b'{"op":"create","msg":{"due":1e999}}\n', "out of range for a number"),
+])
+def test_raw_bytes_on_the_socket_are_refused_too(layout, make_queue, daemon, line, why):
+    # a surrogate's UTF-8 bytes (no \\u escape: json takes them) and a number too
+    # large for a float (it became inf) came through the socket
+    make_queue("q", 'echo "done" >&3\n')
+    proc = daemon("q")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(QueueClient(layout, "q").path))
+        sock.sendall(line)
+        reply = json.loads(sock.makefile("rb").readline())
+    assert reply["kind"] == "BadRequest" and why in reply["error"], reply
+    assert proc.call("counts")["counts"]["que"] == 0
