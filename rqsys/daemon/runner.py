@@ -121,12 +121,9 @@ class Runner:
             child = handed or self.starts.spawn(
                 words, program, self.env.strings().array(run), job, out,
                 self.limits.as_limit(limits) if limits else -1)
-        except SpawnError as exc:
+        except (SpawnError, UnicodeEncodeError) as exc:
             self._script.forget()  # resolved again before the next start
             self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
-            return
-        except UnicodeEncodeError:  # stored before intake refused it: no exec can carry it
-            self._unstartable(msg_id, "its params hold a lone UTF-16 surrogate, not text")
             return
         finally:
             if out is not None:
@@ -146,28 +143,26 @@ class Runner:
                        RQ_COUNT=msg["count"], RQ_STATE="run", **field,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
 
-    def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError, env: dict[str, str],
-                     argv: list[str]) -> None:
-        """The script could not be started.  When the message is why (E2BIG: its
-        params do not fit in an environment, with the queue's own environment
-        fitting alone), it alone ends in err and the queue goes on; anything
-        else is the queue's script (SCRIPTERROR): the message waits in que."""
+    def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError | UnicodeEncodeError,
+                     env: dict[str, str], argv: list[str]) -> None:
+        """Not started.  When the message is why (E2BIG, the queue's own environment
+        fitting; a lone surrogate stored before intake refused them), it alone ends
+        in err; else the queue's script is (SCRIPTERROR): it waits in que."""
         errno_ = getattr(exc, "errno", None)
+        why = "its params hold a lone UTF-16 surrogate" if isinstance(exc, ValueError) else ""
         if errno_ == errno.E2BIG and not limits.env_problem(self.env.shared(), tuple(argv)):
             why = limits.env_problem(env, tuple(argv)) or "its environment is too large"
-            self._unstartable(msg_id, f"{exc} ({why})")
+            why = f"{exc} ({why})"
+        if why:
+            text = f"cannot start the script for this message: {why}"
+            self.log.event("err", text, msg_id)
+            self._webhooks(self.ledger.end(msg_id, Outcome("err", text), ""))
             return
         if errno_ == errno.E2BIG:
             exc = SpawnError(f"{exc}: the queue's own environment is too large "
                              f"({limits.env_problem(self.env.shared(), tuple(argv))})")
         self.ledger.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
         self._set_script_error(str(exc))
-
-    def _unstartable(self, msg_id: str, why: str) -> None:
-        """The message itself cannot be started: it alone ends in err."""
-        text = f"cannot start the script for this message: {why}"
-        self.log.event("err", text, msg_id)
-        self._webhooks(self.ledger.end(msg_id, Outcome("err", text), ""))
 
     def _script_ready(self) -> bool:
         """False while a SCRIPTERROR stands (the script missing or not executable, or
