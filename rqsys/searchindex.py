@@ -255,7 +255,7 @@ class SearchIndex:
     def _reconcile(self, db: sqlite3.Connection, lost: set[str] | None = None) -> bool:
         try:
             reconcile(db, self.view, lost or set())
-        except (sqlite3.Error, OSError, RQError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a disk's or a bug's: the thread goes on
             _roll_back(db)
             self._failed(exc, lost or set())
             return False
@@ -267,7 +267,7 @@ class SearchIndex:
             db.execute("BEGIN")
             rebuild = searchfold.apply_batch(db, self.view, batch)
             db.execute("COMMIT")
-        except (sqlite3.Error, OSError, ValueError) as exc:  # a bug must not end the thread
+        except Exception as exc:  # noqa: BLE001 - a disk's or a bug's: the thread goes on
             _roll_back(db)
             self._failed(exc, {event[2] for event in batch if event[2]})
             return

@@ -38,9 +38,9 @@ class CopyHealth:
         failed, behind = self.index.failed, self.index.behind
         if failed > self._told["index"]:
             self._told["index"] = failed
+            mending = "; searches answer partial until it is mended" if behind else ""
             self.log.event("warning", f"search index: {failed} writes failed since the start"
-                           f" (the last: {self.index.error}); searches answer partial until"
-                           " it is mended")
+                           f" (the last: {self.index.error}){mending}")
         if self._behind and not behind:
             self.log.event("daemon", "search index mended: searches are whole again")
         self._behind = behind

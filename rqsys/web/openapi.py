@@ -160,7 +160,10 @@ def _answers(ok_schema: dict[str, Any], ctype: str = "application/json",
                                    "not same-origin, or an Origin that is not this host), "
                                    "or new queues are off", "content": _json(FAIL)},
             "413": {"description": "too large: the body, or a message field (the answer "
-                                   "names the field and its limit)", "content": _json(FAIL)}}
+                                   "names the field and its limit)", "content": _json(FAIL)},
+            "421": {"description": "a browser's request naming a host that is not this "
+                                   "server's (DNS rebinding: allowed_hosts)",
+                    "content": _json(FAIL)}}
 
 
 def _get(params: list[dict[str, Any]], schema: dict[str, Any], summary: str,
