@@ -99,3 +99,28 @@ def stopped(proc: Any) -> Iterator[None]:
         yield
     finally:
         proc.proc.send_signal(signal.SIGCONT)
+
+
+@contextmanager
+def failing_calls(pid: int, calls: str, inject: str, tid: int | str | None = None
+                  ) -> Iterator[None]:
+    """Within the block, the daemon's (or one of its threads') system calls
+    ``calls`` fail as strace's ``inject=`` says (``error=EIO``, ``when=3+``...):
+    a real failing disk, at the real call; attached before the block begins."""
+    import shutil
+    import subprocess
+
+    from conftest import need
+
+    need(shutil.which("strace") is not None, "strace (Debian strace)")
+    task = tid or pid
+    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", f"trace={calls}",
+                               "-e", f"inject={calls}:{inject}", "-p", str(task)],
+                              stderr=subprocess.PIPE)
+    status = Path(f"/proc/{pid}/task/{task}/status")
+    try:
+        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), 10, "strace attached")
+        yield
+    finally:
+        tracer.terminate()
+        tracer.wait(10)

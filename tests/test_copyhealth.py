@@ -5,12 +5,10 @@ counts the failures, the log tells them once, and the index mends itself."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
-from conftest import need, wait_for
-from daemon_util import send, settle, store_of
+from conftest import wait_for
+from daemon_util import failing_calls, send, settle, store_of
 from test_metrics import _client, _scrape
 
 from rqsys import searchindex
@@ -45,19 +43,14 @@ def test_a_timeline_that_cannot_be_written_is_counted_and_told(layout, make_queu
 
 
 def test_a_search_index_that_cannot_write_is_behind_then_mended(layout, make_queue, daemon):
-    need(shutil.which("strace") is not None, "strace (Debian strace)")
     # Given a queue whose index has a first message
     make_queue("q", 'echo "done fine $RQ_PARAM1" >&3\n')
     proc = daemon("q")
     settle(proc, send(proc, param1="before"))
     wait_for(lambda: _found(proc, "before"), 10, "the first message indexed")
     # When every write of the index's thread fails with EIO (strace's fault injection)
-    tid = _thread(proc.proc.pid, "rq-search")
-    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64,write",
-                               "-e", "inject=pwrite64,write:error=EIO", "-p", tid],
-                              stderr=subprocess.PIPE)
-    try:
-        wait_for(lambda: _traced(proc.proc.pid, tid), 10, "strace attached")
+    with failing_calls(proc.proc.pid, "pwrite64,write", "error=EIO",
+                       tid=_thread(proc.proc.pid, "rq-search")):
         during = send(proc, param1="during")
         assert settle(proc, during)["state"] == "done"
         # Then the message is done, the index is behind, and searches say partial
@@ -66,9 +59,6 @@ def test_a_search_index_that_cannot_write_is_behind_then_mended(layout, make_que
         assert stats["index"]["behind"] is True and "I/O" in stats["index"]["error"], stats
         assert proc.call("search", text="during")["partial"] is True
         wait_for(lambda: "searches answer partial" in proc.stderr_text(), 10, "the log")
-    finally:
-        tracer.terminate()
-        tracer.wait(10)
     # And once the disk writes again the thread mends it (HEAL_WAIT) and finds the message
     wait_for(lambda: _found(proc, "during"), searchindex.HEAL_WAIT + 10, "the index mended")
     assert proc.call("stats")["index"]["behind"] is False
@@ -89,6 +79,3 @@ def _thread(pid: int, name: str) -> str:
         return None
     return wait_for(find, 10, f"the {name} thread")
 
-
-def _traced(pid: int, tid: str) -> bool:
-    return "TracerPid:\t0\n" not in Path(f"/proc/{pid}/task/{tid}/status").read_text()

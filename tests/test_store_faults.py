@@ -8,10 +8,9 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from conftest import need, wait_for
-from daemon_util import send, settle, store_of
+from daemon_util import failing_calls, send, settle, store_of
 
 from rqsys.errors import StoreError
 
@@ -33,25 +32,16 @@ def test_a_run_directory_without_its_msg_goes_to_err_and_the_queue_starts(layout
 
 
 def test_a_failing_syncfs_fails_its_creates_and_the_daemon_lives_on(layout, make_queue, daemon):
-    need(shutil.which("strace") is not None, "strace (Debian strace)")
     make_queue("q", 'echo "done fine" >&3\n')
     proc = daemon("q")
     proc.call("adminoper", oper="pause")
     # Given a disk whose syncfs fails (a writeback error of any file on it: EIO)
-    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=syncfs",
-                               "-e", "inject=syncfs:error=EIO", "-p", str(proc.proc.pid)],
-                              stderr=subprocess.PIPE)
-    try:
-        status = Path(f"/proc/{proc.proc.pid}/status")
-        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), 10, "strace attached")
+    with failing_calls(proc.proc.pid, "syncfs", "error=EIO"):
         # When two messages are created in one group commit (its durability is one syncfs)
         results = proc.call("create_many", msgs=[{"param1": "a"}, {"param1": "b"}])["results"]
         # Then each is refused with the reason, and none is stored
         assert [r.get("kind") for r in results] == [StoreError.__name__] * 2, results
         assert "Input/output error" in results[0]["error"], results
-    finally:
-        tracer.terminate()
-        tracer.wait(10)
     assert proc.call("counts")["counts"]["que"] == 0
     # And the daemon lives on: once the disk syncs again, they are stored
     results = proc.call("create_many", msgs=[{"param1": "a"}, {"param1": "b"}])["results"]
@@ -114,17 +104,11 @@ def test_a_message_directory_removed_by_hand_is_dropped_and_the_daemon_lives_on(
 
 def test_new_messages_a_full_disk_kept_out_of_que_are_placed_once_it_lets(layout, make_queue,
                                                                           daemon):
-    need(shutil.which("strace") is not None, "strace (Debian strace)")
     make_queue("q", 'echo "done $RQ_PARAM1" >&3\n')
     proc = daemon("q")
     proc.call("adminoper", oper="pause")
     # Given a disk that refuses the third rename on (que/ needs a new block: ENOSPC)
-    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=rename",
-                               "-e", "inject=rename:error=ENOSPC:when=3+",
-                               "-p", str(proc.proc.pid)], stderr=subprocess.PIPE)
-    try:
-        status = Path(f"/proc/{proc.proc.pid}/status")
-        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), 10, "strace attached")
+    with failing_calls(proc.proc.pid, "rename", "error=ENOSPC:when=3+"):
         # When five are created in one group commit: durable, then renamed into que/
         results = proc.call("create_many", msgs=[{"param1": f"m{n}"} for n in range(5)])
         ids = [got["msg_id"] for got in results["results"]]
@@ -133,9 +117,6 @@ def test_new_messages_a_full_disk_kept_out_of_que_are_placed_once_it_lets(layout
         assert len(ids) == 5
         assert proc.call("counts")["counts"]["que"] == 2  # (they were not: stuck till restart)
         wait_for(lambda: "new messages not yet in que/" in proc.stderr_text(), 10, "the log")
-    finally:
-        tracer.terminate()
-        tracer.wait(10)
     # And once the disk takes them, the rest are placed, and all run
     wait_for(lambda: proc.call("counts")["counts"]["que"] == 5, 10, "the rest placed")
     proc.call("adminoper", oper="up")
@@ -162,23 +143,14 @@ def test_a_removed_message_parked_behind_a_key_does_not_hold_the_others(
 
 
 def test_an_idle_daemon_holding_unplaced_messages_does_not_exit(layout, make_queue, daemon):
-    need(shutil.which("strace") is not None, "strace (Debian strace)")
     make_queue("q", 'echo "done $RQ_PARAM1" >&3\n', idle_timeout=1)
     proc = daemon("q")
     # Given a disk that refuses every rename into que/, and a daemon that exits when idle
-    tracer = subprocess.Popen(["strace", "-qq", "-o", "/dev/null", "-e", "trace=rename",
-                               "-e", "inject=rename:error=ENOSPC", "-p", str(proc.proc.pid)],
-                              stderr=subprocess.PIPE)
-    try:
-        status = Path(f"/proc/{proc.proc.pid}/status")
-        wait_for(lambda: "TracerPid:\t0\n" not in status.read_text(), 10, "strace attached")
+    with failing_calls(proc.proc.pid, "rename", "error=ENOSPC"):
         # When a message is created (answered ok: durable in .tmp/), and it stays there
         msg_id = proc.call("create", msg={"param1": "kept"})["msg_id"]
         time.sleep(3)
         # Then the daemon has not exited as idle (it left it invisible till the next start)
         assert proc.proc.poll() is None
-    finally:
-        tracer.terminate()
-        tracer.wait(10)
     wait_for(lambda: "new messages placed again" in proc.stderr_text(), 10, "it placed")
     assert settle(proc, msg_id)["status"] == "kept"
