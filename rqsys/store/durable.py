@@ -261,25 +261,20 @@ def remove_renamed(parent: Path, doomed: Path) -> None:
     remove_tree(doomed)
 
 
-def remove_tree(path: str | Path) -> str:
-    """Delete a tree; why not all of it, or "".  Directories a script made
-    read-only (Go's module cache is 0555) are made writable by their owner
-    and it is tried again: without that the daemon (user rq, without
-    CAP_DAC_OVERRIDE) left them in .tmp/, and recovery failed at every start."""
+def remove_tree(path: str | Path) -> None:
+    """Delete a tree as far as it goes (what is left, recovery tries again at
+    the next start).  Directories a script made read-only (Go's module cache
+    is 0555) are made writable by their owner and it is tried again: without
+    that the daemon (user rq, without CAP_DAC_OVERRIDE) left them in .tmp/,
+    and recovery failed at every start."""
     try:
         shutil.rmtree(path)
-        return ""
+        return
     except FileNotFoundError:
-        return ""
+        return
     except OSError:
         _make_writable(str(path))
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        return f"{exc.filename or path}: {exc.strerror or exc}"
-    return ""
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _make_writable(path: str) -> None:
