@@ -63,3 +63,25 @@ def test_a_published_message_is_published_whatever_its_record_does(fails: int,
     assert bool(link.errors) is not recorded
     if not recorded:
         assert "record of 20260101.0000.00.000.1 not written (it is published)" in link.errors[0]
+
+
+def test_a_stream_electing_its_leader_is_published_to_again() -> None:
+    # nats-py answers "no responders" from a stream without a leader as
+    # NoStreamResponseError, which the retry did not name: the create failed at
+    # once while a server was stopped (tests/test_pool_e2e.py, 1 run in 8)
+    from nats.js.errors import NoStreamResponseError
+
+    class Electing(Stream):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refusals = 2
+
+        async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+            if self.refusals:
+                self.refusals -= 1
+                raise NoStreamResponseError
+            await super().publish(subject, data, headers)
+    link = Link(SETTINGS)
+    link.js, link.kv = Electing(), Bucket(0)
+    asyncio.run(link.publish("20260101.0000.00.000.2", {"dest": "q"}, {"state": "que"}))
+    assert link.js.held == ["20260101.0000.00.000.2"]

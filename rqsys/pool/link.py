@@ -25,6 +25,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
+    NoStreamResponseError,
     NotFoundError,
     ServiceUnavailableError,
 )
@@ -156,7 +157,8 @@ class Link:
                 await self.js.publish(self.s.subject, data,
                                       headers={**(headers or {}), "Nats-Msg-Id": msg_id})
                 break
-            except (NoRespondersError, NatsTimeout, ServiceUnavailableError):
+            except (NoStreamResponseError, NoRespondersError, NatsTimeout,  # nats-py says
+                    ServiceUnavailableError):  # NoStreamResponse for a stream without leader
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
