@@ -28,8 +28,8 @@ class CopyHealth:
                           "behind": self.index.behind}}
 
     def tell(self) -> None:
-        """Log what changed since the last call (the loop calls it when its
-        status is due)."""
+        """Log what changed since the last call (the loop calls it as each turn
+        ends, before the log's flush: a few comparisons)."""
         failed = self.timeline.failed
         if failed > self._told["timelines"]:
             self._told["timelines"] = failed

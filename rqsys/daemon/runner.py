@@ -149,7 +149,7 @@ class Runner:
         fitting; a lone surrogate stored before intake refused them), it alone ends
         in err; else the queue's script is (SCRIPTERROR): it waits in que."""
         errno_ = getattr(exc, "errno", None)
-        why = "its params hold a lone UTF-16 surrogate" if isinstance(exc, ValueError) else ""
+        why = "its params hold a lone UTF-16 surrogate" if isinstance(exc, UnicodeError) else ""
         if errno_ == errno.E2BIG and not limits.env_problem(self.env.shared(), tuple(argv)):
             why = limits.env_problem(env, tuple(argv)) or "its environment is too large"
             why = f"{exc} ({why})"

@@ -162,7 +162,7 @@ class Link:
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)
-        if not await self._first_record(msg_id, record, PUBLISH_RETRIES[:0]):
+        if not await self._first_record(msg_id, record, ()):
             task = asyncio.get_running_loop().create_task(  # the answer does not wait for
                 self._first_record(msg_id, record, PUBLISH_RETRIES))  # the retries (30 s)
             self._recording.add(task)

@@ -255,9 +255,7 @@ class QueueStore(QueueView):
         out: every status also goes to the log and the timeline, and the state
         move it goes with must not fail for it (out of fds, a failed start's
         move back to que ended the daemon)."""
-        path = f"{self._path(state, msg_id)}/status"
-        with contextlib.suppress(OSError):
-            durable.overwrite(path, text.encode("utf-8", "replace"))
+        _advisory(f"{self._path(state, msg_id)}/status", text.encode("utf-8", "replace"))
 
     def write_started(self, msg_id: str, at: float) -> str:
         """Record when a run with a timeout started (not synced: recovery's
