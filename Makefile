@@ -20,7 +20,8 @@ DEB_DEBS  := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all-d
 # curl, a browser, the Nix module's checks, power cuts of a User-Mode Linux
 # kernel on ext4 and xfs images, crash points (strace's fault injection), and the .deb.
 TEST_DEBS := systemd systemd-container man-db mandoc iproute2 curl strace \
-             chromium chromium-driver nix-bin user-mode-linux e2fsprogs xfsprogs nats-server \
+             chromium chromium-driver nix-bin e2fsprogs xfsprogs nats-server \
+             qemu-system-x86 qemu-utils linux-image-amd64 initramfs-tools \
              $(DEB_DEBS)
 
 VERSION  := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)

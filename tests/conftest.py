@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import host_report
 import pytest
 
 from rqsys.client import QueueClient
@@ -26,6 +27,11 @@ from rqsys.store import Layout
 
 IN_CI = os.environ.get("CI") == "true"
 READY_TIMEOUT = 15.0
+
+
+def pytest_report_header() -> list[str]:
+    """What this host can run, first in the log (tests/host_report.py)."""
+    return host_report.lines()
 
 
 def need(condition: bool, reason: str) -> None:

@@ -1,10 +1,11 @@
 """A real systemd, booted with systemd-nspawn on a throw-away overlay of ``/``.
 
 The container sees the host's file system (so the project's venv is there)
-through an overlay whose upper layer is a tmpfs: nothing it writes reaches
-the host.  ``Container.run`` runs a command inside with ``nsenter``.
-Teardown powers the container off, kills only its own leader if it will not
-go, and unmounts the overlay and the tmpfs.
+through an overlay whose upper layer is a tmpfs, and the checkout through an
+overlay of its own bound at its path: nothing it writes reaches the host.
+``Container.run`` runs a command inside with ``nsenter``.  Teardown powers
+the container off, kills only its own leader if it will not go, and unmounts
+the overlays and the tmpfs.
 """
 
 from __future__ import annotations
@@ -54,27 +55,43 @@ class Container:
     # ------------------------------------------------------------ start/stop
     def boot(self) -> None:
         self._mount_overlay()
+        checkout = self._mount_checkout()
         self._show_checkout_to_services()
         self.console = open(self.base.with_suffix(".console"), "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             ["systemd-nspawn", "-q", "-D", str(self.root), "--private-network",
              "--register=no", "--keep-unit", "--link-journal=no",
-             # the checkout at its own path, even where the container mounts a
-             # fresh /tmp; an overlay with a temporary upper keeps writes inside
-             f"--overlay={PROJECT}::{PROJECT}", "-b"],
+             # the checkout at its own path, even under the fresh tmpfs the
+             # container gets on /tmp: --bind makes the missing parents there
+             # (/tmp/ci/rqsys), where --overlay (systemd 252) makes only the last
+             f"--bind={checkout}:{PROJECT}", "-b"],
             stdin=subprocess.DEVNULL, stdout=self.console, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_term_with_parent)
         self.leader = self._wait_leader()
         self._wait_running()
 
     def _mount_overlay(self) -> None:
+        """A tmpfs for the container's writes, and the root overlay on it."""
         _mount("-t", "tmpfs", "tmpfs", str(self.base))
         self._mounted.append(self.base)
-        for sub in ("upper", "work", "merged"):
-            (self.base / sub).mkdir()
+        self._overlay(Path("/"), "upper", "work", self.root)
+
+    def _mount_checkout(self) -> Path:
+        """The checkout as the container gets it: an overlay of it, writes in our tmpfs.
+        The root overlay cannot show it where it is on a mount of its own (a
+        host's tmpfs /tmp, say): an overlay does not cross into mounts below."""
+        checkout = self.base / "checkout"
+        self._overlay(PROJECT, "checkout-upper", "checkout-work", checkout)
+        return checkout
+
+    def _overlay(self, lower: Path, upper: str, work: str, merged: Path) -> None:
+        """Mount an overlay of ``lower`` at ``merged``; ``upper``, ``work`` in our tmpfs."""
+        for path in (self.base / upper, self.base / work, merged):
+            path.mkdir()
         _mount("-t", "overlay", "overlay", "-o",
-               f"lowerdir=/,upperdir={self.base}/upper,workdir={self.base}/work", str(self.root))
-        self._mounted.append(self.root)
+               f"lowerdir={lower},upperdir={self.base / upper},workdir={self.base / work}",
+               str(merged))
+        self._mounted.append(merged)
 
     def _show_checkout_to_services(self) -> None:
         """A checkout under /tmp (a CI clone, say) is hidden from the services

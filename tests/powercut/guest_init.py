@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The guest's init (PID 1 of the User-Mode Linux kernel): one boot of a power-cut cycle.
+"""The guest's init (PID 1 of the QEMU guest): one boot of a power-cut cycle.
 
 The host names a plan file on the kernel command line (``PCPLAN=PATH``; the
 kernel hands unknown ``name=value`` words to init as environment).  A boot
@@ -9,9 +9,10 @@ so far (``check``), start rqsys and the clients and run until the host kills
 the kernel (``work``), or power off cleanly after a last fsck (``final``).
 
 Everything the host must see goes to the channel directory, a host directory
-mounted read-write over hostfs: a write there is a host ``write(2)`` done
-before the guest's ``write`` returns, so it survives the kill.  The root file
-system (the host's ``/`` over hostfs) is mounted read-only.
+shared read-write over 9p without a guest cache: a write there is QEMU's
+``pwrite(2)`` on the host done before the guest's ``write`` returns, so it
+survives the kill.  The root file system (the host's ``/`` over 9p) is
+read-only.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ sys.path.insert(0, str(HERE))
 import checker  # noqa: E402  (the harness's own modules sit beside this file)
 import rqservice  # noqa: E402
 
-DISK = "/dev/ubda"
+DISK = "/dev/vda"
 GUEST_TMP = "/run/tmp"
 RB_POWER_OFF = 0x4321FEDC
 JOURNALLED = {"ext4": True, "ext4-nojournal": False, "xfs": True}
@@ -47,12 +48,11 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def mount_basics(chan: str) -> None:
-    """proc, sysfs, tmpfs on /run (the guest's TMPDIR: the root is the host's,
-    read-only, and its /tmp may hold the channel), the channel read-write,
-    loopback up (the relay talks HTTP to this guest)."""
-    sh("mount", "-t", "proc", "proc", "/proc")
-    sh("mount", "-t", "sysfs", "sysfs", "/sys")
+def mount_basics(chan: str, chan_mount: list[str]) -> None:
+    """tmpfs on /run (the guest's TMPDIR: the root is the host's, read-only,
+    and its /tmp may hold the channel), the channel read-write, loopback up
+    (the relay talks HTTP to this guest).  /proc, /sys and /dev the
+    initramfs has mounted already."""
     os.makedirs("/dev/shm", exist_ok=True)  # devtmpfs has no shm/
     for path in ("/run", "/dev/shm"):
         sh("mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", path)
@@ -60,7 +60,7 @@ def mount_basics(chan: str) -> None:
     # queue sockets in /run, as under systemd (a path under the disk's mount
     # point can pass the 108 bytes a unix socket's name may have)
     os.environ.update(TMPDIR=GUEST_TMP, HOME=GUEST_TMP, RQ_SOCKET_DIR="/run/rq")
-    sh("mount", "-t", "hostfs", "-o", chan, "none", chan)
+    sh("mount", *chan_mount, chan)
     sh("ip", "link", "set", "lo", "up")
 
 
@@ -84,9 +84,6 @@ class Boot:
 
     def run(self) -> None:
         self.event("booted")
-        if self.plan.get("probe"):  # the host only asks whether Python runs here
-            self.event("probe")
-            return
         if self.plan.get("fsck"):
             self.fsck("after-cut", replay=JOURNALLED[self.plan["fs"]])
             if not JOURNALLED[self.plan["fs"]]:
@@ -180,7 +177,7 @@ def main() -> None:
     plan = json.loads(Path(plan_path).read_text())
     rqservice.python_path_for(plan)
     try:
-        mount_basics(plan["chan"])
+        mount_basics(plan["chan"], plan["chan_mount"])
         Boot(plan).run()
     except BaseException:
         print(traceback.format_exc(), file=sys.stderr, flush=True)

@@ -1,41 +1,40 @@
-"""The host's side of a guest kernel: disk images, boots, power cuts.
+"""The host's side of the power-cut guest: disk images, boots under QEMU, power cuts.
 
-User-Mode Linux runs as ordinary host processes in one process group.  Its
-root is the host's ``/`` over hostfs (read-only: the guest runs the host's
-venv), rqsys's root is on a ubd disk image.  ubd completes a guest write only
-after ``pwrite(2)`` to the image file, and a guest flush is an ``fsync`` of
-it; SIGKILL of the whole group therefore keeps exactly what the guest's
-block layer had completed and drops the guest's page cache: a power cut of
-a machine whose disk has no volatile write cache (see README.md).
+The guest is Debian's kernel under QEMU (``tests/qemu_vm.py``): its root is
+the host's ``/`` over virtio-9p, read-only, so it runs the host's venv and
+this directory's scripts as they are; rqsys's root is on a raw disk image,
+a virtio-blk disk the guest sees without a volatile write cache, each of its
+writes completed once QEMU has ``pwrite(2)``-n it to the image
+(``qemu_vm.disk_argv``); the channel directory is shared read-write over 9p
+without a guest cache, so every write the guest's clients made there is the
+host's before their ``write`` returned.  SIGKILL of QEMU therefore keeps
+exactly what the guest's block layer had completed and drops the guest's
+page cache: a power cut of a machine whose disk has no volatile write cache
+(see README.md).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-UML = "/usr/bin/linux.uml"
+sys.path.insert(0, str(HERE.parent))  # tests/: the QEMU guest shared with the limits tests
+
+import qemu_vm  # noqa: E402
+from qemu_vm import Guest, Share, VMError  # noqa: E402
+
 IMAGE_SIZE = 512 << 20  # sparse; xfs wants 300 MB at least
-GUEST_MEM = "768M"
+GUEST_MEM = "1G"
+CHAN_TAG = "chan"
 MKFS = {
     # -i 4096: a message is five inodes, the default ratio runs out first
     "ext4": ["mkfs.ext4", "-q", "-F", "-i", "4096"],
     "ext4-nojournal": ["mkfs.ext4", "-q", "-F", "-i", "4096", "-O", "^has_journal"],
     "xfs": ["mkfs.xfs", "-q", "-f"],
 }
-FSCK_TOOLS = {"ext4": "e2fsck", "ext4-nojournal": "e2fsck", "xfs": "xfs_repair"}
-# With the FPU workaround UML keeps only the x87/SSE registers of guest
-# threads, so glibc must not pick its AVX string functions (see launcher.py).
-GLIBC_NO_AVX = ("glibc.cpu.hwcaps=-AVX,-AVX2,-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,"
-                "-AVX512CD,-FMA,-FMA4,-XSAVEC")
-FPU_PANIC = "ptrace set fp regs failed"
 NOSYNC_C = """/* LD_PRELOAD for the harness's proof mode: rqsys's syncs do nothing. */
 int fsync(int fd) { (void)fd; return 0; }
 int fdatasync(int fd) { (void)fd; return 0; }
@@ -43,17 +42,14 @@ int syncfs(int fd) { (void)fd; return 0; }
 void sync(void) {}
 """
 
-
-class KernelError(RuntimeError):
-    """A guest did not boot, or did not do what its plan asked in time."""
+KernelError = VMError  # a guest that did not boot, or did not do what its plan asked
 
 
 def missing_parts() -> str:
     """Why the harness cannot run here ("" when it can)."""
-    if os.geteuid() != 0:
-        return "power-cut tests need root (guest mounts, UML)"
-    if not os.access(UML, os.X_OK):
-        return f"{UML} missing (apt-get install user-mode-linux)"
+    missing = qemu_vm.missing()
+    if missing:
+        return missing
     for tool in ("mkfs.ext4", "mkfs.xfs", "e2fsck", "xfs_repair"):
         if shutil.which(tool) is None:
             return f"{tool} missing (e2fsprogs, xfsprogs)"
@@ -76,81 +72,15 @@ def build_nosync(workdir: Path) -> Path:
     return lib
 
 
-class Kernel:
-    """One boot of UML: started in its own session, ended by SIGKILL of the group."""
-
-    def __init__(self, image: Path | None, plan: Path, console: Path, fpu_workaround: bool,
-                 python: str = sys.executable) -> None:
-        self.image, self.plan, self.console = image, plan, console
-        self.python = python
-        self.fpu_workaround = fpu_workaround
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def argv(self) -> list[str]:
-        disk = [f"ubd0={self.image}"] if self.image else []
-        # init is the venv's Python; the words after "--" are its arguments
-        argv = [UML, *disk, f"mem={GUEST_MEM}", "rootfstype=hostfs", "ro",
-                f"init={self.python}", f"PCPLAN={self.plan}", "con=null", "con0=null,fd:1",
-                f"uml_dir={self.plan.parent}",  # the mconsole dir goes with the run's files
-                "quiet"]
-        if self.fpu_workaround:
-            argv = [sys.executable, str(HERE / "launcher.py"), *argv,
-                    f"GLIBC_TUNABLES={GLIBC_NO_AVX}"]
-        return [*argv, "--", str(HERE / "guest_init.py")]
-
-    def start(self) -> None:
-        with open(self.console, "ab") as console:
-            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=console,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def cut(self) -> None:
-        """The power cut: SIGKILL every process of the kernel's group at once."""
-        if self.proc is None:
-            return
-        pgid = self.proc.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        self.proc.wait()
-        deadline = time.monotonic() + 10
-        while _group_alive(pgid):  # UML's helpers die with it; make sure
-            if time.monotonic() > deadline:
-                raise KernelError(f"UML process group {pgid} survives SIGKILL")
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-            time.sleep(0.05)
-
-    def wait(self, timeout: float) -> int:
-        """Wait for a guest that powers off by itself; cut it at the deadline."""
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.cut()
-            raise KernelError(f"guest did not power off within {timeout}s") from None
-
-    def console_tail(self, lines: int = 30) -> str:
-        """The end of the console, without the kernel's stack dumps."""
-        try:
-            text = self.console.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-        kept = [ln for ln in text.splitlines() if not ln.lstrip().startswith("[<")]
-        return "\n".join(kept[-lines:])
+def kernel(image: Path | None, plan: Path, console: Path, python: str = sys.executable) -> Guest:
+    """One boot: init is ``guest_init.py`` run by ``python`` with the plan named
+    in its environment; the plan's directory is the channel, shared read-write."""
+    return Guest(init=[python, str(HERE / "guest_init.py")], console=console,
+                 env={"PCPLAN": str(plan)}, shares=[Share(CHAN_TAG, plan.parent)],
+                 disk=image, memory=GUEST_MEM)
 
 
-def _group_alive(pgid: int) -> bool:
-    """True while any process (not a zombie) has process group ``pgid``."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
+def chan_mount() -> list[str]:
+    """``mount`` arguments for the guest's channel (the plan carries them): 9p
+    without a guest cache, so each write is the host's when it returns."""
+    return ["-t", "9p", "-o", qemu_vm.mount_options("none"), CHAN_TAG]

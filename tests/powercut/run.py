@@ -33,12 +33,14 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pc_kernel  # noqa: E402
+import qemu_vm  # noqa: E402  (tests/, put on the path by pc_kernel)
 import rqservice  # noqa: E402
-from pc_kernel import Kernel, KernelError  # noqa: E402
+from pc_kernel import KernelError  # noqa: E402
+from qemu_vm import Guest  # noqa: E402
 from tally import Tally, fsck_findings, report, total  # noqa: E402
 
 VENV_PYTHON = HERE.parent.parent / ".venv" / "bin" / "python"
-BOOT_TIMEOUT = 300.0  # a check boot on a full image under a busy host
+BOOT_TIMEOUT = 600.0  # a check boot on a full image, under TCG on a busy host
 QUEUE_SCRIPT = """#!/bin/sh
 # drains one message: param2 milliseconds of work first, then done
 ms=${RQ_PARAM2:-0}
@@ -59,7 +61,6 @@ class Options:
     workdir: Path | None = None
     keep: bool = False
     pythonpath: str = ""
-    fpu: str = "auto"
     port: int = 3333
     roles: list[str] = field(default_factory=lambda: list(rqservice.ROLES))
     quiet: bool = False
@@ -71,9 +72,9 @@ class ImageRun:
     """Several cuts on one disk image: boot 0 works, boots 1..n-1 check and
     work, boot n only checks.  Reports land in ``chan/``."""
 
-    def __init__(self, opts: Options, fs: str, base: Path, cuts: int, fpu: bool,
+    def __init__(self, opts: Options, fs: str, base: Path, cuts: int,
                  rng: random.Random, tally: Tally) -> None:
-        self.opts, self.fs, self.cuts, self.fpu = opts, fs, cuts, fpu
+        self.opts, self.fs, self.cuts = opts, fs, cuts
         self.rng, self.tally = rng, tally
         self.base, self.workdir = base, base.parent.parent
         self.chan, self.mnt, self.image = base / "chan", base / "mnt", base / "disk.img"
@@ -86,7 +87,8 @@ class ImageRun:
                 "root": str(self.mnt / "rq"), "scandir": str(self.workdir / "scandir"),
                 "port": self.opts.port, "python": str(VENV_PYTHON),
                 "pythonpath": self.opts.pythonpath, "seed": self.rng.randrange(1 << 30),
-                "roles": self.opts.roles, "mount_opts": self.opts.mount_opts, **steps,
+                "roles": self.opts.roles, "mount_opts": self.opts.mount_opts,
+                "chan_mount": pc_kernel.chan_mount(), **steps,
                 "nosync_so": str(self.workdir / "nosync.so") if self.opts.nosync else ""}
         path = self.chan / f"plan.{boot}.json"
         path.write_text(json.dumps(plan, indent=1))
@@ -97,7 +99,7 @@ class ImageRun:
         for boot in range(self.cuts + 1):
             first, last = boot == 0, boot == self.cuts
             plan = self.plan(boot, fsck=not first, check=not first, work=not last)
-            kernel = Kernel(self.image, plan, self.chan / f"console.{boot}.txt", self.fpu)
+            kernel = pc_kernel.kernel(self.image, plan, self.chan / f"console.{boot}.txt")
             kernel.start()
             try:
                 self.one_boot(kernel, boot, last)
@@ -105,7 +107,7 @@ class ImageRun:
                 kernel.cut()
             self.collect(boot)
 
-    def one_boot(self, kernel: Kernel, boot: int, last: bool) -> None:
+    def one_boot(self, kernel: Guest, boot: int, last: bool) -> None:
         if last:
             self.wait_event(kernel, boot, "final")
             return
@@ -117,7 +119,7 @@ class ImageRun:
         kernel.cut()
         self.tally.cuts += 1
 
-    def wait_event(self, kernel: Kernel, boot: int, word: str) -> dict[str, Any]:
+    def wait_event(self, kernel: Guest, boot: int, word: str) -> dict[str, Any]:
         deadline = time.monotonic() + BOOT_TIMEOUT
         while time.monotonic() < deadline:
             for event in self.events(boot):
@@ -132,7 +134,7 @@ class ImageRun:
         raise KernelError(f"{self.fs} boot {boot}: no {word!r} in {BOOT_TIMEOUT}s:\n"
                           f"{kernel.console_tail()}")
 
-    def wait_first_ack(self, kernel: Kernel, boot: int) -> None:
+    def wait_first_ack(self, kernel: Guest, boot: int) -> None:
         """The cut is timed from the clients' first acknowledgement."""
         deadline = time.monotonic() + BOOT_TIMEOUT
         acks = self.chan / "acks"
@@ -198,40 +200,14 @@ def stage_rqsys(workdir: Path, pythonpath: str) -> str:
     return str(dest)
 
 
-def decide_fpu(opts: Options, workdir: Path) -> bool:
-    """Whether UML needs the FPU workaround here: boot a probe guest without
-    it, and with it only if that fails (the workaround costs the guest its
-    AVX registers, so it is used only where UML cannot run without it)."""
-    if opts.fpu != "auto":
-        return opts.fpu == "on"
-    for fpu in (False, True):
-        base = workdir / f"probe-{int(fpu)}"
-        (base / "chan").mkdir(parents=True)
-        plan = base / "chan" / "plan.0.json"
-        plan.write_text(json.dumps({"boot": 0, "probe": True, "chan": str(base / "chan"),
-                                    "pythonpath": opts.pythonpath}))
-        kernel = Kernel(None, plan, base / "console.txt", fpu)
-        kernel.start()
-        try:
-            kernel.wait(60)
-        except KernelError:
-            pass
-        finally:
-            kernel.cut()
-        if '"probe"' in _read(base / "chan" / "events.jsonl"):
-            return fpu
-    raise KernelError("UML cannot run Python here, with or without the FPU workaround:\n"
-                      + _read(workdir / "probe-1" / "console.txt")[-3000:])
-
-
-def run_fs(opts: Options, fs: str, workdir: Path, fpu: bool, rng: random.Random) -> Tally:
+def run_fs(opts: Options, fs: str, workdir: Path, rng: random.Random) -> Tally:
     tally = Tally(fs)
     started = time.monotonic()
     done, gen = 0, 0
     while done < opts.cycles:
         cuts = min(opts.per_image, opts.cycles - done)
         base = workdir / fs / f"image{gen}"
-        image_run = ImageRun(opts, fs, base, cuts, fpu, rng, tally)
+        image_run = ImageRun(opts, fs, base, cuts, rng, tally)
         try:
             image_run.run()
         except KernelError as exc:  # recorded; the next image starts afresh
@@ -268,10 +244,9 @@ def run_in(opts: Options, workdir: Path) -> list[Tally]:
     opts.pythonpath = stage_rqsys(workdir, opts.pythonpath)
     if opts.nosync:
         pc_kernel.build_nosync(workdir)
-    fpu = decide_fpu(opts, workdir)
-    with ThreadPoolExecutor(max(1, opts.jobs)) as pool:  # one UML per job
+    with ThreadPoolExecutor(max(1, opts.jobs)) as pool:  # one guest per job
         tallies = list(pool.map(
-            lambda n: run_fs(opts, opts.fs[n], workdir, fpu, random.Random(opts.seed + n)),
+            lambda n: run_fs(opts, opts.fs[n], workdir, random.Random(opts.seed + n)),
             range(len(opts.fs))))
     (workdir / "report.json").write_text(json.dumps([t.__dict__ for t in tallies], indent=1))
     return tallies
@@ -290,9 +265,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--pythonpath", default="", help="rqsys to test instead of the venv's")
     p.add_argument("--mount-opts", default="", help="the guest mounts the image with -o ...")
-    p.add_argument("--jobs", type=int, default=1, help="file systems run at once (one UML each)")
-    p.add_argument("--fpu", choices=("auto", "on", "off"), default="auto",
-                   help="UML FPU workaround (launcher.py): probe, force, or never")
+    p.add_argument("--jobs", type=int, default=1, help="file systems run at once (one guest each)")
     args = p.parse_args(argv)
     fs = [f for f in args.fs.split(",") if f]
     unknown = set(fs) - set(pc_kernel.MKFS)
@@ -300,7 +273,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         p.error(f"unknown file system(s): {', '.join(sorted(unknown))}")
     return Options(cycles=args.cycles, fs=fs, nosync=args.nosync, max_delay=args.max_delay,
                    seed=args.seed, per_image=args.per_image, workdir=args.workdir,
-                   keep=args.keep, pythonpath=args.pythonpath, fpu=args.fpu,
+                   keep=args.keep, pythonpath=args.pythonpath,
                    jobs=args.jobs, mount_opts=args.mount_opts)
 
 
@@ -312,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
     print(f"powercut: seed {opts.seed}, {opts.cycles} cuts on each of {', '.join(opts.fs)}"
           + (" (no-sync proof mode)" if opts.nosync else ""), flush=True)
+    print(f"powercut: QEMU with {qemu_vm.accel_report()}", flush=True)
     tallies = run(opts)
     report(tallies)
     failed = not total(tallies).clean()

@@ -1,6 +1,6 @@
 """Per-run and queue limits where the kernel enforces them: systemd booted in
-User-Mode Linux with cgroup v2 and its memory, cpu and pids controllers
-(tests/uml_systemd.py; this host's containers see only read-only cgroup v1
+a QEMU guest with cgroup v2 and its memory, cpu and pids controllers
+(tests/vm_systemd.py; this host's containers see only read-only cgroup v1
 controllers).  One boot runs the whole scenario as user rq, as shipped (no
 polkit rule), and these tests read what it found."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uml_systemd
+import vm_systemd
 from conftest import need
 
 MB = 1 << 20
@@ -21,11 +21,11 @@ MB = 1 << 20
 
 @pytest.fixture(scope="module")
 def facts() -> Iterator[dict[str, Any]]:
-    reason = uml_systemd.missing()
+    reason = vm_systemd.missing()
     need(not reason, reason)
-    work = Path(tempfile.mkdtemp(prefix="rq-uml-"))
+    work = Path(tempfile.mkdtemp(prefix="rq-vm-"))
     try:
-        found = uml_systemd.boot(work)
+        found = vm_systemd.boot(work)
         assert "error" not in found, (found["error"], found.get("journal", "")[-4000:])
         yield found
     finally:

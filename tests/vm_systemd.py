@@ -1,21 +1,21 @@
-"""A real systemd booted as the init of User-Mode Linux, where the kernel enforces cgroup v2 limits.
+"""A real systemd booted as the init of a QEMU guest, where the kernel enforces cgroup v2 limits.
 
 This host's containers see cgroup v1 controllers, read-only (tests/nspawn.py):
-no memory.max, cpu.max or pids.max is ever enforced there.  UML (Debian's
-``user-mode-linux`` 6.1: MEMCG, CGROUP_PIDS, CGROUP_SCHED) is a kernel of its
-own, so its systemd mounts the unified cgroup v2 hierarchy with every
-controller.  The guest's root is the host's ``/`` over hostfs, read-only (as in
+no memory.max, cpu.max or pids.max is ever enforced there.  The guest
+(tests/qemu_vm.py: Debian's kernel, KVM or TCG) is a kernel of its own, so
+its systemd mounts the unified cgroup v2 hierarchy with every controller.
+The guest's root is the host's ``/`` over 9p, read-only (as in
 tests/powercut/); this module is also the guest's first init: it mounts
 tmpfs on /run, /tmp and /var, a tmpfs copy of /etc with the rq units
-installed, and execs /lib/systemd/systemd, which boots ``rq-uml.target``:
-rq-scan and ``rq-uml-drive.service``, which runs :func:`drive` (as root) and
-powers off.  The work directory (a host temp dir, mounted into the guest over
-hostfs at the same path) holds the venv the rq units run (made from
-/usr/bin/python3: user rq cannot enter /root, where this venv's Python may be;
-it reaches the checkout's venv through a .pth), the queues' scripts, and
-``results.json``, the facts the host's tests assert.
+installed, and execs /lib/systemd/systemd, which boots ``rq-vm.target``:
+rq-scan and ``rq-vm-drive.service``, which runs :func:`drive` (as root) and
+powers off.  The work directory (a host temp dir, shared read-write and
+mounted in the guest at :data:`GUEST_DIR`) holds the venv the rq units run
+(made from /usr/bin/python3: user rq cannot enter /root, where this venv's
+Python may be; it reaches the checkout's venv through a .pth), the queues'
+scripts, and ``results.json``, the facts the host's tests assert.
 
-Usage from the host: ``with booted(workdir) as results: ...``.
+Usage from the host: ``boot(workdir)`` returns the results.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import qemu_vm
+
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent
-UML = "/usr/bin/linux.uml"
-GUEST_MEM = "768M"
-BOOT_TIMEOUT = 400.0  # boot, the scenario, power-off: UML is slow on a busy host
-GUEST_DIR = "/run/rq-uml"  # the work directory inside (not under /tmp: PrivateTmp= hides it)
+GUEST_MEM = "1536M"  # a 600 MB allowance beside systemd and a dozen Pythons
+BOOT_TIMEOUT = 900.0  # boot, the scenario, power-off: under TCG on a busy host
+GUEST_DIR = "/run/rq-vm"  # the work directory inside (not under /tmp: PrivateTmp= hides it)
+WAIT_S = 300.0  # the guest's waits for one step (TCG runs Python 20-35 times slower)
 
 ALLOC = ("import os, sys; d = bytearray(int(sys.argv[1]) << 20); "
          "d[::4096] = b'x' * len(d[::4096]); open(3, 'w').write('done allocated\\n')")
@@ -61,13 +63,11 @@ QUEUES = {
 
 # ---------------------------------------------------------------- the host
 def missing() -> str:
-    """Why a UML guest with systemd cannot be booted here ('' when it can)."""
-    if os.geteuid() != 0:
-        return "booting User-Mode Linux with systemd needs root"
-    for path in (UML, "/lib/systemd/systemd", "/usr/bin/python3"):
+    """Why a guest with systemd cannot be booted here ('' when it can)."""
+    for path in ("/lib/systemd/systemd", "/usr/bin/python3"):
         if not os.access(path, os.X_OK):
-            return f"{path} missing (Debian: user-mode-linux, systemd, python3)"
-    return ""
+            return f"{path} missing (Debian: systemd, python3)"
+    return qemu_vm.missing()
 
 
 def make_venv(work: Path) -> Path:
@@ -86,34 +86,31 @@ def make_venv(work: Path) -> Path:
     return venv
 
 
-def kernel_argv(work: Path) -> list[str]:
-    """UML with systemd's cgroup v2 (unified) hierarchy.  (Without the FPU
-    workaround of tests/powercut/launcher.py: this host does not need it, and
-    with it the guest's Python crashes at start.)"""
-    return [UML, f"mem={GUEST_MEM}", "rootfstype=hostfs", "ro", f"init={sys.executable}",
-            "con=null", "con0=null,fd:1", "systemd.unified_cgroup_hierarchy=1",
-            "systemd.unit=rq-uml.target", f"RQUML={work}",
-            f"uml_dir={work}",  # its mconsole directory goes with the work directory
-            "--", str(Path(__file__))]
+def guest(work: Path) -> qemu_vm.Guest:
+    """The guest: init is this module, its work directory shared read-write,
+    and the checkout too where the guest's tmpfs on /tmp would hide it."""
+    shares = [qemu_vm.Share("work", work)]
+    if PROJECT.is_relative_to("/tmp"):
+        shares.append(qemu_vm.Share("project", PROJECT, readonly=True))
+    return qemu_vm.Guest(init=[sys.executable, str(Path(__file__))], console=work / "console.txt",
+                         env={"RQVM": str(work)}, shares=shares, memory=GUEST_MEM,
+                         cmdline=["systemd.unified_cgroup_hierarchy=1", "systemd.show_status=0",
+                                  "systemd.unit=rq-vm.target"])
 
 
 def boot(work: Path) -> dict[str, Any]:
     """Boot the guest, let it run :func:`drive` and power off; its results."""
     work.chmod(0o755)  # user rq reads the venv and the scripts there
     make_venv(work)
-    console = work / "console.txt"
-    with open(console, "wb") as out:
-        proc = subprocess.Popen(kernel_argv(work), stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    vm = guest(work)
+    vm.start()
     try:
-        proc.wait(BOOT_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)  # UML's own process group: the guest and its helpers
-        proc.wait()
+        vm.wait(BOOT_TIMEOUT)
+    except qemu_vm.VMError:
+        pass  # the results say how far it got
     results = work / "results.json"
     if not results.exists():
-        tail = console.read_text(errors="replace").splitlines()[-40:]
-        raise AssertionError("the UML guest left no results; console:\n" + "\n".join(tail))
+        raise AssertionError("the guest left no results; console:\n" + vm.console_tail(40))
     return dict(json.loads(results.read_text()))
 
 
@@ -124,16 +121,15 @@ def sh(*argv: str) -> None:
 
 def init(work: str) -> None:
     """PID 1 before systemd: writable /run, /tmp, /var, /etc; the units; exec systemd."""
-    sh("mount", "-t", "proc", "proc", "/proc")
     sh("mount", "-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
     for path in ("/tmp", "/var"):
         sh("mount", "-t", "tmpfs", "-o", "mode=1777" if path == "/tmp" else "mode=755",
            "tmpfs", path)
     if PROJECT.is_relative_to("/tmp"):  # a CI clone: the tmpfs just hid it
         os.makedirs(PROJECT)
-        sh("mount", "-t", "hostfs", "-o", str(PROJECT), "none", str(PROJECT))
+        sh("mount", "-t", "9p", "-o", qemu_vm.mount_options("loose"), "project", str(PROJECT))
     os.makedirs(GUEST_DIR)
-    sh("mount", "-t", "hostfs", "-o", work, "none", GUEST_DIR)
+    sh("mount", "-t", "9p", "-o", qemu_vm.mount_options(), "work", GUEST_DIR)
     work = GUEST_DIR
     shutil.copytree("/etc", "/run/etc", symlinks=True)
     sh("mount", "--bind", "/run/etc", "/etc")
@@ -149,17 +145,17 @@ def init(work: str) -> None:
             (units / f"{unit}.d").mkdir(parents=True, exist_ok=True)
             (units / f"{unit}.d" / "checkout.conf").write_text(
                 f"[Service]\nBindReadOnlyPaths={PROJECT}\n")
-    (units / "rq-uml.target").write_text(
-        "[Unit]\nDescription=rqsys limits under UML\nRequires=basic.target\n"
-        "Wants=rq-scan.service rq-uml-drive.service\nAfter=basic.target\n")
-    (units / "rq-uml-drive.service").write_text(
+    (units / "rq-vm.target").write_text(
+        "[Unit]\nDescription=rqsys limits in a QEMU guest\nRequires=basic.target\n"
+        "Wants=rq-scan.service rq-vm-drive.service\nAfter=basic.target\n")
+    (units / "rq-vm-drive.service").write_text(
         "[Unit]\nAfter=rq-scan.service basic.target\n[Service]\nType=oneshot\n"
-        f"Environment=RQUML={work}\n"
+        f"Environment=RQVM={work}\n"
         f"ExecStart={work}/venv/bin/python {Path(__file__)} drive\n"
         "ExecStopPost=/bin/systemctl --no-block poweroff\n")
     # systemd takes this for a container (the host's /.dockerenv), and then
     # reads its kernel command line words from its own argv
-    os.execv("/lib/systemd/systemd", ["/lib/systemd/systemd", "--unit=rq-uml.target",
+    os.execv("/lib/systemd/systemd", ["/lib/systemd/systemd", "--unit=rq-vm.target",
                                       "systemd.unified_cgroup_hierarchy=1"])
 
 
@@ -221,7 +217,7 @@ def make_queue(work: Path, name: str, cfg: dict[str, Any]) -> None:
 
 def send(queue: str, *messages: list[Any]) -> list[str]:
     """Send messages (each its params, then maybe its own limits) in one ``rq
-    sendmesg --bulk`` (a Python start costs a second in UML); their ids."""
+    sendmesg --bulk`` (a Python start costs seconds under TCG); their ids."""
     lines = "".join(json.dumps(_message(params)) + "\n" for params in messages)
     out = subprocess.run([str(Path(sys.executable).parent / "rq"), "sendmesg", "--dest", queue,
                           "--bulk", "-"], input=lines, capture_output=True, text=True,
@@ -265,7 +261,7 @@ def journal(unit: str) -> str:
                           text=True).stdout
 
 
-def wait(predicate: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
+def wait(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         if time.monotonic() > deadline:
@@ -276,6 +272,6 @@ def wait(predicate: Callable[[], Any], what: str, timeout: float = 120.0) -> Any
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["drive"]:
-        drive(Path(os.environ["RQUML"]))
+        drive(Path(os.environ["RQVM"]))
     else:
-        init(os.environ["RQUML"])
+        init(os.environ["RQVM"])
