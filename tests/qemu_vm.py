@@ -37,6 +37,10 @@ INITRD_MODULES = ("virtio_pci", "virtio_blk", "9pnet_virtio", "9p")
 KVM_PROBE_S = 20.0  # a KVM guest reaches init in 2-3 s; one that hangs never does
 TCG_PROBE_S = 180.0  # TCG on a busy 2-core host
 PROBE_WORD = "rq-vm-probe: init runs"
+# How many times slower a guest runs than the host, roughly: under TCG the
+# same Python work takes 20-35 times as long (measured: a loop 20x, imports
+# 35x); waits measured in host seconds for an amount of guest work scale by it.
+SLOWDOWN = {"kvm": 1.0, "tcg": 8.0}
 MSIZE = 512000  # 9p's message size, virtio's largest: the default makes reads many round trips
 
 

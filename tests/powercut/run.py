@@ -113,7 +113,9 @@ class ImageRun:
             return
         self.wait_event(kernel, boot, "started")
         self.wait_first_ack(kernel, boot)
-        time.sleep(self.rng.uniform(self.opts.min_delay, self.opts.max_delay))
+        # the window in guest work: TCG runs the clients many times slower
+        slowdown = qemu_vm.SLOWDOWN[qemu_vm.accel_mode()]
+        time.sleep(self.rng.uniform(self.opts.min_delay, self.opts.max_delay) * slowdown)
         if not kernel.running():
             raise KernelError(f"guest stopped before the cut:\n{kernel.console_tail()}")
         kernel.cut()
