@@ -29,9 +29,11 @@ IN_CI = os.environ.get("CI") == "true"
 READY_TIMEOUT = 15.0
 
 
-def pytest_report_header() -> list[str]:
-    """What this host can run, first in the log (tests/host_report.py)."""
-    return host_report.lines()
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """What this host can run, first in the log, -q or not (tests/host_report.py)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for line in host_report.lines():
+        reporter.write_line(line)
 
 
 def need(condition: bool, reason: str) -> None:

@@ -188,7 +188,7 @@ def stage_rqsys(workdir: Path, pythonpath: str) -> str:
     """Copy the rqsys under test into the work directory and compile it.
 
     The guest's root is read-only (no ``__pycache__`` can be written there,
-    and compiling every import under UML costs seconds per process), and
+    and compiling every import in the guest costs seconds per process), and
     edits made to the checkout during a long run must not change the code
     under test halfway.  Returns the PYTHONPATH the guest uses.
     """

@@ -59,7 +59,7 @@ def about_inode(fsck_text: str, where: str) -> str:
 def fsck_findings(text: str) -> list[str]:
     """The lines of fsck's output that report a problem."""
     noise = ("Pass ", "Phase ", "exit ", "e2fsck ", "        - ", "No modify flag",
-             "Checking ", "Warning: no quota", "/dev/ubda: ")
+             "Checking ", "Warning: no quota", "/dev/vda: ")
     lines = [ln.strip() for ln in text.splitlines()]
     return [ln for ln in lines if ln and not ln.startswith(noise)][:40]
 

@@ -9,8 +9,9 @@ prep; ``relay`` sends messages, some with attachments, through the ``relay``
 queue to ``pc2`` by URL (``force_remote``: the same rqsys over HTTP).
 
 Every acknowledged step is one line of JSON written with one ``write(2)`` to
-the role's file on the host's channel directory (hostfs writes are host
-syscalls made before ``write`` returns) before the next request is sent.
+the role's file on the host's channel directory (shared over 9p without a
+guest cache: QEMU writes it on the host before ``write`` returns) before the
+next request is sent.
 """
 
 from __future__ import annotations
