@@ -17,8 +17,8 @@ import time
 from bench_queue import Daemon, judge, make_queue, report
 from scratch import scratch_layout
 
-from rqsys.client import QueueClient
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 BULK_N = 10_000
 SINGLE_N = 2_000

@@ -43,11 +43,11 @@ from typing import Any
 from bench_queue import Daemon, make_queue, report
 from scratch import scratch_layout
 
-from rqsys.client import QueueClient
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 try:
-    from rqsys.searchindex import GATHER_BUSY
+    from rqsys.search.index import GATHER_BUSY
 except ImportError:  # wave 1 (make bench-ab): no index
     GATHER_BUSY = 0.0
 
@@ -57,7 +57,7 @@ SLOTS = (2, 8)
 STRACE_N = 1000
 INSTR_N = 300  # messages drained under callgrind (about 50x slower)
 TICK = os.sysconf("SC_CLK_TCK")
-INDEX = "rq-search"  # the search index's thread (rqsys.searchindex names it)
+INDEX = "rq-search"  # the search index's thread (rqsys.search.index names it)
 SETTLE = GATHER_BUSY + 0.2  # longer than the index thread's longest batch
 SHOW_TABLE = os.environ.get("BENCH_SYSCALLS", "") == "table"  # each call per message
 
@@ -359,7 +359,7 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
 
 def _unfolded_daemon(layout: Layout, name: str) -> Daemon:
     """A daemon whose index applies events one by one (the path before
-    rqsys.searchfold), for the same-run comparison."""
+    rqsys.search.fold), for the same-run comparison."""
     os.environ["RQ_SEARCH_FOLD"] = "0"
     try:
         return Daemon(layout, name)
@@ -371,7 +371,7 @@ def _report_index(slots: int, got: dict[str, float], old: dict[str, float]) -> N
     report(f"rqsys index thread CPU per message, {slots} workers",
            f"{got['index_us']:8.0f} us (events one by one: {old['index_us']:.0f} us)")
     report(f"rqsys index thread CPU, events one by one, {slots}",
-           f"{old['index_us']:8.0f} us (the path before rqsys.searchfold)")
+           f"{old['index_us']:8.0f} us (the path before rqsys.search.fold)")
     report(f"rqsys daemon CPU, index events one by one, {slots}",
            f"{old['cpu_us']:8.0f} us (folded, above: {got['cpu_us']:.0f} us)")
 

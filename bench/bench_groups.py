@@ -10,7 +10,7 @@ client asks ``groups`` (the first since the start: the daemon walks err/)
 while another sends ``ping`` every 10 ms until that answer has come.
 
 Printed: how long the listing took, and the pings' latency meanwhile (p50,
-p99, max).  The listing's walk runs off the loop (``rqsys.failures``), so a
+p99, max).  The listing's walk runs off the loop (``rqsys.observe.failures``), so a
 ping waits for a loop turn, not for the walk; a walk on the loop would hold
 every ping for the whole listing.  Checked: the groups count every message.
 
@@ -30,8 +30,8 @@ from bench_queue import Daemon, make_queue, report
 from bench_search import wait_indexed, write_errs
 from scratch import scratch_layout
 
-from rqsys.client import QueueClient
 from rqsys.store import IdMaker, Layout
+from rqsys.wire.client import QueueClient
 
 N = 100_000
 REASONS = ("database", "disk", "network", "parser", "upload", "mailer", "cache", "auth",

@@ -26,7 +26,7 @@ from bench_drain import rqsys_drain
 from bench_queue import Daemon, make_queue, report
 from scratch import scratch_layout
 
-from rqsys import scopes
+from rqsys.run import scopes
 from rqsys.store import Layout
 
 N = 300

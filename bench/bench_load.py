@@ -39,9 +39,9 @@ from urllib.parse import urlencode
 from procs import stop
 from scratch import make_scratch
 
-from rqsys.client import QueueClient
 from rqsys.store import Layout
 from rqsys.web.pool import IDLE_CLOSE
+from rqsys.wire.client import QueueClient
 
 QUEUE = "load"
 SCRIPT = '#!/bin/sh\necho "$RQ_MSG_ID" >> "$RAN_LOG"\necho "done ok" >&3\n'
@@ -94,7 +94,7 @@ class Serve:
                if k not in ("NOTIFY_SOCKET", "JOURNAL_STREAM", "LISTEN_FDS", "LISTEN_PID")}
         with open(base / "serve.log", "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rqsys.cli", "--root", str(self.layout.root), "serve",
+                [sys.executable, "-m", "rqsys", "--root", str(self.layout.root), "serve",
                  "--scandir", str(scandir), "--listen", f"127.0.0.1:{self.port}"],
                 env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True)

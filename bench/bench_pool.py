@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf  # noqa: E402
 from netns import NetLab, Rqsys, netns_available, wait_until  # noqa: E402
 
-from rqsys.client import QueueClient  # noqa: E402
+from rqsys.wire.client import QueueClient  # noqa: E402
 
 HOSTS = ("a", "b", "c")
 NOOP = "#!/bin/bash\necho 'done ok' >&3\n"

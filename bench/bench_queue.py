@@ -27,8 +27,8 @@ from pathlib import Path
 from scratch import make_scratch
 
 from rqsys import config
-from rqsys.client import QueueClient
 from rqsys.store import IdMaker, Layout
+from rqsys.wire.client import QueueClient
 
 ENQUEUE_N = 1500
 ENQUEUE_ROUNDS = 10  # baseline and daemon alternate in short rounds
@@ -38,8 +38,8 @@ LATENCY_N = 200
 STRACE_N = 500  # creates counted under strace (it slows them: not in the rates)
 STARTUP_N = 100_000
 RESULTS: list[tuple[str, str]] = []
-# the module `rqsys queue NAME` starts from (wave 1 had only rqsys.cli)
-ENTRY = "rqsys.cli_rqsys" if importlib.util.find_spec("rqsys.cli_rqsys") else "rqsys.cli"
+# the module `rqsys queue NAME` starts from (wave 1 had only rqsys.cli.rq)
+ENTRY = "rqsys.cli.admin" if importlib.util.find_spec("rqsys.cli.admin") else "rqsys.cli.rq"
 
 
 def report(name: str, value: str, verdict: str = "") -> None:

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import proctree  # noqa: E402
 from netns import NetLab, Rqsys, netns_available, wait_until  # noqa: E402
 
-from rqsys.client import QueueClient  # noqa: E402
 from rqsys.special import RELAY_QUEUE, SPECIAL_QUEUES, special_config  # noqa: E402
+from rqsys.wire.client import QueueClient  # noqa: E402
 
 SMALL = 1000  # a run of 32 slots takes a few seconds: fewer would measure its ramp
 SMALL_PER_PROCESS = 60  # the per-process path is slow: fewer messages

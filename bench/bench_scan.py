@@ -26,10 +26,10 @@ from pathlib import Path
 from procs import stop
 from scratch import make_scratch
 
-from rqsys.client import QueueClient
 from rqsys.errors import RQError
-from rqsys.scandir import install_queue
+from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 TRIALS = 20
 RSS_QUEUES = 1000
@@ -87,7 +87,7 @@ def free_port() -> int:
 
 
 def rqsys(layout: Layout, *args: str, log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), *args]
+    argv = [sys.executable, "-m", "rqsys", "--root", str(layout.root), *args]
     with log.open("ab") as out:
         return subprocess.Popen(argv, env=env(), stdout=out, stderr=out,
                                 start_new_session=True)

@@ -39,10 +39,12 @@ import falcon.testing
 from bench_queue import Daemon, judge, make_queue, report
 from scratch import make_scratch
 
-from rqsys import config, searchindex
-from rqsys.client import QueueClient
+from rqsys import config
+from rqsys.search import index as searchindex
+from rqsys.search import rows
 from rqsys.store import IdMaker, Layout
 from rqsys.web.app import create_app
+from rqsys.wire.client import QueueClient
 
 DONE_N, ERR_N, OTHER_N = 1_000_000, 100_000, 1_000
 ROUNDS = 30
@@ -82,7 +84,7 @@ def done_rows(n: int, now: float):
         params = f"job {i} s"
         status = f"done processed {i % 5000} rows on host{i % 10}"
         yield (msg_id, "done", created, created + 1, created + 1 + run_s, run_s, status,
-               params, tags, searchindex.row_text(params, [tags], status))
+               params, tags, rows.row_text(params, [tags], status))
 
 
 def insert_done(layout: Layout, n: int) -> float:

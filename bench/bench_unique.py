@@ -16,8 +16,8 @@ import time
 from bench_queue import Daemon, make_queue
 from scratch import scratch_layout
 
-from rqsys.client import QueueClient
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 N = 500
 ROUNDS = 3

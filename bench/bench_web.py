@@ -30,9 +30,9 @@ from urllib.parse import urlencode
 from procs import stop
 from scratch import make_scratch
 
-from rqsys.client import QueueClient
-from rqsys.scandir import install_queue
+from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 PER_CLIENT_16 = 200
 PER_CLIENT_1 = 500
@@ -40,7 +40,7 @@ ROUNDS = 3
 DONE_N = 1_000_000
 LAUNCH = ("import os, sys; os.dup2(int(sys.argv[1]), 3); "
           "os.environ.update(LISTEN_FDS='1', LISTEN_FDNAMES='web', LISTEN_PID=str(os.getpid())); "
-          "os.execv(sys.executable, [sys.executable, '-m', 'rqsys.cli', '--root', sys.argv[2], "
+          "os.execv(sys.executable, [sys.executable, '-m', 'rqsys.cli.rq', '--root', sys.argv[2], "
           "'web'])")
 VERDICTS: list[str] = []
 
@@ -76,7 +76,7 @@ def start(layout: Layout, args: list[str], tag: str, **popen) -> subprocess.Pope
 
 
 def start_daemon(layout: Layout, name: str) -> subprocess.Popen:
-    return start(layout, [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root),
+    return start(layout, [sys.executable, "-m", "rqsys", "--root", str(layout.root),
                           "queue", name], f"q-{name}")
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from rqsys import config, tunables
 from rqsys.errors import RQError
-from rqsys.events import EventLog
-from rqsys.scandir import reconcile
+from rqsys.observe.events import EventLog
+from rqsys.scan.scandir import reconcile
 from rqsys.signals import SignalFlags
 from rqsys.special import install_special_queues
 from rqsys.store import Layout
@@ -91,7 +91,7 @@ class Supervisor:
         self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
 
     def _base_argv(self) -> list[str]:
-        return [sys.executable, "-m", "rqsys.cli_rqsys", "--root", str(self.layout.root)]
+        return [sys.executable, "-m", "rqsys", "--root", str(self.layout.root)]
 
     def _extra_programs(self) -> list[Program]:
         """The web front end and rq-scan, as systemd would run them."""

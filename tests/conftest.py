@@ -21,9 +21,9 @@ from typing import Any
 import host_report
 import pytest
 
-from rqsys.client import QueueClient
-from rqsys.scandir import install_queue
+from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 IN_CI = os.environ.get("CI") == "true"
 READY_TIMEOUT = 15.0
@@ -129,7 +129,7 @@ class DaemonProcess:
         self.stderr_path = layout.root / f".stderr-{name}-{time.monotonic_ns()}"
         with open(self.stderr_path, "w") as stderr:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "queue", name],
+                [sys.executable, "-m", "rqsys", "--root", str(layout.root), "queue", name],
                 env=full_env, start_new_session=True, stderr=stderr, text=True)
         self.wait_notify("READY=1")
 

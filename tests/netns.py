@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rqsys.client import QueueClient
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 SUBNET = "10.213.1"
 _serial = itertools.count(1)
@@ -131,7 +131,7 @@ class Rqsys:
             env.pop(key, None)
         with open(self.log_path, "ab") as log:
             self.proc = self.lab.popen(self.host, [
-                sys.executable, "-m", "rqsys.cli", "--root", str(self.layout.root), "serve",
+                sys.executable, "-m", "rqsys", "--root", str(self.layout.root), "serve",
                 "--scandir", str(self.scandir), "--port", str(self.port)],
                 env=env, stdout=log, stderr=log)
         for name in wait_queues:

@@ -21,10 +21,10 @@ from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf, nats_available
 from netns import NetLab, Rqsys, netns_available
 from prometheus_client.parser import text_string_to_metric_families
 
-from rqsys import timeline
-from rqsys.client import QueueClient
 from rqsys.errors import Unavailable
+from rqsys.observe import timeline
 from rqsys.store import QueueStore
+from rqsys.wire.client import QueueClient
 
 N = int(os.environ.get("RQ_POOL_N", "200"))
 ACK_WAIT = 4  # seconds: how soon a dead host's messages go elsewhere

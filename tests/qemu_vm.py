@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -206,13 +207,29 @@ _ACCEL: dict[str, str] = {}
 
 
 def accel_mode() -> str:
-    """"kvm" where a probe boot under KVM reaches init quickly, else "tcg"."""
+    """"kvm" where a probe boot under KVM reaches init quickly, else "tcg".  The
+    probe's answer is kept for this host's boot (``build/vm/accel.json``)."""
     if os.environ.get("RQ_VM_ACCEL") in ("kvm", "tcg"):
         return os.environ["RQ_VM_ACCEL"]
     if "mode" not in _ACCEL:
-        _ACCEL["mode"], _ACCEL["why"] = _probe()
+        _ACCEL.update(_probed())
         os.environ["RQ_VM_ACCEL"] = _ACCEL["mode"]  # the processes we start skip the probe
     return _ACCEL["mode"]
+
+
+def _probed() -> dict[str, str]:
+    """The probe's answer for this boot of the host, probed now if not yet."""
+    key = {"boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+           "kernel": kernel_version(), "qemu": str(os.stat(QEMU).st_mtime)}
+    kept = CACHE / "accel.json"
+    with contextlib.suppress(OSError, ValueError):
+        answer = json.loads(kept.read_text())
+        if all(answer.get(k) == v for k, v in key.items()):
+            return {"mode": answer["mode"], "why": answer["why"] + " (probed earlier this boot)"}
+    mode, why = _probe()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps({**key, "mode": mode, "why": why}))
+    return {"mode": mode, "why": why}
 
 
 def accel_report() -> str:

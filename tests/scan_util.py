@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from conftest import stop_process, wait_for
 
-from rqsys.client import QueueClient
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 # what would make rq-scan think it runs under the supervisor or systemd
 SCRUB = ("RQ_SUPERVISOR_PID", "INVOCATION_ID", "NOTIFY_SOCKET", "JOURNAL_STREAM",
@@ -83,7 +83,7 @@ def started(launch: Callable[[], LoggedProcess]) -> Iterator[Callable[[], Logged
 
 def start_scan(layout: Layout, scandir: Path, logfile: Path) -> LoggedProcess:
     """``rqsys scan`` alone (no supervisor, no systemd): queues are only installed."""
-    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "scan",
+    argv = [sys.executable, "-m", "rqsys", "--root", str(layout.root), "scan",
             "--scandir", str(scandir)]
     proc = LoggedProcess(argv, logfile, clean_env(RQ_SOCKET_DIR=str(layout.socket_dir)))
     proc.wait_log("rq-scan ready", count=proc.log().count("rq-scan ready") + 1)
@@ -92,7 +92,7 @@ def start_scan(layout: Layout, scandir: Path, logfile: Path) -> LoggedProcess:
 
 def start_serve(layout: Layout, scandir: Path, logfile: Path) -> LoggedProcess:
     """``rqsys serve``: the supervisor with its queue daemons, web and rq-scan."""
-    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "serve",
+    argv = [sys.executable, "-m", "rqsys", "--root", str(layout.root), "serve",
             "--scandir", str(scandir), "--port", str(free_port())]
     proc = LoggedProcess(argv, logfile, clean_env(RQ_SOCKET_DIR=str(layout.socket_dir)))
     proc.wait_log("rq-scan ready", count=proc.log().count("rq-scan ready") + 1)

@@ -16,12 +16,12 @@ from rqsys.daemon.bulkdelete import Deletion
 from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.bulkretry import BulkRetry
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import NotFound
-from rqsys.events import EventLog
-from rqsys.scheduler import Schedule
+from rqsys.observe.events import EventLog
+from rqsys.run.verdict import Outcome
 from rqsys.store import QueueStore, pruning, retrybatch
-from rqsys.worker import Outcome
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 import pytest
 from daemon_util import settle
 
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
 URL_RE = re.compile(r"^ok (http://[^ ]+/q/q/(\d{8}\.\d{4}\.\d{2}\.\d{3}\.\d+))$")
 
 
@@ -135,7 +135,7 @@ def test_usage_errors_exit_2(layout, args):
 
 @pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden"])
 def test_rqsys_queue_refuses_bad_names(layout, name):
-    proc = subprocess.run([sys.executable, "-m", "rqsys.cli", "--root", str(layout.root),
+    proc = subprocess.run([sys.executable, "-m", "rqsys", "--root", str(layout.root),
                            "queue", name], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
     assert "invalid queue name" in proc.stderr and "Traceback" not in proc.stderr

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rqsys.client import QueueClient
 from rqsys.errors import Unavailable
 from rqsys.store import Layout
 from rqsys.unixsock import listen_unix
+from rqsys.wire.client import QueueClient
 
 
 @pytest.fixture

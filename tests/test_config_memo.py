@@ -94,7 +94,7 @@ def test_a_config_edited_after_a_start_is_refused_naming_the_field(
     path = layout.queue_dir("q") / "config.json"
     # When config.json is edited into a bad value and the daemon starts
     path.write_text(json.dumps({**json.loads(path.read_text()), "num_workers": 0}))
-    done = subprocess.run([sys.executable, "-m", "rqsys.cli", "--root", str(layout.root),
+    done = subprocess.run([sys.executable, "-m", "rqsys", "--root", str(layout.root),
                            "queue", "q"], capture_output=True, text=True, timeout=60)
     # Then it exits non-zero naming the file and the field
     assert done.returncode != 0

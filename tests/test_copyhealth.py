@@ -11,7 +11,7 @@ from conftest import wait_for
 from daemon_util import failing_calls, send, settle, store_of
 from test_metrics import _client, _scrape
 
-from rqsys import searchindex
+from rqsys.search import index as searchindex
 
 
 def test_a_timeline_that_cannot_be_written_is_counted_and_told(layout, make_queue, daemon):

@@ -52,7 +52,7 @@ def test_sigkill_while_scripts_run_loses_nothing(layout, make_queue, daemon, tmp
 
 ENQUEUER = textwrap.dedent("""
     import sys
-    from rqsys.client import QueueClient
+    from rqsys.wire.client import QueueClient
     from rqsys.store import Layout
     layout = Layout.from_root(sys.argv[1])
     with QueueClient(layout, "q") as client:

@@ -13,7 +13,7 @@ import time
 import pytest
 from daemon_util import stray_temps
 
-from rqsys import wire
+from rqsys.wire import framing
 
 SIZE = 1 << 29  # sparse: hashing it reads 512 MiB of zeros (about a second), writing it nothing
 
@@ -60,14 +60,14 @@ def attach_in_thread(proc, msg_id, path, md5):
 
 
 def read_answers(sock, count):
-    lines, answers = wire.LineBuffer(), []
+    lines, answers = framing.LineBuffer(), []
     sock.settimeout(60)
     while len(answers) < count:
-        data, _fds = wire.recv(sock)
+        data, _fds = framing.recv(sock)
         assert data, "the daemon closed the connection"
         lines.feed(data, [])
         while (got := lines.next_line()) is not None:
-            answers.append(wire.decode(got[0]))
+            answers.append(framing.decode(got[0]))
     return answers
 
 
@@ -100,9 +100,9 @@ def test_answers_on_one_connection_keep_the_order_of_its_requests(prep, big_file
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(layout.socket_path("q")))
     with open(path, "rb") as f:
-        wire.send(sock, wire.encode({"op": "attach", "msg_id": msg_id, "name": "big.bin",
+        framing.send(sock, framing.encode({"op": "attach", "msg_id": msg_id, "name": "big.bin",
                                      "md5": md5}), [f.fileno()])
-    wire.send(sock, wire.encode({"op": "ping"}))
+    framing.send(sock, framing.encode({"op": "ping"}))
     # When both answers are read
     answers = read_answers(sock, 2)
     sock.close()
@@ -117,7 +117,7 @@ def test_a_request_sent_behind_a_create_sees_the_message(prep, layout):
     proc.call("adminoper", oper="pause")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(layout.socket_path("q")))
-    sock.sendall(wire.encode({"op": "create", "msg": {}}) + wire.encode({"op": "counts"}))
+    sock.sendall(framing.encode({"op": "create", "msg": {}}) + framing.encode({"op": "counts"}))
     # When both answers are read
     answers = read_answers(sock, 2)
     sock.close()

@@ -12,8 +12,8 @@ import pytest
 from conftest import wait_for
 from daemon_util import job_file, pid_alive, send, settle, store_of, stray_temps
 
-from rqsys.client import QueueClient
 from rqsys.errors import BadRequest
+from rqsys.wire.client import QueueClient
 
 
 def _raw(layout, name, payload: bytes) -> dict:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from daemon_util import job_file, settle
 
-from rqsys import config, scandir
+from rqsys import config
+from rqsys.scan import scandir
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "scandir-examples"
 NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "run").is_file())

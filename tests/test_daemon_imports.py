@@ -20,14 +20,14 @@ def _modules_at_start(entry: str) -> set[str]:
 
 def test_rqsys_queue_imports_none_of_the_rq_verbs() -> None:
     # Given the modules `rqsys queue NAME` (rq@NAME.service, `rqsys serve`'s children) loads
-    loaded = _modules_at_start("rqsys.cli_rqsys")
+    loaded = _modules_at_start("rqsys.cli.admin")
     # Then none of rq's client verbs, listings or follow come in
-    assert not {"rqsys.cli", "rqsys.cli_jobs", "rqsys.cli_observe", "rqsys.cli_follow"} & loaded
+    assert not {"rqsys.cli.rq", "rqsys.cli.jobs", "rqsys.cli.observe", "rqsys.cli.follow"} & loaded
 
 
 def test_the_queue_daemon_starts_without_libcrypto_falcon_or_the_web() -> None:
-    # Given the modules the daemon loads before its loop runs, even through `-m rqsys.cli`
-    loaded = _modules_at_start("rqsys.cli, rqsys.cli_rqsys")
+    # Given the modules the daemon loads before its loop runs, even through `-m rqsys`
+    loaded = _modules_at_start("rqsys.cli.rq, rqsys.cli.admin")
     # Then hashlib (OpenSSL's libcrypto: 3.5 MiB resident) waits for an attachment or an
     # err's group, and nothing of the web front end comes in
     assert not {"hashlib", "_hashlib", "ssl", "falcon", "waitress"} & loaded

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rqsys.events import EventLog, listening
+from rqsys.observe.events import EventLog, listening
 
 
 def test_sinks_hear_only_the_kinds_they_listen_to() -> None:
@@ -36,6 +36,7 @@ def test_journal_entries_name_their_code_without_a_stack_walk() -> None:
     log.event("done", "ok", "m1", RQ_COUNT=0)
     line, fields = sent[0]
     assert line == "q: m1: done: ok"
-    assert fields["CODE_FUNC"] == "event" and fields["CODE_FILE"].endswith("rqsys/events.py")
+    assert fields["CODE_FUNC"] == "event"
+    assert fields["CODE_FILE"].endswith("rqsys/observe/events.py")
     assert isinstance(fields["CODE_LINE"], int)
     assert fields["RQ_MSG_ID"] == "m1" and fields["RQ_COUNT"] == "0"

@@ -19,12 +19,12 @@ import pytest
 from conftest import web_client
 from daemon_util import drain, send, settle, store_of
 
-from rqsys import failures, timeline
 from rqsys.background import Background
 from rqsys.errors import BadRequest, NotFound, StoreError
-from rqsys.failures import FailureGroups, normalise
+from rqsys.observe import failures, timeline
+from rqsys.observe.failures import FailureGroups, normalise
 
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
 SCRIPT = """
 [ -e "$RQ_MSG_DIR/../../../fixed" ] && { echo "done fixed" >&3; exit 0; }
 case "$RQ_PARAM1" in

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import DaemonProcess, wait_for
 
-from rqsys.daemon import FD_SOFT
+from rqsys.daemon.main import FD_SOFT
 from rqsys.daemon.server import ACCEPT_PAUSE
 
 INHERITED = 512  # below what 128 runs hold (six fds each, eight under journald)

@@ -19,7 +19,7 @@ from daemon_util import send, settle, write_gate
 
 from rqsys.errors import BadRequest
 
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
 SCRIPT = """
 echo "early $RQ_PARAM1"
 if [ "$RQ_PARAM2" = gate ]; then
@@ -165,8 +165,8 @@ def test_bad_input_is_refused_clearly(layout, q):
 def _watch_lines(layout, msg_id, then):
     """A watch of ``msg_id``: its first answer read (the daemon holds the
     watch from then on), ``then()`` called, and the lines up to its end."""
-    from rqsys.client import QueueClient
-    from rqsys.wire import LineBuffer
+    from rqsys.wire.client import QueueClient
+    from rqsys.wire.framing import LineBuffer
 
     sock = QueueClient(layout, "q", timeout=10).open_stream("watch", msg_id=msg_id)
     lines, buf = [], LineBuffer()

@@ -26,14 +26,14 @@ from daemon_util import settle
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from rqsys import wire
 from rqsys.daemon.schema import OPS
 from rqsys.errors import ProtocolError
-from rqsys.protocol import COMMANDS, MAX_TEXT, Command, parse_line
-from rqsys.scandir import install_queue
-from rqsys.spawn import Child
+from rqsys.run.protocol import COMMANDS, MAX_TEXT, Command, parse_line
+from rqsys.run.spawn import Child
+from rqsys.run.verdict import Worker
+from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
-from rqsys.worker import Worker
+from rqsys.wire import framing
 
 # ------------------------------------------------------------------ (a) pipe grammar
 
@@ -303,7 +303,7 @@ def _connect(proc: DaemonProcess) -> socket.socket:
 
 def _answers(sock: socket.socket, count: int) -> list[dict[str, Any]]:
     """Up to ``count`` answer lines, fewer if the daemon closes the connection."""
-    lines = wire.LineBuffer()
+    lines = framing.LineBuffer()
     answers = []
     while len(answers) < count:
         got = lines.next_line()
@@ -335,7 +335,7 @@ def _exchange(proc: DaemonProcess, lines: list[bytes], cut_last: bool, with_fds:
     then half-closed), with ``with_fds`` open files; check every answer."""
     with _connect(proc) as sock, open("/dev/null", "rb") as null:
         data = b"\n".join(lines) + (b"" if cut_last else b"\n")
-        wire.send(sock, data, [null.fileno()] * with_fds)
+        framing.send(sock, data, [null.fileno()] * with_fds)
         if cut_last:
             sock.shutdown(socket.SHUT_WR)
         for answer in _answers(sock, len(lines) - cut_last):
@@ -368,7 +368,7 @@ def test_a_line_over_the_limit_is_refused_and_the_daemon_goes_on(fuzzed):
     proc, _kept = fuzzed
     with _connect(proc) as sock:
         try:
-            sock.sendall(b'{"op":"ping","x":"' + b"y" * (wire.MAX_LINE + 4096))
+            sock.sendall(b'{"op":"ping","x":"' + b"y" * (framing.MAX_LINE + 4096))
         except (BrokenPipeError, ConnectionResetError):
             pass  # closed after its error answer while the rest was still on the way
         answers = _answers(sock, 1)

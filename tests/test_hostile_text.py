@@ -13,8 +13,8 @@ import pytest
 from conftest import wait_for, web_client
 from daemon_util import send, settle, store_of
 
-from rqsys.client import QueueClient
 from rqsys.errors import BadRequest
+from rqsys.wire.client import QueueClient
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 

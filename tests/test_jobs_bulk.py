@@ -94,8 +94,8 @@ def test_an_ndjson_line_too_long_fails_alone(layout, paused, web_server):
 
 def test_a_daemon_failing_after_a_batch_answers_what_was_created(layout, paused, monkeypatch):
     # Given a web whose second create_many fails (the daemon went away)
-    from rqsys import bulkinput
     from rqsys.web.context import Web
+    from rqsys.wire import bulk as bulkinput
     monkeypatch.setattr(bulkinput, "BATCH", 2)
     real, calls = Web.call, []
 
@@ -162,8 +162,8 @@ def test_bulk_killed_halfway_loses_no_answered_message(layout, paused, daemon, t
 
 def test_a_halved_batch_whose_second_half_fails_keeps_the_first_halfs_answers():
     # Given a batch over the socket's line, sent in halves, whose second half fails
-    from rqsys import bulkinput
-    from rqsys.wire import LineTooLong
+    from rqsys.wire import bulk as bulkinput
+    from rqsys.wire.framing import LineTooLong
 
     def create_many(msgs):
         if len(msgs) == 4:

@@ -7,23 +7,25 @@ from __future__ import annotations
 import pytest
 from test_scan_enabler import LOG, finished, systemctl  # noqa: F401 (a fixture)
 
-from rqsys import config, enabler, limits_render
+from rqsys import config
 from rqsys.errors import ConfigError
+from rqsys.run import resources
+from rqsys.scan import enabler
 
 
 def test_sizes_and_quotas_are_read_as_systemd_reads_them():
-    assert limits_render.size_bytes("2G") == 2 << 30
-    assert limits_render.size_bytes("512") == 512
-    assert limits_render.size_bytes("100M") == 100 << 20
-    assert limits_render.quota_percent("150%") == 150
+    assert resources.size_bytes("2G") == 2 << 30
+    assert resources.size_bytes("512") == 512
+    assert resources.size_bytes("100M") == 100 << 20
+    assert resources.quota_percent("150%") == 150
 
 
 def test_a_message_may_only_tighten_its_queues_limits():
     queue = {"memory_max": "1G", "runtime_max": 600, "cpu_quota": "50%"}
     message = {"memory_max": "2G", "runtime_max": 5, "tasks_max": 10}
-    assert limits_render.run_limits(queue, message) == {
+    assert resources.run_limits(queue, message) == {
         "memory_max": "1G", "cpu_quota": "50%", "tasks_max": 10, "runtime_max": 5}
-    assert limits_render.run_limits(None, None) == {}
+    assert resources.run_limits(None, None) == {}
 
 
 @pytest.mark.parametrize(("cfg", "field"), [
@@ -55,7 +57,7 @@ def test_rq_scan_writes_reloads_and_removes_the_drop_in(systemctl, layout, make_
     sd = enabler.SystemdEnabler(LOG, path, layout=layout, unit_dir=units)
     # When it is enabled, the drop-in is written and systemd reloaded first
     finished(sd, sd.enable(["lim"]))
-    dropin = units / "rq@lim.service.d" / limits_render.DROP_IN_NAME
+    dropin = units / "rq@lim.service.d" / resources.DROP_IN_NAME
     assert dropin.read_text().splitlines()[2:] == [
         "[Service]", "MemoryMax=2G", "CPUQuota=150%", "TasksMax=256", "IOWeight=50"]
     # And a reload with the same limits does not reload systemd again
@@ -71,10 +73,10 @@ def test_rq_scan_writes_reloads_and_removes_the_drop_in(systemctl, layout, make_
 
 
 def test_message_limits_delegate_the_cgroup_subtree_to_the_daemon():
-    # a queue with message_limits runs its scripts in sub-cgroups (rqsys.cgroups)
-    assert limits_render.drop_in(None, delegate=True).splitlines()[2:] == [
+    # a queue with message_limits runs its scripts in sub-cgroups (rqsys.run.cgroups)
+    assert resources.drop_in(None, delegate=True).splitlines()[2:] == [
         "[Service]", "Delegate=memory cpu pids", "ProtectControlGroups=no",
         "Environment=RQ_CGROUP_DELEGATED=1"]
-    assert limits_render.drop_in({"tasks_max": 9}, delegate=False).splitlines()[2:] == [
+    assert resources.drop_in({"tasks_max": 9}, delegate=False).splitlines()[2:] == [
         "[Service]", "TasksMax=9"]
-    assert limits_render.drop_in(None) == ""
+    assert resources.drop_in(None) == ""

@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 from conftest import need, wait_for
 
-from rqsys import cli, cli_rqsys, config, protocol
+from rqsys import config
+from rqsys.cli import admin
+from rqsys.cli import rq as cli
+from rqsys.run import protocol
 from rqsys.store import QueueStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -119,7 +122,7 @@ def test_rq1_exit_status_matches_the_cli() -> None:
 
 def test_rqsys8_documents_every_subcommand_and_option() -> None:
     words = bold_words(source("rqsys.8"))
-    for cmd, parser in subparsers(cli_rqsys.rqsys_parser()).items():
+    for cmd, parser in subparsers(admin.rqsys_parser()).items():
         assert cmd in words or f"rqsys {cmd}" in words, f"rqsys {cmd} missing from rqsys(8)"
         for option in long_options(parser):
             assert option in words or f"{cmd} {option}" in words, \
@@ -323,7 +326,7 @@ def test_pages_have_command_line_examples() -> None:
 @pytest.mark.parametrize(("page", "argv"), example_command_lines(),
                          ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_example_command_line_parses(page: str, argv: list[str]) -> None:
-    parser = cli.rq_parser() if argv[0] == "rq" else cli_rqsys.rqsys_parser()
+    parser = cli.rq_parser() if argv[0] == "rq" else admin.rqsys_parser()
     try:
         parser.parse_args(argv[1:])
     except SystemExit as exc:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from conftest import need, wait_for
 
-from rqsys import config, scandir
+from rqsys import config
+from rqsys.scan import scandir
 from rqsys.store import QueueStore
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,12 +12,13 @@ import os
 import pytest
 from daemon_util import drain, install_with_script
 
-from rqsys import tunables, wire
+from rqsys import tunables
 from rqsys.daemon import observe, schema
 from rqsys.daemon.loop import QueueDaemon
 from rqsys.daemon.server import Request
 from rqsys.errors import BadRequest, NotFound, QueueDown
-from rqsys.events import EventLog
+from rqsys.observe.events import EventLog
+from rqsys.wire import framing
 
 
 class Daemon:
@@ -40,7 +41,7 @@ class Daemon:
         if reply is not None:
             answers.append(reply)
         assert len(answers) == 1, answers
-        return wire.raise_for(answers[0])
+        return framing.raise_for(answers[0])
 
 
 @pytest.fixture

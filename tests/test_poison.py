@@ -17,7 +17,7 @@ from rqsys import limits
 from rqsys.errors import BadRequest
 
 KIB = 1024
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
 DONE = 'echo "done ran $RQ_PARAM1" | cut -c1-40 >&3'
 
 

@@ -67,7 +67,7 @@ def test_pool_ids_are_rq_ids_naming_their_host() -> None:
 def test_a_plain_queue_imports_nothing_of_nats(layout: Layout,
                                                make_queue: Callable[..., Path]) -> None:
     make_queue("plain", OK)
-    code = ("import sys; from rqsys.store import Layout; from rqsys.daemon import QueueDaemon;"
+    code = ("import sys; from rqsys.store import Layout; from rqsys.daemon.loop import QueueDaemon;"
             f"QueueDaemon(Layout.from_root({str(layout.root)!r}), 'plain');"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'nats'"
             " or m.startswith('rqsys.pool.')))")

@@ -15,8 +15,9 @@ from conftest import need, wait_for
 from nats_util import LocalNats, nats_available
 from test_nix import entry_files, evaluate, evaluation_error
 
-from rqsys import config, scandir
+from rqsys import config
 from rqsys.pool.settings import from_configs
+from rqsys.scan import scandir
 
 POOLED = {
     "enable": True, "host": "a.example",

@@ -3,7 +3,7 @@
 import pytest
 
 from rqsys.errors import ProtocolError
-from rqsys.protocol import MAX_TEXT, Command, parse_line
+from rqsys.run.protocol import MAX_TEXT, Command, parse_line
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

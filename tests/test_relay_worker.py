@@ -24,7 +24,7 @@ import pytest
 from conftest import need, wait_for
 from netns import NetLab, Rqsys, netns_available
 
-from rqsys import timeline
+from rqsys.observe import timeline
 from rqsys.scripts import relayworker
 from rqsys.scripts.relay import RUN_MARK
 from rqsys.special import special_config

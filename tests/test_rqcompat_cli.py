@@ -12,10 +12,12 @@ import sys
 import pytest
 from daemon_util import settle
 
-from rqsys import cli, cli_rqsys, client
+from rqsys.cli import admin
+from rqsys.cli import rq as cli
+from rqsys.wire import client
 
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
-RQSYS = [sys.executable, "-m", "rqsys.cli"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
+RQSYS = [sys.executable, "-m", "rqsys"]
 
 
 def rq(layout, *args: str) -> str:
@@ -93,9 +95,9 @@ def test_force_remote_sends_a_local_name_through_the_relay(layout, test_q, relay
 
 
 def test_rqsys_dispatch_table_covers_every_subcommand():
-    subparsers = next(a for a in cli_rqsys.rqsys_parser()._actions
+    subparsers = next(a for a in admin.rqsys_parser()._actions
                       if isinstance(a, argparse._SubParsersAction))
-    assert set(subparsers.choices) == set(cli_rqsys.RQSYS_COMMANDS)
+    assert set(subparsers.choices) == set(admin.RQSYS_COMMANDS)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -136,7 +138,7 @@ def test_local_queue_of(url, queue):
 def test_rq_starts_without_jsonschema():
     # RQ's tests (single_que, coalesce) time their sends in seconds: rq must start fast,
     # and validation happens in the daemon anyway
-    code = "import sys, rqsys.cli; print('jsonschema' in sys.modules)"
+    code = "import sys, rqsys.cli.rq; print('jsonschema' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "False", out.stderr

@@ -11,7 +11,7 @@ import pytest
 from daemon_util import send, settle
 
 from rqsys.errors import SpawnError
-from rqsys.spawn import script_argv
+from rqsys.run.spawn import script_argv
 
 
 def test_a_prefixed_script_need_only_be_readable(tmp_path):

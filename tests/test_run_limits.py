@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 from daemon_util import send, settle, store_of
 
-from rqsys import scopes, timeline
 from rqsys.daemon.runlimits import Run, explain
 from rqsys.errors import RQError
-from rqsys.worker import Outcome
+from rqsys.observe import timeline
+from rqsys.run import scopes
+from rqsys.run.verdict import Outcome
 
 ALLOCATE = """\
 import os, sys
@@ -97,7 +98,7 @@ def test_explain_names_the_limit_that_ended_a_run():
 
 
 def test_the_daemons_own_cgroup_is_read_from_proc(tmp_path):
-    from rqsys import cgroups
+    from rqsys.run import cgroups
 
     # outside the cgroup namespace's root, or without a v2 line: none to delegate
     assert cgroups.own_cgroup("0::/..\n") is None

@@ -18,7 +18,7 @@ import pytest
 from conftest import wait_for
 from scan_util import DEADLINE, call, make_entry, start_scan, start_serve, started, wait_gone
 
-from rqsys.scandir import scandir_queues
+from rqsys.scan.scandir import scandir_queues
 from rqsys.store import DISABLED_MARK, QueueStore
 
 
@@ -246,7 +246,7 @@ def test_sighup_rescans_a_scandir_created_after_start(layout, tmp_path, scripts)
     from scan_util import LoggedProcess, clean_env
 
     scandir = tmp_path / "later"
-    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "scan",
+    argv = [sys.executable, "-m", "rqsys", "--root", str(layout.root), "scan",
             "--scandir", str(scandir)]
     proc = LoggedProcess(argv, tmp_path / "later.log", clean_env())
     try:

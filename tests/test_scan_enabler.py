@@ -19,8 +19,8 @@ import pytest
 from conftest import wait_for
 from scan_util import DEADLINE, LoggedProcess, clean_env, make_entry
 
-from rqsys import enabler
-from rqsys.events import EventLog
+from rqsys.observe.events import EventLog
+from rqsys.scan import enabler
 
 LOG = EventLog("test", journal=False)
 
@@ -165,7 +165,7 @@ def test_rq_scan_goes_on_while_systemctl_hangs(layout, tmp_path, systemctl):
     scandir.mkdir()
     env = clean_env(INVOCATION_ID="test", PATH=f"{Path(path).parent}:{os.environ['PATH']}",
                     RQ_SOCKET_DIR=str(layout.socket_dir))
-    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(layout.root), "scan",
+    argv = [sys.executable, "-m", "rqsys", "--root", str(layout.root), "scan",
             "--scandir", str(scandir)]
     proc = LoggedProcess(argv, tmp_path / "scan.log", env)
     try:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rqsys.gates import Gate
-from rqsys.scheduler import Schedule
+from rqsys.daemon.gates import Gate
+from rqsys.daemon.scheduler import Schedule
 
 
 def msg(due=0, **params):

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from rqsys.errors import ConfigError
-from rqsys.schedules import Spec, check, elapses, latest, on_calendar
+from rqsys.timers.calendar import Spec, check, elapses, latest, on_calendar
 
 
 def utc(text: str) -> float:

@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, settings
 from scan_util import LoggedProcess, clean_env, free_port
 from schemathesis.checks import not_a_server_error
 
-from rqsys.client import QueueClient
 from rqsys.store import Layout
 from rqsys.web import openapi
 from rqsys.web.auth import hash_password
+from rqsys.wire.client import QueueClient
 
 USER, PASSWORD = "ops", "correct horse"
 CALL_TIMEOUT = 15.0  # seconds: an answer slower than this is a hang
@@ -62,7 +62,7 @@ class Serve:
         (entry / "run").chmod(0o755)
         (scandir / "api").symlink_to(entry)
         self.proc = LoggedProcess(
-            [sys.executable, "-m", "rqsys.cli", "--root", str(self.layout.root), "serve",
+            [sys.executable, "-m", "rqsys", "--root", str(self.layout.root), "serve",
              "--scandir", str(scandir), "--listen", f"127.0.0.1:{self.port}"],
             base / "serve.log", clean_env(RQ_SOCKET_DIR=str(self.layout.socket_dir)))
         wait_for(self.up, 60, "rqsys serve answering for queue api")

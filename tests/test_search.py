@@ -12,10 +12,10 @@ import pytest
 from conftest import web_client
 from daemon_util import send, settle
 
-from rqsys import searchquery
 from rqsys.errors import BadRequest
+from rqsys.search import query
 
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
 SCRIPT = """
 [ -e "$RQ_MSG_DIR/../../../fixed" ] && { echo "done fixed" >&3; exit 0; }
 case "$RQ_PARAM1" in
@@ -132,10 +132,10 @@ def test_http_search_and_bulk_and_rq_ls_since(layout, filled):
 
 
 def test_parse_when():
-    assert searchquery.parse_when("2h", "since", now=10_000) == 10_000 - 7200
-    assert searchquery.parse_when("2026-11-24T00:00Z", "since") == 1795478400
+    assert query.parse_when("2h", "since", now=10_000) == 10_000 - 7200
+    assert query.parse_when("2026-11-24T00:00Z", "since") == 1795478400
     with pytest.raises(BadRequest, match="until: not a time"):
-        searchquery.parse_when("tomorrow", "until")
+        query.parse_when("tomorrow", "until")
 
 
 def test_bulk_move_to_another_queue(make_queue, daemon, filled):
@@ -158,7 +158,8 @@ def test_bulk_move_to_another_queue(make_queue, daemon, filled):
 def test_a_queued_create_is_indexed_from_memory_not_read_back(tmp_path):
     # Given an index whose loop hands it each queued message (the daemon's
     # Schedule), and a message whose directory is not on disk at all
-    from rqsys.searchindex import SearchIndex, apply, connect
+    from rqsys.search.index import SearchIndex, connect
+    from rqsys.search.rows import apply
     from rqsys.store import QueueView
 
     view = QueueView(tmp_path / "q")
@@ -182,7 +183,7 @@ def test_a_stream_of_turns_is_one_transaction_and_a_lone_event_waits_only_gather
     import queue
     import threading
 
-    from rqsys import searchindex
+    from rqsys.search import index as searchindex
     from rqsys.store import QueueView
 
     index = searchindex.SearchIndex(QueueView(tmp_path / "q"))

@@ -1,4 +1,4 @@
-"""Folding a batch's index events per message (rqsys.searchfold) leaves the
+"""Folding a batch's index events per message (rqsys.search.fold) leaves the
 same rows, tags and full-text matches as applying them one by one, with
 fewer row writes."""
 
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from rqsys import searchfold
-from rqsys.searchindex import apply, connect
+from rqsys.search import fold as searchfold
+from rqsys.search.index import connect
+from rqsys.search.rows import apply
 from rqsys.store import QueueView
 
 A, B, C, D = (f"20261124.0200.00.00{i}.0" for i in range(4))

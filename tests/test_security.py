@@ -28,7 +28,7 @@ from rqsys.limits import PARAM_MAX
 from rqsys.store import Layout
 from rqsys.web import auth, listen
 
-RQSYS = [sys.executable, "-m", "rqsys.cli"]
+RQSYS = [sys.executable, "-m", "rqsys"]
 REFUSED = "without basic_auth"
 WARNING = "without authentication (--allow-unauthenticated-network)"
 # `rqsys web` handed a socket bound to 0.0.0.0, as systemd would hand one over
@@ -36,7 +36,7 @@ HANDED_OVER = ("import os, socket, sys; s = socket.create_server(('0.0.0.0', 0))
                "os.dup2(s.fileno(), 3) if s.fileno() != 3 else os.set_inheritable(3, True); "
                "os.environ.update(LISTEN_FDS='1', LISTEN_FDNAMES='web', "
                "LISTEN_PID=str(os.getpid())); "
-               "os.execv(sys.executable, [sys.executable, '-m', 'rqsys.cli', '--root', "
+               "os.execv(sys.executable, [sys.executable, '-m', 'rqsys.cli.rq', '--root', "
                "sys.argv[1], 'web', *sys.argv[2:]])")
 
 

@@ -11,10 +11,10 @@ from conftest import wait_for
 from scan_util import DEADLINE, start_scan, started
 
 from rqsys.errors import ConfigError, QueueDown
-from rqsys.events import EventLog
-from rqsys.schedules import Spec
-from rqsys.slots import UNIQUE_FOR, SlotTable, delay
-from rqsys.timers import Timer, load_timer
+from rqsys.observe.events import EventLog
+from rqsys.timers.calendar import Spec
+from rqsys.timers.periodic import Timer, load_timer
+from rqsys.timers.slots import UNIQUE_FOR, SlotTable, delay
 
 T0 = 1_780_000_200.0  # 2026-05-28 20:30 UTC: a quarter hour
 QUARTER = Timer("q15", 0, {"dest": "q"}, Spec("cron", "*/15 * * * *", "UTC"))

@@ -9,7 +9,7 @@ import pytest
 
 from rqsys.errors import SpawnError
 from rqsys.fdclose import close_fds
-from rqsys.spawn import describe_exit, script_argv, spawn
+from rqsys.run.spawn import describe_exit, script_argv, spawn
 
 
 def test_exec_failure_is_reported_not_forked_away(tmp_path):
@@ -80,7 +80,7 @@ GLIBC_SIGNALS = 3 << 31  # bits of signals 32 and 33
 def test_child_resets_the_signals_the_daemon_set_and_only_those(tmp_path):
     """With the helper told which signals are not at their default, the
     script still starts with none ignored or caught and none blocked."""
-    from rqsys.spawn import reset_only_changed_signals
+    from rqsys.run.spawn import reset_only_changed_signals
 
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGPIPE, signal.SIGUSR2)}
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)

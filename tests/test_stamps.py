@@ -1,10 +1,10 @@
-"""The time to the ms and its text, made once a millisecond (rqsys.stamps)."""
+"""The time to the ms and its text, made once a millisecond (rqsys.observe.stamps)."""
 
 from __future__ import annotations
 
 import time
 
-from rqsys import stamps, stats
+from rqsys.observe import stamps, stats
 
 
 def test_now_is_the_rounded_time_and_its_repr():

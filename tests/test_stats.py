@@ -12,7 +12,7 @@ import pytest
 from daemon_util import send, settle
 
 from rqsys.errors import BadRequest
-from rqsys.stats import BOUNDS, QueueStats, bucket, id_time, percentiles
+from rqsys.observe.stats import BOUNDS, QueueStats, bucket, id_time, percentiles
 
 SCRIPT = """
 case "$RQ_PARAM1" in
@@ -115,7 +115,7 @@ def test_oldest_queued_age_and_bad_stats_request(make_queue, daemon):
         proc.client().call("stats", window="hour")
 
 
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
 
 
 def _rq(layout, *args):

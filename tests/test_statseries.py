@@ -3,8 +3,8 @@ queue's stats slots, and the SVG sparkline drawn from them."""
 
 from __future__ import annotations
 
-from rqsys.stats import QueueStats
-from rqsys.statseries import series
+from rqsys.observe.stats import QueueStats
+from rqsys.observe.statseries import series
 from rqsys.web.sparkline import sparkline
 
 T0 = 1_795_000_000 // 3600 * 3600.0  # a whole hour (UTC)

@@ -15,7 +15,7 @@ from scan_util import LoggedProcess, clean_env, free_port
 def serve(root: Path, port: int) -> subprocess.CompletedProcess[str]:
     scandir = root.parent / "scandir"
     scandir.mkdir(exist_ok=True)
-    argv = [sys.executable, "-m", "rqsys.cli", "--root", str(root), "serve",
+    argv = [sys.executable, "-m", "rqsys", "--root", str(root), "serve",
             "--scandir", str(scandir), "--port", str(port)]
     return subprocess.run(argv, env=clean_env(), capture_output=True, text=True, timeout=120)
 
@@ -50,7 +50,7 @@ def test_children_do_not_talk_to_the_supervisors_own_systemd(tmp_path: Path) -> 
         notify.bind(str(notify_path))
         root, scandir = tmp_path / "root", tmp_path / "scandir"
         scandir.mkdir()
-        argv = [sys.executable, "-m", "rqsys.cli", "--root", str(root), "serve",
+        argv = [sys.executable, "-m", "rqsys", "--root", str(root), "serve",
                 "--scandir", str(scandir), "--port", str(free_port())]
         proc = LoggedProcess(argv, tmp_path / "serve.log",
                              clean_env(NOTIFY_SOCKET=str(notify_path)))

@@ -21,7 +21,7 @@ import pytest
 from conftest import need, wait_for
 from nspawn import Container, can_boot
 
-from rqsys.events import MESSAGE_IDS
+from rqsys.observe.events import MESSAGE_IDS
 from rqsys.store import QueueStore
 
 VENV_BIN = Path(sys.executable).parent

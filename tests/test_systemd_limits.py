@@ -2,7 +2,7 @@
 the queue daemons running as user ``rq``, as shipped.
 
 A queue with ``message_limits`` gets ``Delegate=`` from rq-scan, and its
-daemon runs each limited script in a sub-cgroup of its own (rqsys.cgroups).
+daemon runs each limited script in a sub-cgroup of its own (rqsys.run.cgroups).
 The host mounts the cgroup v1 controllers, and the container sees them
 read-only, beside a writable cgroup v2 hierarchy (hybrid) with no
 controllers: so here the sub-cgroups hold no memory, CPU or task limit and
@@ -25,7 +25,7 @@ import pytest
 from conftest import need, wait_for
 from nspawn import Container, booted_with_units, can_boot
 
-from rqsys import timeline
+from rqsys.observe import timeline
 from rqsys.store import QueueStore
 
 VENV_BIN = Path(sys.executable).parent

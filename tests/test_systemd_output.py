@@ -1,4 +1,4 @@
-"""Script output to stdio.log and journald (rqsys.output), and RQ_IDLE_TIMEOUT.
+"""Script output to stdio.log and journald (rqsys.run.output), and RQ_IDLE_TIMEOUT.
 
 journald here is a real datagram socket bound in a temp dir that receives
 the native protocol exactly as /run/systemd/journal/socket would; the real
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rqsys.errors import ConfigError
-from rqsys.output import MAX_LINE, JournalSender, ScriptOutput, journal_fields, split_lines
+from rqsys.run.output import MAX_LINE, JournalSender, ScriptOutput, journal_fields, split_lines
 from rqsys.systemd import default_idle_timeout
 
 
@@ -168,7 +168,7 @@ def test_a_run_without_a_job_dir_gets_one_under_journald(tmp_path: Path,
 OUT_OF_FDS = """if 1:
     import json, os, resource, selectors, sys
     from rqsys.errors import SpawnError
-    from rqsys.output import ScriptOutput
+    from rqsys.run.output import ScriptOutput
     journald, job, spare = sys.argv[1], sys.argv[2], int(sys.argv[3])
     output = ScriptOutput("q1", selectors.DefaultSelector(), journal=True)
     output.journal.path = journald

@@ -14,9 +14,10 @@ import pytest
 from conftest import web_client
 from daemon_util import send, settle, store_of
 
-from rqsys import config, timeline
+from rqsys import config
 from rqsys.errors import BadRequest
-from rqsys.events import EventLog
+from rqsys.observe import timeline
+from rqsys.observe.events import EventLog
 
 FORM_HDR = {"Content-Type": "application/x-www-form-urlencoded"}
 

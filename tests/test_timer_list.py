@@ -14,7 +14,7 @@ import pytest
 from test_web_support import web_server  # noqa: F401
 
 RQSYS = str(Path(sys.executable).parent / "rqsys")
-RQ = [sys.executable, "-c", "import sys; from rqsys.cli import rq_main; sys.exit(rq_main())"]
+RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
 
 
 def _run(layout, argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import need
 
-from rqsys.events import EventLog
-from rqsys.schedules import Spec
-from rqsys.timer_units import MARK, SystemdTimers, unit_text
-from rqsys.timers import Timer
+from rqsys.observe.events import EventLog
+from rqsys.timers.calendar import Spec
+from rqsys.timers.periodic import Timer
+from rqsys.timers.units import MARK, SystemdTimers, unit_text
 
 RQSYS = str(Path(sys.executable).parent / "rqsys")
 UNITS = Path(__file__).resolve().parent.parent / "units"

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from rqsys import config, timers
+from rqsys import config
 from rqsys.errors import ConfigError, NotFound, QueueDown, Unavailable
-from rqsys.events import EventLog
-from rqsys.timers import RETRY, Timer, TimerTable, deliver, load_timer
+from rqsys.observe.events import EventLog
+from rqsys.timers import periodic
+from rqsys.timers.periodic import RETRY, Timer, TimerTable, deliver, load_timer
 
 T0 = 1_700_000_000.0
 
@@ -246,7 +247,7 @@ class Deferred:
 
     def end(self) -> None:
         work, then = self.pending.pop(0)
-        timers.run_now(work, then)
+        periodic.run_now(work, then)
 
 
 def test_a_firing_in_flight_does_not_fire_again_until_its_outcome(tmp_path, clock, sent):

@@ -11,12 +11,12 @@ import pytest
 from daemon_util import drain
 
 from rqsys.background import SYNC, Background
+from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest, InternalError, NotFound, StoreError
-from rqsys.events import EventLog
-from rqsys.scheduler import Schedule
+from rqsys.observe.events import EventLog
+from rqsys.run.verdict import Outcome
 from rqsys.store import QueueStore
-from rqsys.worker import Outcome
 
 
 class Ledger:

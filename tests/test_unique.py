@@ -13,9 +13,9 @@ import pytest
 from daemon_util import settle, write_gate
 from test_web_support import web_server  # noqa: F401
 
-from rqsys.client import QueueClient
 from rqsys.daemon.unique import ENDED_FILE, UniqueIndex, key_of
 from rqsys.errors import BadRequest
+from rqsys.wire.client import QueueClient
 
 GATED = 'while [ ! -e "$GATE" ]; do sleep 0.02; done; echo "done ok" >&3'
 
@@ -144,7 +144,7 @@ def test_rq_sendmesg_unique_key_says_duplicate(layout, make_queue, daemon, tmp_p
     daemon("q")
 
     def rq(*args: str) -> subprocess.CompletedProcess[str]:
-        code = "import sys; from rqsys.cli import rq_main; sys.exit(rq_main(sys.argv[1:]))"
+        code = "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main(sys.argv[1:]))"
         return subprocess.run([sys.executable, "-c", code, "--root", str(layout.root), *args],
                               capture_output=True, text=True, timeout=30)
 

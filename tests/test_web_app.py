@@ -24,7 +24,7 @@ from rqsys.errors import (
     Unavailable,
 )
 from rqsys.web import answers, body, logs
-from rqsys.web.pool import ClientPool
+from rqsys.web.connections import Connections
 
 FORM_HDR = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -127,7 +127,7 @@ def _pool_with_a_connection(layout, make_queue, daemon, name):
     make_queue(name, 'echo "done ok" >&3\n')
     daemon(name)
     now = [100.0]
-    pool = ClientPool(layout, clock=lambda: now[0])
+    pool = Connections(layout, clock=lambda: now[0])
     pool.call(name, "ping")
     return pool, now, pool._free[name][0][0]
 
@@ -158,7 +158,7 @@ def test_pool_never_reuses_a_connection_idle_too_long_between_sweeps(layout, mak
 def test_pool_retries_what_was_not_sent_after_a_daemon_restart(layout, make_queue, daemon):
     make_queue("restarts", 'echo "done ok" >&3\n')
     first = daemon("restarts")
-    pool = ClientPool(layout)
+    pool = Connections(layout)
     pool.call("restarts", "ping")
     first.stop()
     proc = daemon("restarts")

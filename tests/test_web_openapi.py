@@ -14,7 +14,7 @@ from schemathesis.checks import (
 )
 from test_web_support import WebServer
 
-from rqsys.scandir import install_queue
+from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
 from rqsys.web import openapi
 

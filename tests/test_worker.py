@@ -6,9 +6,9 @@ import signal
 import pytest
 
 from rqsys.daemon.handoff import HandedChild
-from rqsys.protocol import parse_line
-from rqsys.spawn import Child, describe_exit
-from rqsys.worker import MAX_LINE, Worker
+from rqsys.run.protocol import parse_line
+from rqsys.run.spawn import Child, describe_exit
+from rqsys.run.verdict import MAX_LINE, Worker
 
 EXIT0, EXIT1 = 0, 1 << 8
 KILLED = signal.SIGKILL

@@ -78,7 +78,7 @@ def make_venv(work: Path) -> Path:
         / "site-packages"
     [inner] = list((venv / "lib").glob("python3*/site-packages"))
     (inner / "rq-checkout.pth").write_text(f"import site; site.addsitedir({str(site)!r})\n")
-    for name, func in (("rq", "rqsys.cli:rq_main"), ("rqsys", "rqsys.cli_rqsys:rqsys_main")):
+    for name, func in (("rq", "rqsys.cli.rq:rq_main"), ("rqsys", "rqsys.cli.admin:rqsys_main")):
         module, call = func.split(":")
         (venv / "bin" / name).write_text(f"#!{GUEST_DIR}/venv/bin/python\nimport sys\n"
                                          f"from {module} import {call}\nsys.exit({call}())\n")
@@ -235,7 +235,7 @@ def _message(params: list[Any]) -> dict[str, Any]:
 
 def ended(queue: str, msg_id: str) -> dict[str, Any]:
     """The state, status and timeline of a message once it has ended."""
-    from rqsys import timeline
+    from rqsys.observe import timeline
     from rqsys.store import QueueStore
 
     store = QueueStore(Path(f"/var/lib/rq/queue/{queue}"))

@@ -1,18 +1,90 @@
 """The queue daemon: one process per queue, the sole writer of its directory.
 
-Its rooms, each a module:
+Its rooms, each a module (``main`` starts it, ``loop`` runs it):
 
-* ``loop``        the event loop in fixed phases; start-up, idle, stop, reload, STATUS=
-* ``server``      the listening socket, connections, framing, dispatch over the op table
-* ``schema``      the JSON Schema of every request, checked before any handler runs
-* ``ops``         the table of operations, and the handlers of the simple ones
-* ``intake``      create, clone, a local dup, attachments, the group commit
-* ``runner``      starting scripts, their environment, status lines, dups, exits
-* ``transitions`` the only place a message changes state; it owns the counts
-* ``children``    the scripts' status pipes and pidfds, read in one batch a turn
-* ``outbound``    anything that talks to another queue daemon: dups, webhooks (off the loop)
-* ``context``     what every room reads of the queue: name, config, admin state
-* ``adminfiles``  RQ's admin files config/<q>.down|.pause, watched with inotify
+* ``adminfiles``: RQ's admin files of one queue: ``config/<q>.down`` and
+  ``config/<q>.pause`` under the root, read at start and on each status
+  request, watched with inotify.
+* ``after``: Dependencies: queued messages that wait for the messages named in
+  their ``after`` (URLs, here or on other hosts) to be ``done``.
+* ``afterwatch``: Following the dependencies a queue daemon cannot see itself,
+  on one thread of its own: a message of another local queue through that
+  queue daemon's ``watch`` op (its end is pushed, never polled), a message on
+  another host by a bounded poll of its ``state.json`` through the relay's
+  HTTP client.
+* ``bulk``: Bulk enqueue: many new messages in one request (``create_many``),
+  made durable by one group commit and answered in order.
+* ``bulkdelete``: A bulk delete (a search's matches, or a failure group),
+  ``STEP`` messages a step: each is synced on its own, and the next step
+  starts once they are durable, so the loop serves every other client in
+  between.
+* ``bulkmove``: A bulk move: messages of this queue made anew in another
+  queue, then deleted here, ``STEP`` at a time.
+* ``bulkretry``: A bulk retry (err → que of many messages), its disk work off
+  the loop.
+* ``bulksteps``: The stepping of a bulk action (a move or a delete of many
+  messages): a step of the list at a time, each waiting until none of its
+  messages is busy (in a retry batch, so it is decided where the batch leaves
+  it), the next once the step's work has called back; the answer after the
+  last.
+* ``children``: Watching the running scripts: their status pipes and pidfds,
+  on an epoll of their own.
+* ``context``: What every room of the daemon reads about its queue: name,
+  config, admin state.
+* ``copyhealth``: The health of the daemon's copies of its store: the
+  messages' timelines and the search index.  Their writes never fail a message
+  (the store is the truth), so a write that fails is counted where it happens;
+  this module shows the counts in ``stats`` and tells the log when they change
+  (once per change, not per failure: a full disk fails every line).
+* ``deadlines``: When running scripts must be stopped: timed actions on the
+  loop's clock, and the timeout of each run (the queue's ``timeout``, a
+  message's own, what an earlier, cut-short run already used).
+* ``gates``: Whether a due message may start now: the queue's concurrency
+  limits (``blocking_params`` is the limit-1 case) and its rate limit, each
+  counted globally or per tuple of parameters.
+* ``handoff``: Handing a relay message straight to the relay worker, without
+  starting its script.
+* ``intake``: New messages coming in: create, clone, a local dup, attachments,
+  and the group commit that makes a turn's new messages durable before any is
+  answered.
+* ``ledger``: The daemon's picture of its messages, under
+  ``rqsys.daemon.transitions``.
+* ``loop``: The daemon's event loop: start-up, the fixed phases of a turn,
+  idle, stop, reload and the STATUS= line (supervisor's ``runforever`` shape).
+* ``loopclock``: Where a queue daemon's event loop spends its time.
+* ``main``: ``rqsys queue NAME``: a queue daemon's start: room for its fds,
+  its socket, its loop.
+* ``observe``: What the daemon tells about itself: the sinks of its events
+  (timelines, statistics, watchers) and the ``stats`` and ``watch`` socket
+  operations.
+* ``ops``: The socket operations, and the table that names every one of them.
+* ``outbound``: Everything that talks to another queue daemon: a script's dup
+  to another queue, and queueing a post_run_webhook call.  Never on the loop.
+* ``retries``: err → que: a client's retry of failed messages, one at a time
+  or a bulk retry's batch, as one transition of ``rqsys.daemon.transitions``.
+* ``runenv``: A queue script's environment: the part every run shares (kept,
+  also as C strings for the spawn helper) and each run's own variables
+  (RQ_MSG_ID...).
+* ``runlimits``: Per-run limits: a sub-cgroup, a scope or rlimits, and the
+  truth about how a limited run ended.
+* ``runner``: Running queue scripts: starting them (environment, fds), their
+  status lines and dup requests on fd 3, the answers on fd 4, and their exits.
+* ``scheduler``: The in-memory que of one queue: which message runs next
+  (priority, due time, arrival), blocking keys and coalescing.
+* ``schema``: The shape of every socket request: one JSON Schema per
+  operation.
+* ``searchops``: The ``search`` and ``bulk`` socket operations, and the
+  batches that carry out an action on many messages while the queue keeps
+  answering.
+* ``server``: The daemon's socket server: listener, connections, framing, and
+  dispatch over an explicit table of operations.
+* ``starts``: The spawn helper as the queue's runner calls it.
+* ``tags``: Tags: the listing of one state's messages that carry a tag
+  (``list``'s ``tag``).
+* ``transitions``: Where a message changes state: the only place in the daemon
+  that moves one.
+* ``unique``: Unique messages: which message of the queue holds each unique
+  key.
 
 Slow work runs on background threads (``rqsys.background``): attachments are
 hashed on one lane, the fsyncs an answer waits for on another, each peer
@@ -21,36 +93,3 @@ on the store's thread.  The loop itself never waits on any of them, nor on
 another process.  A clean stop with many queued messages leaves
 ``que.snapshot`` for a fast next start (see ``rqsys.store``).
 """
-
-from __future__ import annotations
-
-import resource
-
-from rqsys.daemon.loop import QueueDaemon
-from rqsys.store import Layout
-from rqsys.systemd import listen_sockets
-
-__all__ = ["QueueDaemon", "main"]
-FD_SOFT = 8192  # rq@.service's LimitNOFILE=: 128 runs and their clients
-
-
-def main(layout: Layout, name: str) -> int:
-    """``rqsys queue NAME``: run one queue daemon until stopped (or idle)."""
-    room_for_fds()
-    sockets = listen_sockets()
-    listener = next(iter(sockets.values()), None)
-    return QueueDaemon(layout, name, listener).run()
-
-
-def room_for_fds() -> None:
-    """Raise the soft RLIMIT_NOFILE to FD_SOFT, within the hard limit.
-
-    A run holds six to eight fds (its pipes and the script's ends of them,
-    its pidfd and timeline; under journald its output's), so 128 workers
-    need more than the soft 1024 most shells and units start with; the loop
-    uses epoll, never select(), so a high number costs nothing.  Scripts
-    inherit it, as they inherit rq@.service's ``LimitNOFILE=8192``."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = FD_SOFT if hard == resource.RLIM_INFINITY else min(FD_SOFT, hard)
-    if soft != resource.RLIM_INFINITY and soft < want:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))

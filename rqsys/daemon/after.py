@@ -23,18 +23,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rqsys import tunables
-from rqsys.client import is_local_url, split_message_url
 from rqsys.daemon.afterwatch import Follower, check_all
 from rqsys.errors import BadRequest, NotFound, RQError
-from rqsys.events import listening
+from rqsys.observe.events import listening
 from rqsys.store import MSG_ID_RE, QueueStore, QueueView
+from rqsys.wire.client import is_local_url, split_message_url
 
 if TYPE_CHECKING:
     from rqsys.background import Background
     from rqsys.daemon.context import QueueContext
     from rqsys.daemon.server import Reply, Request
     from rqsys.daemon.transitions import Transitions
-    from rqsys.events import EventLog
+    from rqsys.observe.events import EventLog
 
 Msg = dict[str, Any]
 SATISFIED = ("done", "relayed")

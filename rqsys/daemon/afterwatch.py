@@ -24,10 +24,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from rqsys import wire
-from rqsys.client import QueueClient
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.store import Layout
+from rqsys.wire import framing
+from rqsys.wire.client import QueueClient
 
 FINAL = ("done", "err", "relayed", "gone")
 POLL_FIRST, POLL_MAX = 1.0, 60.0  # a remote message's poll: doubling, at most a minute apart
@@ -129,11 +129,11 @@ class Follower:
             self._later(url, RECONNECT)
             return
         sock.setblocking(False)
-        lines = wire.LineBuffer()
+        lines = framing.LineBuffer()
         sel.register(sock, selectors.EVENT_READ,
                      lambda s, _f: self._read(s, sock, lines, url))
 
-    def _read(self, sel: selectors.BaseSelector, sock: socket.socket, lines: wire.LineBuffer,
+    def _read(self, sel: selectors.BaseSelector, sock: socket.socket, lines: framing.LineBuffer,
               url: str) -> None:
         try:
             data = sock.recv(65536)
@@ -147,7 +147,7 @@ class Follower:
             return
         lines.feed(data, [])
         while (got := lines.next_line()) is not None:
-            if self._heard(url, wire.decode(got[0])):
+            if self._heard(url, framing.decode(got[0])):
                 self._drop(sel, sock)
                 return
 

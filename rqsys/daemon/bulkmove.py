@@ -25,12 +25,12 @@ from typing import Any
 
 from rqsys import tunables
 from rqsys.background import Background, peer_lane
-from rqsys.client import QueueClient
 from rqsys.daemon.bulksteps import Finish, Steps
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import RQError
 from rqsys.store import QueueStore
+from rqsys.wire.client import QueueClient
 
 STEP = 50
 DROPPED = ("msg_id", "count", "url", "due")  # the copy is a new message, due now

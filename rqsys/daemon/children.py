@@ -26,8 +26,8 @@ from typing import Any
 
 from rqsys.errors import ProtocolError
 from rqsys.fdclose import FdBatch
-from rqsys.protocol import Command
-from rqsys.worker import Worker
+from rqsys.run.protocol import Command
+from rqsys.run.verdict import Worker
 
 Lines = list[Command | ProtocolError]
 OnLines = Callable[[Worker, Lines], None]

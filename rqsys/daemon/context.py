@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rqsys import config
-from rqsys.client import local_queue_of, queue_for_dest
 from rqsys.daemon.adminfiles import AdminFiles, stricter
 from rqsys.errors import BadRequest, QueueDown
 from rqsys.message import is_remote
 from rqsys.special import RELAY_QUEUE
 from rqsys.store import Layout
+from rqsys.wire.client import local_queue_of, queue_for_dest
 
 
 @dataclass

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rqsys.events import EventLog
-from rqsys.searchindex import SearchIndex
-from rqsys.timeline import Timeline
+from rqsys.observe.events import EventLog
+from rqsys.observe.timeline import Timeline
+from rqsys.search.index import SearchIndex
 
 
 class CopyHealth:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.daemon.runenv import RunEnvironment
-from rqsys.spawn import Child
+from rqsys.run.spawn import Child
 
 SHIM = "rqrelay"
 MAGIC = b"RQRELAY1 "

@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rqsys import tunables
 from rqsys.background import FILES, Background
+from rqsys.daemon.after import After
 from rqsys.daemon.afterwatch import refuse_after_in_pool
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import check_timeout
@@ -25,9 +26,12 @@ from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.daemon.unique import Duplicates, refuse_unique_in_pool
 from rqsys.errors import BadRequest, NotFound, StoreError
-from rqsys.events import EventLog
 from rqsys.message import new_message
+from rqsys.observe.events import EventLog
 from rqsys.store import QueueStore, Staged, Upload
+
+if TYPE_CHECKING:
+    from rqsys.pool.member import PoolMember
 
 Published = Callable[[BaseException | None], None]  # after the group commit: error or None
 Incoming = tuple[str, str, Upload, int]  # an attachment on its way in: name, md5 sent, file, fd
@@ -47,7 +51,7 @@ class Intake:
     """Takes new messages and their files in, and publishes them once per turn."""
 
     def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
-                 background: Background, log: EventLog) -> None:
+                 background: Background, log: EventLog, after: After) -> None:
         self.ctx, self.store, self.ledger = ctx, store, ledger
         self.background, self.log = background, log
         self.pending: list[tuple[Staged, str, Published]] = []
@@ -57,8 +61,10 @@ class Intake:
         self.when_placed: set[str] = set()  # ids whose ``then`` waits for their placing
         self._deferred: dict[str, Published] = {}  # such ids not placed yet -> their then
         self.dups = Duplicates(ctx, ledger.unique)
-        self.pool: Any = None  # a pool queue's PoolMember (rqsys.pool): creates go there
-        self.after: Any = None  # the queue's dependencies (rqsys.daemon.after)
+        self.after = after  # the queue's dependencies
+        # a pool queue's member, which is made from the whole daemon (this
+        # intake included), so it comes after: creates go there once it has
+        self.pool: PoolMember | None = None
 
     # ------------------------------------------------------------ requests
     def create(self, r: Request) -> Reply | None:
@@ -67,7 +73,8 @@ class Intake:
         if self.pool is not None:
             refuse_after_in_pool(r.args.get("msg"))
             if r.args.get("state", "que") == "que":  # a prep message is local until commit
-                return self.pool.create(r)
+                self.pool.create(r)  # answered once JetStream has it
+                return None
             refuse_unique_in_pool(r.args.get("msg"))
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.unique import UniqueIndex
 from rqsys.errors import InternalError, NotFound, RQError
-from rqsys.events import EventLog
-from rqsys.scheduler import Schedule
+from rqsys.observe.events import EventLog
+from rqsys.run.verdict import Outcome
 from rqsys.store import STATES, QueueStore
-from rqsys.worker import Outcome
 
 Msg = dict[str, Any]
 Ended = tuple[str, Msg, Outcome]  # a message that reached done, err or relayed

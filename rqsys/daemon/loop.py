@@ -24,20 +24,20 @@ from rqsys.background import PRUNE, SYNC, Background, peer_lane
 from rqsys.daemon import observe, ops, schema
 from rqsys.daemon.after import After
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.gates import Gate
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.observe import Observer
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runner import Runner
+from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.server import Handler, Server
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import RQError
-from rqsys.events import EventLog
 from rqsys.fdclose import FdBatch
-from rqsys.gates import Gate
-from rqsys.output import ScriptOutput
+from rqsys.observe.events import EventLog
 from rqsys.pool import member_for
-from rqsys.scheduler import Schedule
+from rqsys.run.output import ScriptOutput
 from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import WEBHOOK_QUEUE
 from rqsys.store import Layout, QueueStore, dirsync
@@ -76,9 +76,10 @@ class QueueDaemon:
         self.ledger = Transitions(self.store, self.schedule, self.log,
                                   lambda work, then: self.background.submit(work, then, SYNC),
                                   lambda work, then: self.background.submit(work, then, PRUNE))
-        self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log)
-        self.intake.after = self.after = After(self.ctx, self.store, self.ledger, self.log,
-                                               self.selector, self.background)
+        self.after = After(self.ctx, self.store, self.ledger, self.log, self.selector,
+                           self.background)
+        self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log,
+                             self.after)
         self.clock = LoopClock()
         self.closing = FdBatch()  # a turn's ended runs' fds, closed when it ends: neighbours
         self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log,

@@ -25,14 +25,14 @@ from rqsys.daemon.searchops import SearchOps
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import NotFound
-from rqsys.events import EventLog
-from rqsys.failures import FailureGroups
 from rqsys.fdclose import FdBatch
-from rqsys.stats import QueueStats, id_time
-from rqsys.statseries import series
-from rqsys.statsfile import StatsFile
+from rqsys.observe.events import EventLog
+from rqsys.observe.failures import FailureGroups
+from rqsys.observe.stats import QueueStats, id_time
+from rqsys.observe.statseries import series
+from rqsys.observe.statsfile import StatsFile
+from rqsys.observe.timeline import Timeline
 from rqsys.store import QueueStore
-from rqsys.timeline import Timeline
 
 GROUP = {"title": "failure group", "type": "string", "pattern": "^[0-9a-f]{12}$"}
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -72,7 +72,7 @@ class Observer:
                 "retry": self.retry_op, "group": self.group_op, **self.search.ops()}
 
     def groups_op(self, r: Request) -> Reply | None:
-        """The err messages by normalised reason (``rqsys.failures``); the
+        """The err messages by normalised reason (``rqsys.observe.failures``); the
         first asks for a walk of err/ off the loop, and is answered after it."""
         if not self.failures.ready():
             self._when_built(r, self.groups_op)

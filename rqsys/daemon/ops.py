@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rqsys import timeline, tunables
+from rqsys import tunables
 from rqsys.background import SYNC, Background
 from rqsys.daemon import tags
 from rqsys.daemon.bulk import Bulk
@@ -25,7 +25,8 @@ from rqsys.daemon.runner import Runner
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest
-from rqsys.events import EventLog
+from rqsys.observe import timeline
+from rqsys.observe.events import EventLog
 from rqsys.store import ADMIN_OPERS, QueueStore
 
 ALREADY_COMMITTED = ("que", "run", "done", "relayed")  # a commit of these is answered ok

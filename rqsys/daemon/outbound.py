@@ -19,13 +19,13 @@ from typing import Any
 
 from rqsys import tunables
 from rqsys.background import Background, peer_lane
-from rqsys.client import QueueClient
 from rqsys.daemon.context import QueueContext
 from rqsys.errors import RQError
-from rqsys.events import EventLog
+from rqsys.observe.events import EventLog
+from rqsys.run.verdict import Outcome
 from rqsys.special import WEBHOOK_QUEUE, webhook_message
 from rqsys.store import QueueStore
-from rqsys.worker import Outcome
+from rqsys.wire.client import QueueClient
 
 Then = Callable[[Any, BaseException | None], None]
 

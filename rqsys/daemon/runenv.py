@@ -7,7 +7,7 @@ from typing import Any
 
 from rqsys import config
 from rqsys.daemon.context import QueueContext
-from rqsys.spawn import QueueEnviron
+from rqsys.run.spawn import QueueEnviron
 from rqsys.systemd import child_environ
 
 RUN_KEYS = frozenset({"RQ_REALSCRIPT", "RQ_MSG_ID", "RQ_FULL_MSG_ID", "RQ_MSG_DIR", "RQ_COUNT",

@@ -6,8 +6,8 @@ hold.  One way is chosen at start, and said once in the log:
 
 1. the daemon's own cgroup is delegated (``Delegate=yes``, which rq-scan
    renders for a queue with ``message_limits``): each run gets the
-   sub-cgroup ``msg-<id>`` (``rqsys.cgroups``); no privilege needed;
-2. else, under systemd, a transient scope over D-Bus (``rqsys.scopes``:
+   sub-cgroup ``msg-<id>`` (``rqsys.run.cgroups``); no privilege needed;
+2. else, under systemd, a transient scope over D-Bus (``rqsys.run.scopes``:
    a root daemon, or one a polkit rule lets manage units);
 3. else rlimits (embedded mode).
 
@@ -34,11 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys import cgroups, limits_render, scopes
 from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
-from rqsys.events import EventLog
-from rqsys.worker import Outcome, Worker
+from rqsys.observe.events import EventLog
+from rqsys.run import cgroups, scopes
+from rqsys.run import resources as limits_render
+from rqsys.run.verdict import Outcome, Worker
 
 LANE = "scopes"
 GATE = 'read -r _ <&4 && exec "$@"'  # the script starts once the daemon writes a line

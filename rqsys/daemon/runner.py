@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Any
 
-from rqsys import limits, limits_render, timeline, tunables
+from rqsys import limits, tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
@@ -30,14 +30,16 @@ from rqsys.daemon.runlimits import Run, RunLimits, explain
 from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
-from rqsys.events import EventLog
 from rqsys.fdclose import FdBatch
-from rqsys.output import ScriptOutput
-from rqsys.protocol import Command
-from rqsys.retry import retried
-from rqsys.spawn import ScriptPath, script_argv
+from rqsys.observe import timeline
+from rqsys.observe.events import EventLog
+from rqsys.run import resources
+from rqsys.run.backoff import retried
+from rqsys.run.output import ScriptOutput
+from rqsys.run.protocol import Command
+from rqsys.run.spawn import ScriptPath, script_argv
+from rqsys.run.verdict import Outcome, Worker
 from rqsys.store import QueueStore
-from rqsys.worker import Outcome, Worker
 
 
 class Runner:
@@ -298,7 +300,7 @@ class Runner:
         self.limits.started(worker, limits)
         if "runtime_max" in limits:
             seconds = float(limits["runtime_max"])
-            text = f"killed: runtime limit {limits_render.runtime_text(seconds)}"
+            text = f"killed: runtime limit {resources.runtime_text(seconds)}"
             self.deadlines.after(seconds, lambda: self._time_out(worker, text))
 
     def _time_out(self, worker: Worker, text: str = "") -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rqsys import searchquery
 from rqsys.background import Background
 from rqsys.daemon.bulkdelete import Deletion
 from rqsys.daemon.bulkmove import Mover
@@ -26,17 +25,17 @@ from rqsys.daemon.schema import request
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest, RQError, StoreError
-from rqsys.searchindex import SearchIndex
+from rqsys.search import query
+from rqsys.search.index import SearchIndex
 from rqsys.store import QUEUE_NAME_RE, QueueStore
 
 LANE = "search"
-ACTIONS = ("retry", "delete", "move")
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "search": request(**searchquery.SCHEMA),
-    "bulk": request(("action",), action={"title": "bulk action", "enum": list(ACTIONS)},
+    "search": request(**query.SCHEMA),
+    "bulk": request(("action",), action={"title": "bulk action", "enum": list(query.ACTIONS)},
                     dest={"title": "dest (queue to move to)", "type": "string",
                           "pattern": QUEUE_NAME_RE.pattern},
-                    **searchquery.SCHEMA),
+                    **query.SCHEMA),
 }
 Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed over, error)
 
@@ -79,13 +78,13 @@ class SearchOps:
                        StoreError(f"search index of {self.ctx.name}: {error}"))
             else:
                 then(result)
-        self.background.submit(lambda: work(searchquery.reader(path)), answered, LANE)
+        self.background.submit(lambda: work(query.reader(path)), answered, LANE)
 
     def search_op(self, r: Request) -> None:
         """A page of matching messages, answered from the search lane."""
         args = dict(r.args)
         partial = not self.index.ready.is_set()
-        self._query(lambda db: searchquery.search(db, args),
+        self._query(lambda db: query.search(db, args),
                     lambda got: r.answer({"ok": True, "partial": partial, **got}), r)
 
     def bulk_op(self, r: Request) -> None:
@@ -114,4 +113,4 @@ class SearchOps:
                 self.mover.run(ids, dest, args.get("state", ""), finish)
             else:
                 self.batches.run(ids, action, finish, args.get("state", ""))
-        self._query(lambda db: searchquery.all_ids(db, args), found, r)
+        self._query(lambda db: query.all_ids(db, args), found, r)

@@ -1,7 +1,7 @@
 """The daemon's socket server: listener, connections, framing, and dispatch
 over an explicit table of operations.
 
-Framing is ``rqsys.wire``'s.  A request is checked against its op's JSON
+Framing is ``rqsys.wire.framing``'s.  A request is checked against its op's JSON
 Schema (``schema``) before its handler sees it.  A handler answers at once
 (returns the answer) or later (returns None and calls ``request.answer``);
 a connection's next request waits for the answer before, so answers keep
@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys import wire
 from rqsys.daemon import schema
 from rqsys.errors import BadRequest, InternalError, ProtocolError, RQError, StoreError
-from rqsys.events import EventLog
+from rqsys.observe.events import EventLog
+from rqsys.wire import framing as wire
 
 Reply = dict[str, Any]
 ACCEPT_PAUSE = 0.5  # seconds the listener is left alone when a connection cannot be accepted

@@ -16,7 +16,7 @@ import time
 
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.fdclose import FdBatch
-from rqsys.spawn import Child, spawn
+from rqsys.run.spawn import Child, spawn
 
 
 class Starts:
@@ -29,7 +29,7 @@ class Starts:
 
     def spawn(self, words: list[str], program: str, env: object, job: str,
               out: int | None, as_limit: int) -> Child:
-        """:func:`rqsys.spawn.spawn`, timed; the Child holds the script's
+        """:func:`rqsys.run.spawn.spawn`, timed; the Child holds the script's
         ends of its pipes."""
         began = time.perf_counter()
         try:

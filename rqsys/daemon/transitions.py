@@ -38,9 +38,9 @@ from typing import Any
 from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Msg, Offload, Riders, guard
 from rqsys.daemon.retries import Retries
 from rqsys.errors import BadRequest, RQError
+from rqsys.run.verdict import Outcome
 from rqsys.store import Staged, pruning
 from rqsys.store.durable import fsync_dirs
-from rqsys.worker import Outcome
 
 __all__ = ["COUNTED", "MOVES", "Done", "Ended", "Msg", "Offload", "Riders", "Transitions"]
 

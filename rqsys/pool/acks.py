@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys.events import EventLog
+from rqsys.observe.events import EventLog
 from rqsys.pool import unique
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import PoolFiles

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys.events import EventLog
+from rqsys.observe.events import EventLog
 from rqsys.pool.acks import RETRY, SEND_TIMEOUT
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.link import Link

@@ -7,9 +7,9 @@ import argparse
 from typing import Any
 
 from rqsys import config
-from rqsys.client import QueueClient
 from rqsys.errors import RQError
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 
 def pool_queues(layout: Layout) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys.events import EventLog
+from rqsys.observe.events import EventLog
 from rqsys.pool.acks import RETRY, SEND_TIMEOUT
 from rqsys.pool.bridge import Bridge, why
 

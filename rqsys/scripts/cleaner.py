@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 import sys
 
-from rqsys.client import QueueClient
 from rqsys.errors import BadRequest, RQError
 from rqsys.scripts.jobkit import Job
 from rqsys.store import check_queue_name
+from rqsys.wire.client import QueueClient
 
 DEFAULT_DAYS = 3.0
 

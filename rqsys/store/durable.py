@@ -185,7 +185,8 @@ def overwrite(path: Path | str, data: bytes) -> None:
 
 # -- renames -----------------------------------------------------------------
 def rename(old: str | Path, new: str | Path) -> None:
-    """Rename, not synced: the caller records both parents in DirtyDirs."""
+    """Rename, not synced: the caller records both parents in DirtyDirs (or, as
+    the stats journal's rotation, needs the new name only until its snapshot)."""
     os.rename(old, new)
 
 

@@ -14,7 +14,7 @@ from rqsys.store.durable import NEW_FILE
 from rqsys.store.layout import SPARE_PREFIX
 from rqsys.tunables import MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
 
-# A spare's empty files besides its msg (``timeline``: rqsys.timeline.FILE,
+# A spare's empty files besides its msg (``timeline``: rqsys.observe.timeline.FILE,
 # whose module the store does not import).
 SPARE_FILES = ("status", "job/stdio.log", "timeline")
 
@@ -28,7 +28,7 @@ class SpareMaker:
     Made here, beside the daemon's loop, they cost neither the
     acknowledgement of a create nor the start of a run.  A sixth, an empty
     ``timeline``, is there for the ``created`` line the loop appends right
-    after the create (rqsys.timeline), so that append makes no inode either.
+    after the create (rqsys.observe.timeline), so that append makes no inode either.
     They are made
     SPARE_BATCH at a time: the fsyncs of a batch share their writes, and the
     daemon's own fsyncs meet this thread's on the disk once a batch, not once

@@ -1,7 +1,7 @@
 """The web app factory (falcon) and ``rqsys web``: serve it with waitress.
 
 ``create_app`` takes its collaborators (layout, system config, daemon
-connection pool) and touches nothing else, so tests build apps freely;
+kept connections) and touches nothing else, so tests build apps freely;
 ``main`` reads the configuration and serves on the socket systemd (or the
 embedded supervisor) handed over, or binds ``addr:port`` itself.
 """
@@ -36,10 +36,10 @@ from rqsys.web import (
     queues,
 )
 from rqsys.web.bulk import NewMessages
+from rqsys.web.connections import Connections
 from rqsys.web.context import Resource, Web
 from rqsys.web.listing import MessageList
 from rqsys.web.logs import LogFile, Tail
-from rqsys.web.pool import ClientPool
 from rqsys.web.search import BulkAction, SearchJSON
 from rqsys.web.timers import Timers
 
@@ -58,8 +58,8 @@ class OpenAPI(Resource):
 
 
 def create_app(layout: Layout, sysconfig: dict[str, Any],
-               pool: ClientPool | None = None) -> falcon.App:
-    web = Web(layout, sysconfig, pool or ClientPool(layout))
+               connections: Connections | None = None) -> falcon.App:
+    web = Web(layout, sysconfig, connections or Connections(layout))
     middleware: list[Any] = [hostnames.KnownHost(sysconfig), paths.HidePaths(layout),
                              auth.BasicAuth(sysconfig.get("basic_auth")),
                              csrf.SameOrigin(), framing.NoFraming()]
@@ -143,12 +143,12 @@ def main(layout: Layout, addr: str | None = None, port: int | None = None,
         sockets = listen_sockets()
         sock = sockets.get("web") or next(iter(sockets.values()), None)
         _check_start(sysconfig, sock, allow)
-        pool = ClientPool(layout)
-        server = make_server(create_app(layout, sysconfig, pool), sock, sysconfig)
+        connections = Connections(layout)
+        server = make_server(create_app(layout, sysconfig, connections), sock, sysconfig)
     except (RQError, OSError) as exc:
         print(f"rqsys web: {_why(exc, sysconfig)}", file=sys.stderr)
         return 2
-    pool.start_sweeper()
+    connections.start_sweeper()
     Notifier().ready(f"serving HTTP on {_where(server)}")
     server.run()
     return 0

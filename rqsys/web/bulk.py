@@ -20,10 +20,10 @@ from typing import Any
 
 import falcon
 
-from rqsys import bulkinput
 from rqsys.errors import BadRequest, RQError, TooLarge
 from rqsys.store import check_queue_name
 from rqsys.web.context import Resource
+from rqsys.wire import bulk as bulkinput
 
 MAX_BODY = 64 << 20  # a JSON array is read whole; NDJSON streams
 MAX_LINE = 2 << 20  # one NDJSON line: a message is at most 1 MiB of JSON

@@ -7,14 +7,14 @@ from typing import Any
 
 from rqsys import config
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
-from rqsys.web.pool import ClientPool
+from rqsys.web.connections import Connections
 
 
 @dataclass
 class Web:
     layout: Layout
     sysconfig: dict[str, Any]
-    pool: ClientPool
+    connections: Connections
 
     @property
     def prefix(self) -> str:
@@ -36,7 +36,7 @@ class Web:
 
     def call(self, queue: str, op: str, **args: Any) -> dict[str, Any]:
         """A request to the queue's daemon (socket-activating it under systemd)."""
-        return self.pool.call(check_queue_name(queue), op, **args)
+        return self.connections.call(check_queue_name(queue), op, **args)
 
     def store(self, queue: str) -> QueueStore:
         """Read-only access to a queue's files (never used to change them)."""

@@ -10,8 +10,8 @@ from urllib.parse import parse_qsl
 
 import falcon
 
-from rqsys import timeline
 from rqsys.errors import BadRequest, NotFound
+from rqsys.observe import timeline
 from rqsys.store import check_attach_name
 from rqsys.web import body, logs, pages, upload
 from rqsys.web.answers import ok

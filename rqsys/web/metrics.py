@@ -4,7 +4,7 @@ and failure groups: ``GET /q/<q>/groups.json``, ``POST /q/<q>/groups/<key>``.
 Each scrape asks every queue's daemon for its ``stats`` (O(1) there, but
 for the oldest queued message's age: O(que)) and renders them with a
 collector of its own; nothing is kept in the web process.  The totals are
-the daemon's, which keeps them across restarts (``rqsys.statsfile``), so a
+the daemon's, which keeps them across restarts (``rqsys.observe.statsfile``), so a
 counter does not go backwards when a daemon or the web restarts, but for
 the event loop's seconds, which count since the daemon started.
 """

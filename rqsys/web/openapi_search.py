@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.searchquery import MAX_LIMIT, SORTS, WHENS
+from rqsys.search.query import MAX_LIMIT, SORTS, WHENS
 from rqsys.store import STATES
 
 WHEN_TEXT = "2h, 3d, 90m ago, a Unix time or an ISO date/date-time (UTC unless it says)"

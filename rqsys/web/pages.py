@@ -7,8 +7,9 @@ from typing import Any
 
 import falcon
 
-from rqsys import config, timeline
+from rqsys import config
 from rqsys.errors import ConfigError, NotFound, RQError
+from rqsys.observe import timeline
 from rqsys.store import STATES
 from rqsys.web import dashboard as observing
 from rqsys.web import logs, msgpage, pools, queuepage, timeshtml

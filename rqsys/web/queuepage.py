@@ -8,8 +8,8 @@ from typing import Any
 
 import falcon
 
-from rqsys import searchquery
 from rqsys.errors import BadRequest, NotFound, RQError, StoreError
+from rqsys.search import query as searchquery
 from rqsys.store import STATES
 from rqsys.web import timeshtml
 from rqsys.web.context import Web

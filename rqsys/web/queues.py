@@ -14,7 +14,7 @@ import falcon
 from rqsys import config
 from rqsys.errors import BadRequest, NotFound, RQError, SpawnError, Unavailable
 from rqsys.message import split_method
-from rqsys.spawn import script_argv
+from rqsys.run.spawn import script_argv
 from rqsys.store import ADMIN_OPERS, QUEUE_NAME_RE, STATES, check_queue_name
 from rqsys.web import body, pages
 from rqsys.web.answers import Forbidden, ok

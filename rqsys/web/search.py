@@ -1,6 +1,6 @@
 """``GET /q/<q>/search.json`` (a page of a queue's messages matching a search)
 and ``POST /q/<q>/bulk`` (retry or delete every match, by the queue daemon in
-batches): both answered from the daemon's search index (``rqsys.searchquery``)."""
+batches): both answered from the daemon's search index (``rqsys.search.query``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from urllib.parse import urlencode
 
 import falcon
 
-from rqsys import searchquery
-from rqsys.client import QueueClient
-from rqsys.daemon.searchops import ACTIONS
 from rqsys.errors import BadRequest
+from rqsys.search import query as searchquery
+from rqsys.search.query import ACTIONS
 from rqsys.store import check_queue_name
 from rqsys.web import body
 from rqsys.web.answers import redirect, safe_back
 from rqsys.web.context import Resource, Web
+from rqsys.wire.client import QueueClient
 
 BULK_TIMEOUT = 600.0  # a bulk action over 100,000 messages takes seconds, not minutes
 

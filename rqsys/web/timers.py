@@ -1,5 +1,5 @@
 """``GET /timers`` (HTML) and ``/timers.json``: every timer, its schedule, next and
-last run, and its last message (:mod:`rqsys.timer_list`)."""
+last run, and its last message (:mod:`rqsys.timers.listing`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import falcon
 
-from rqsys.timer_list import list_timers, when
+from rqsys.timers.listing import list_timers, when
 from rqsys.web.context import Resource
 from rqsys.web.html import e, link, page, table
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rqsys import timeline
+from rqsys.observe import timeline
 from rqsys.web.html import e, table
 
 TIME_COLUMNS = ["Created", "Started", "Ended", "Waited", "Ran"]

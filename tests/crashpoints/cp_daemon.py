@@ -44,7 +44,7 @@ class Daemon:
         self.notify.settimeout(0.1)
         env = dict(os.environ, NOTIFY_SOCKET=str(notify_path), **{TAG: str(root)})
         env.pop("JOURNAL_STREAM", None)
-        cmd = [*strace, sys.executable, "-m", "rqsys.cli", "--root", str(root), "queue", name]
+        cmd = [*strace, sys.executable, "-m", "rqsys", "--root", str(root), "queue", name]
         self.log_path = root / f".stderr-{time.monotonic_ns()}"
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=log,

@@ -55,7 +55,7 @@ class FarEnd:
                if k not in ("NOTIFY_SOCKET", "JOURNAL_STREAM", "LISTEN_FDS", "LISTEN_PID")}
         with open(self.base / "serve.log", "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rqsys.cli", "--root", str(self.root), "serve",
+                [sys.executable, "-m", "rqsys", "--root", str(self.root), "serve",
                  "--scandir", str(scandir), "--listen", f"127.0.0.1:{self.port}"],
                 env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                 start_new_session=True)

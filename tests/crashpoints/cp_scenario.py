@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rqsys.client import QueueClient
 from rqsys.errors import NotFound, Unavailable
-from rqsys.scandir import install_queue
+from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 QUEUE = "cp"
 SCRIPT = """#!/bin/bash

@@ -68,8 +68,8 @@ class Service:
         os.sync()
 
     def release_queues(self) -> None:
-        from rqsys.client import QueueClient
         from rqsys.store import Layout
+        from rqsys.wire.client import QueueClient
 
         for name in QUEUES:
             with QueueClient(Layout.from_root(self.root), name, timeout=60) as client:
@@ -77,7 +77,7 @@ class Service:
 
     def start(self) -> None:
         self.configure()
-        argv = [self.plan["python"], "-m", "rqsys.cli", "--root", str(self.root), "serve",
+        argv = [self.plan["python"], "-m", "rqsys", "--root", str(self.root), "serve",
                 "--scandir", self.plan["scandir"], "--port", str(self.plan["port"])]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log,
@@ -105,9 +105,9 @@ class Service:
                     return bool(answer.status == 200)
             except OSError:
                 return False
-        from rqsys.client import QueueClient
         from rqsys.errors import RQError
         from rqsys.store import Layout
+        from rqsys.wire.client import QueueClient
 
         try:
             with QueueClient(Layout.from_root(self.root), name, timeout=30) as client:

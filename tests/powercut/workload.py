@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rqsys.client import QueueClient
 from rqsys.errors import RQError
 from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
 
 TEXT = "abcdefghijklmnopqrstuvwxyz0123456789 -_.:/é€"
 PARAM_SIZES = (0, 8, 200, 900, 1500, 4000)  # around a spare's 1024-byte blank msg

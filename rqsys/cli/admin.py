@@ -1,0 +1,154 @@
+"""The ``rqsys`` command line: the daemons (serve, queue, web, scan, timer,
+relay-worker) and admin verbs (passwd, install-units, install-system).
+
+Each subcommand imports its module only when run, so the daemons start fast;
+``--root`` and the exit codes are shared with ``rq`` (``rqsys.cli.common``),
+whose verbs (``rqsys.cli.rq``) it never imports.  ``python -m rqsys``
+runs it (the supervisor starts its children so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from rqsys.cli.common import RET_FAIL, RET_OK, after_verb, root_option
+from rqsys.errors import RQError
+from rqsys.store import Layout
+
+
+def rqsys_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rqsys", description="rqsys daemons and admin")
+    root_option(parser)
+    cmds = parser.add_subparsers(dest="cmd", required=True)
+    root = [after_verb()]
+    serve = cmds.add_parser("serve", help="embedded mode: every daemon under one supervisor",
+                            parents=root)
+    serve.add_argument("--scandir", type=Path, help="queue scripts directory")
+    _web_options(serve)
+    queue = cmds.add_parser("queue", help="run one queue daemon (rq@NAME.service)", parents=root)
+    queue.add_argument("name")
+    _web_options(cmds.add_parser("web", help="run the web front end (rq-web.service)",
+                                 parents=root))
+    passwd = cmds.add_parser("passwd", help="hash a web password for basic_auth", parents=root)
+    passwd.add_argument("user", nargs="?", default="admin", help="user name (default: admin)")
+    scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)",
+                           parents=root)
+    scan.add_argument("--scandir", type=Path, help="default <root>/scandir")
+    timer = cmds.add_parser("timer", help="send a calendar or cron timer's latest slot "
+                            "(rq-timer@NAME.service)", parents=root)
+    timer.add_argument("name")
+    cmds.add_parser("relay-worker", help="relay the relay queue's messages on its socket "
+                    "(rq-relay-worker.service)", parents=root)
+    units = cmds.add_parser("install-units", help="install the systemd units, sysusers, tmpfiles",
+                            parents=root)
+    units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
+    units.add_argument("--exec", dest="executable", help="rqsys path in ExecStart= (default: this)")
+    system = cmds.add_parser("install-system", help="link rq, rqsys, man pages into a prefix",
+                             parents=root)
+    system.add_argument("--prefix", type=Path, help="default /usr/local")
+    system.add_argument("--undo", action="store_true", help="remove the links made")
+    return parser
+
+
+def _web_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", metavar="ADDR:PORT",
+                        help="web address (default: config.json's addr:port, 127.0.0.1:3333; "
+                             "IPv6 as [::1]:3333)")
+    parser.add_argument("--port", type=int, help="web port only (the address from config.json)")
+    parser.add_argument("--allow-unauthenticated-network", dest="allow_unauthenticated",
+                        action="store_true",
+                        help="serve a non-loopback address without basic_auth (anyone who "
+                             "reaches it can run scripts; a warning is logged at every start)")
+
+
+def _listen_of(args: argparse.Namespace) -> tuple[str | None, int | None]:
+    """(addr, port) from --listen / --port; None where config.json decides."""
+    from rqsys.web.listen import parse_listen
+
+    if args.listen is None:
+        return None, args.port
+    addr, port = parse_listen(args.listen)
+    return addr, port if args.port is None else args.port
+
+
+def rqsys_main(argv: list[str] | None = None) -> int:
+    args = rqsys_parser().parse_args(argv)
+    try:
+        return RQSYS_COMMANDS[args.cmd](Layout.from_root(args.root), args)
+    except RQError as exc:
+        print(f"rqsys: {exc}", file=sys.stderr)
+        return RET_FAIL
+
+
+def run_serve(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys import supervisor
+
+    addr, port = _listen_of(args)
+    options = supervisor.WebOptions(addr, port, args.allow_unauthenticated)
+    return supervisor.main(layout, args.scandir, options)
+
+
+def run_queue(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.daemon import main
+
+    return main.main(layout, args.name)
+
+
+def run_web(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.web import app
+
+    addr, port = _listen_of(args)
+    return int(app.main(layout, addr, port, args.allow_unauthenticated))
+
+
+def run_passwd(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.web import passwd
+
+    return passwd.main(args.user)
+
+
+def run_scan(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.scan import watcher
+
+    return int(watcher.main(layout, args.scandir or layout.scandir))
+
+
+def run_timer(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.timers import units as timer_units
+
+    print(f"ok {timer_units.send_slot(layout, args.name)}")
+    return RET_OK
+
+
+def run_relay_worker(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.scripts import relayworker
+
+    return relayworker.main()
+
+
+def run_install_units(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.install import units
+
+    return units.main(args.prefix, args.executable)
+
+
+def run_install_system(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.install import system
+
+    return system.main(args.prefix, args.undo)
+
+
+RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
+    "serve": run_serve,
+    "queue": run_queue,
+    "web": run_web,
+    "scan": run_scan,
+    "install-units": run_install_units,
+    "timer": run_timer,
+    "relay-worker": run_relay_worker,
+    "passwd": run_passwd,
+    "install-system": run_install_system,
+}

@@ -1,0 +1,188 @@
+"""The ``rq`` command line: RQ's client verbs (``rqsys`` is ``rqsys.cli.admin``).
+
+``rq`` prints ``ok <x>`` or ``fail <why>`` in RQ's shapes and exits with the
+codes of ``rqsys.cli.common``; both take ``--root DIR`` (or RQ_ROOT) to find
+the state directory and the queue sockets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from rqsys.cli import jobs, observe
+from rqsys.cli.common import (  # the RET_ codes: rq's too (rqsys.cli.rq.RET_FAIL)
+    RET_FAIL,
+    RET_OK,
+    RET_UNAVAILABLE,
+    RET_USAGE,  # noqa: F401
+    after_verb,
+    root_option,
+)
+from rqsys.cli.send import (
+    add_msg_options,
+    attach,
+    cmd_sendmesg,
+    message_from,
+)
+from rqsys.errors import RQError, Unavailable
+from rqsys.store import ADMIN_OPERS, Layout
+from rqsys.wire.client import QueueClient, find_message
+
+
+def cmd_prepmesg(layout: Layout, args: argparse.Namespace) -> str:
+    return cmd_sendmesg(layout, args, state="prep")
+
+
+def cmd_single_que(layout: Layout, args: argparse.Namespace) -> str:
+    return cmd_sendmesg(layout, args, single=True)
+
+
+def _msg_call(layout: Layout, args: argparse.Namespace, op: str, **extra: Any) -> dict[str, Any]:
+    queue, msg_id = find_message(layout, args.msg_id)
+    with QueueClient(layout, queue) as client:
+        return client.call(op, msg_id=msg_id, **extra)
+
+
+def cmd_attachmesg(layout: Layout, args: argparse.Namespace) -> str:
+    queue, msg_id = find_message(layout, args.msg_id)
+    with QueueClient(layout, queue) as client:
+        reply = attach(client, msg_id, args.pathname, args.name)
+    return f"{reply['md5']}-Attached successfully for Message: {args.msg_id} attachment"
+
+
+def cmd_attachstatusmesg(layout: Layout, args: argparse.Namespace) -> str:
+    """RQ's shape: the number of attachments, then ``name md5 size path`` lines."""
+    found = _msg_call(layout, args, "get")["attachments"]
+    lines = [f"{name} {info['md5']} {info['size']} {info.get('path', '')}".rstrip()
+             for name, info in sorted(found.items())]
+    return "\n".join([str(len(lines)), *lines])
+
+
+def cmd_statuscountmesg(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "get")["msg"].get("count", 0))
+
+
+def cmd_commitmesg(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "commit")["url"])
+
+
+def cmd_statusmesg(layout: Layout, args: argparse.Namespace) -> str:
+    reply = _msg_call(layout, args, "status")
+    return f"{reply['state']} - {reply['status']}" if reply["status"] else str(reply["state"])
+
+
+def cmd_state(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "state")["state"])
+
+
+def cmd_clone(layout: Layout, args: argparse.Namespace) -> str:
+    return str(_msg_call(layout, args, "clone")["url"])
+
+
+def cmd_delete(layout: Layout, args: argparse.Namespace) -> str:
+    _msg_call(layout, args, "delete")
+    return "deleted"
+
+
+def cmd_destroy(layout: Layout, args: argparse.Namespace) -> str:
+    _msg_call(layout, args, "destroy")
+    return "destroyed"
+
+
+def cmd_run_now(layout: Layout, args: argparse.Namespace) -> str:
+    _msg_call(layout, args, "run_now")
+    return "run_now"
+
+
+def cmd_adminoper(layout: Layout, args: argparse.Namespace) -> str:
+    with QueueClient(layout, args.queue) as client:
+        return str(client.call("adminoper", oper=args.oper)["admin"])
+
+
+def _pools(layout: Layout, args: argparse.Namespace) -> str:
+    from rqsys.pool.report import cmd_pools  # imports nothing of NATS
+
+    return cmd_pools(layout, args)
+
+
+def cmd_timers(layout: Layout, args: argparse.Namespace) -> str:
+    from rqsys.timers import listing
+
+    entries = listing.list_timers(layout)
+    return "\n".join([str(len(entries)), *listing.lines(entries)])
+
+
+RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
+    "sendmesg": (cmd_sendmesg, "send a message (ok <full message url>)"),
+    "prepmesg": (cmd_prepmesg, "create a message in prep (two-phase send)"),
+    "single_que": (cmd_single_que, "queue unless an identical message is queued"),
+    "attachmesg": (cmd_attachmesg, "attach a file to a prep message"),
+    "attachstatusmesg": (cmd_attachstatusmesg, "ok N, then one 'name md5 size path' line each"),
+    "statuscountmesg": (cmd_statuscountmesg, "ok <count> (runs so far)"),
+    "commitmesg": (cmd_commitmesg, "commit a prep message to que"),
+    "statusmesg": (cmd_statusmesg, "ok <state> [- <status text>]"),
+    "state": (cmd_state, "ok <state>"),
+    "clone": (cmd_clone, "copy a message (attachments hard-linked) to que"),
+    "delete": (cmd_delete, "delete a message that is not running"),
+    "destroy": (cmd_destroy, "kill a running message's scripts and delete it"),
+    "run_now": (cmd_run_now, "make a queued message due now"),
+    "adminoper": (cmd_adminoper, "set a queue's admin state"),
+    "timers": (cmd_timers, "ok N, then one line per timer: name, schedule, next run, last "
+                           "run, last message URL and its state (tab-separated)"),
+    "ls": (jobs.cmd_ls, "ok <count>, then a queue's message ids, one a line (--tag)"),
+    "pools": (_pools,
+              "pool queues here, with their pools' depth, in flight, redeliveries"),
+}
+SENDING = {"sendmesg", "prepmesg", "single_que"}
+
+
+def rq_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rq", description="RQ client verbs")
+    root_option(parser)
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    for verb, (_fn, text) in RQ_VERBS.items():
+        sub = verbs.add_parser(verb, help=text, description=text, parents=[after_verb()])
+        if verb == "sendmesg":
+            sub.add_argument("--bulk", metavar="FILE", help="send one JSON message per line "
+                             "of FILE (- for stdin); the options below are their defaults")
+        if verb in SENDING:
+            add_msg_options(sub)
+        elif verb == "timers":
+            pass
+        elif verb == "ls":
+            jobs.ls_options(sub)
+            observe.ls_options(sub)
+        elif verb == "pools":
+            pass
+        elif verb == "adminoper":
+            sub.add_argument("--queue", required=True)
+            sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))
+        else:
+            sub.add_argument("--msg_id", required=True, help="short id or full message URL")
+        if verb == "attachmesg":
+            sub.add_argument("--pathname", required=True, help="the file to attach")
+            sub.add_argument("--name", help="attachment name (default: the file's name)")
+    observe.add_verbs(verbs, [after_verb()])
+    return parser
+
+
+def rq_main(argv: list[str] | None = None) -> int:
+    args = rq_parser().parse_args(argv)
+    if observe.takes(args):
+        return observe.run(Layout.from_root(args.root), args)
+    try:
+        if getattr(args, "bulk", None):  # its own lines: one per message
+            return jobs.send_bulk(Layout.from_root(args.root), args, message_from(args))
+        print(f"ok {RQ_VERBS[args.verb][0](Layout.from_root(args.root), args)}")
+    except Unavailable as exc:
+        print(f"fail {exc}")
+        print(f"rq: {exc}", file=sys.stderr)
+        return RET_UNAVAILABLE
+    except RQError as exc:
+        print(f"fail {exc}")
+        print(f"rq: {exc}", file=sys.stderr)
+        return RET_FAIL
+    return RET_OK

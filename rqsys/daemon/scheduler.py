@@ -1,0 +1,231 @@
+"""The in-memory que of one queue: which message runs next (priority, due
+time, arrival), blocking keys and coalescing.
+
+Two heaps: messages not yet due wait in ``_heap`` by due time; once due they
+move to ``_ready``, ordered by ``priority`` (smaller first, default 0, as
+Oban and Solid Queue), then due time, then id (arrival).  A message that is
+not due never holds back one that is, whatever their priorities.  The order
+is strict: a due message of a better priority always starts first, so a
+steady stream of them can starve worse ones (no ageing: what a user asks
+for is what runs; give work that must not wait behind others its own queue).
+With every priority 0 the order is the one without priorities: due time,
+then id.
+
+A due message its gate holds (``rqsys.daemon.gates``: concurrency, blocking
+params, rate limit) or that waits for other messages (``after``) is parked
+under a wait key; one parked message of a key goes back to the ready heap
+each time the key may have room (an end, a start leaving room, the rate
+window's next opening, kept in ``_timed`` and returned by ``next_due``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from rqsys.daemon.gates import Gate, WaitKey, Wake
+from rqsys.message import due_time, param_key
+
+Msg = dict[str, Any]
+Ready = tuple[int, float, str]  # (priority, due, id)
+
+
+def priority(msg: Msg) -> int:
+    return int(msg.get("priority") or 0)
+
+
+class Schedule:
+    """Queued messages, popped best priority then oldest-due first, honouring
+    the queue's gate and the messages' dependencies.
+
+    The heap may hold stale entries (deleted or re-timed messages); they are
+    skipped when popped, so every operation stays O(log n).
+    """
+
+    def __init__(self, blocking: list[int], coalesce: list[int], gate: Gate | None = None
+                 ) -> None:
+        self.coalesce = list(coalesce)
+        self.gate = gate or Gate.from_config({"blocking_params": blocking})
+        self.msgs: dict[str, Msg] = {}
+        self._heap: list[tuple[float, str]] = []  # not due yet when pushed: (due, id)
+        self._ready: list[Ready] = []  # due
+        self._parked: dict[WaitKey, list[Ready]] = defaultdict(list)  # heaps
+        self._timed: list[tuple[float, WaitKey]] = []  # when a parked key may try again
+        self._woken: dict[str, WaitKey] = {}  # id -> the key it was woken from, until popped
+        self.after: set[str] = set()  # ids waiting for other messages (rqsys.daemon.after)
+        self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+    def __contains__(self, msg_id: str) -> bool:
+        return msg_id in self.msgs
+
+    def add(self, msg_id: str, msg: Msg) -> None:
+        if msg_id in self.msgs or msg_id in self._woken:  # not at start: 100,000 calls saved
+            self.remove(msg_id)
+        self.msgs[msg_id] = msg
+        heapq.heappush(self._heap, (due_time(msg), msg_id))
+        key = param_key(msg, self.coalesce)
+        if key is not None:
+            self._by_coalesce[key].add(msg_id)
+
+    def load(self, msgs: dict[str, Msg]) -> None:
+        """At start, into an empty que: ``add`` of each, the heap made at once."""
+        assert not self.msgs, "Schedule.load is for an empty que"  # a bug: add() is for that
+        self.msgs.update(msgs)
+        self._heap = [(due_time(msg), msg_id) for msg_id, msg in msgs.items()]
+        heapq.heapify(self._heap)
+        if self.coalesce:  # without coalesce params no message has a key
+            for msg_id, msg in msgs.items():
+                self._by_coalesce[param_key(msg, self.coalesce)].add(msg_id)  # type: ignore[index]
+
+    def remove(self, msg_id: str) -> Msg | None:
+        woken = self._woken.pop(msg_id, None)
+        if woken is not None:  # removed before its turn: the next of its key takes it
+            self._wake_one(woken)
+        msg = self.msgs.pop(msg_id, None)
+        if msg is not None:
+            key = param_key(msg, self.coalesce)
+            if key is not None:
+                self._by_coalesce[key].discard(msg_id)
+        return msg
+
+    def _live(self, entry: tuple[float, str]) -> bool:
+        msg = self.msgs.get(entry[1])
+        return msg is not None and due_time(msg) == entry[0]
+
+    def _live_ready(self, entry: Ready) -> bool:
+        msg = self.msgs.get(entry[2])
+        return msg is not None and (priority(msg), due_time(msg)) == entry[:2]
+
+    def next_due(self) -> float | None:
+        """The earliest due time of a runnable entry, or None."""
+        while self._ready and not self._live_ready(self._ready[0]):
+            heapq.heappop(self._ready)
+        while self._heap and not self._live(self._heap[0]):
+            heapq.heappop(self._heap)
+        while self._timed and not self._parked.get(self._timed[0][1]):
+            heapq.heappop(self._timed)
+        dues = ([entry[1] for entry in self._ready[:1]] + [entry[0] for entry in self._heap[:1]]
+                + [entry[0] for entry in self._timed[:1]])
+        return min(dues) if dues else None
+
+    def _promote(self, now: float) -> None:
+        """Entries due by ``now`` move to the ready heap (priority order), and
+        so does one parked entry of each key whose time has come."""
+        while self._heap and self._heap[0][0] <= now:
+            due, msg_id = heapq.heappop(self._heap)
+            if self._live((due, msg_id)):
+                heapq.heappush(self._ready, (priority(self.msgs[msg_id]), due, msg_id))
+        while self._timed and self._timed[0][0] <= now:
+            self._wake_one(heapq.heappop(self._timed)[1])
+
+    def pop_ready(self, now: float) -> tuple[str, Msg] | None:
+        """The next due message its gate lets start, removed from the que
+        (``started`` is the caller's to say once it runs)."""
+        self._promote(now)
+        while self._ready:
+            entry = heapq.heappop(self._ready)
+            if not self._live_ready(entry):
+                continue
+            self._woken.pop(entry[2], None)
+            held = self._hold(entry[2], now)
+            if held is not None:
+                self._park(entry, *held)
+                continue
+            msg = self.remove(entry[2])
+            assert msg is not None
+            return entry[2], msg
+        return None
+
+    def _hold(self, msg_id: str, now: float) -> Wake | None:
+        if msg_id in self.after:
+            return ("a", msg_id), None
+        return self.gate.hold(self.msgs[msg_id], now)
+
+    def _park(self, entry: Ready, key: WaitKey, when: float | None) -> None:
+        heapq.heappush(self._parked[key], entry)
+        if when is not None:
+            heapq.heappush(self._timed, (when, key))
+
+    def _wake_one(self, key: WaitKey) -> None:
+        """The best live entry parked under ``key`` competes again."""
+        parked = self._parked.get(key)
+        while parked:
+            entry = heapq.heappop(parked)
+            if self._live_ready(entry):
+                heapq.heappush(self._ready, entry)
+                self._woken[entry[2]] = key
+                break
+        if not parked:
+            self._parked.pop(key, None)
+
+    def _wake(self, wakes: list[Wake]) -> None:
+        for key, when in wakes:
+            if key not in self._parked:
+                continue
+            if when is None:
+                self._wake_one(key)
+            else:
+                heapq.heappush(self._timed, (when, key))
+
+    def started(self, msg: Msg, now: float | None) -> None:
+        """``msg`` runs (``now`` None: it ran already, counted again after a reload)."""
+        self._wake(self.gate.started(msg, now))
+
+    def ended(self, msg: Msg) -> None:
+        """``msg`` no longer runs: a message held by its keys may start."""
+        self._wake(self.gate.ended(msg))
+
+    def dropped(self, msg: Msg) -> None:
+        """A popped ``msg`` that will not run (its directory was removed by
+        hand): what its start and end would have woken is woken, so the
+        messages parked behind its keys are not left waiting for it."""
+        self._wake(self.gate.started(msg, None))
+        self._wake(self.gate.ended(msg))
+
+    def unhold(self, msg_id: str) -> None:
+        """``msg_id`` no longer waits for other messages."""
+        self.after.discard(msg_id)
+        self._wake_one(("a", msg_id))
+
+    def reconfigure(self, gate: Gate, coalesce: list[int], running: Iterable[Msg]) -> None:
+        """A reload: a new gate (the running messages counted in it, rate
+        windows kept); every parked message competes again."""
+        gate.adopt(self.gate)
+        self.gate, self.coalesce = gate, list(coalesce)
+        for msg in running:
+            gate.started(msg, None)
+        for key in [k for k in self._parked if k[0] != "a"]:
+            for entry in self._parked.pop(key):
+                heapq.heappush(self._ready, entry)
+
+    def take_coalesced(self, msg: Msg) -> list[tuple[str, Msg]]:
+        """Remove and return the queued messages with ``msg``'s coalesce key,
+        whatever their due time (RQ's ``handle_dups``)."""
+        key = param_key(msg, self.coalesce)
+        if key is None:
+            return []
+        taken = []
+        for msg_id in sorted(self._by_coalesce.pop(key, ())):
+            if msg_id in self.after:  # still waiting for other messages: it runs on its own
+                self._by_coalesce[key].add(msg_id)
+                continue
+            found = self.remove(msg_id)
+            if found is not None:
+                taken.append((msg_id, found))
+        return taken
+
+    def find_same_params(self, msg: Msg) -> str | None:
+        """A queued message with the same dest and params (for single_que)."""
+        want = param_key(msg, [1, 2, 3, 4])
+        for msg_id, other in self.msgs.items():
+            if other.get("dest") == msg.get("dest") and param_key(other, [1, 2, 3, 4]) == want:
+                return msg_id
+        return None
+
+    def ordered_ids(self) -> list[str]:
+        return sorted(self.msgs)

@@ -1,0 +1,177 @@
+"""Keeping a queue's statistics across daemon restarts: a snapshot and a journal.
+
+Each counted event is appended to ``queue/<q>/stats.log`` as one JSON line
+numbered ``n``, no fsync; a loop turn's lines go in one ``write(2)`` when
+the turn ends (``flush``).  Every ``SAVE_INTERVAL`` the
+loop renames the journal to ``stats.log.old`` (new lines go to a new one)
+and hands a snapshot of the numbers (with the last line number it holds)
+to the background ``files`` lane, which writes ``stats.json`` durably
+(temp file, fsync, rename) and then removes ``stats.log.old``.  At start
+the snapshot is read and the journals' lines numbered after it are applied
+again.  So a counter never goes backwards when the daemon crashes, is
+killed or restarts once the turn of its events has ended: every line
+written is in the kernel.  A power cut can
+lose the journal lines of the seconds before it (never the snapshot): then
+counters may step back by those, which Prometheus' ``rate()`` reads as a
+counter reset.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rqsys.background import Background
+from rqsys.observe import stamps
+from rqsys.observe.events import listening
+from rqsys.observe.stats import QueueStats, observed
+from rqsys.store import durable
+
+SNAPSHOT, JOURNAL, OLD = "stats.json", "stats.log", "stats.log.old"
+SAVE_INTERVAL = 60.0  # seconds between snapshots (the journal is replayed from the last)
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps makes one a call
+LANE = "stats"  # the background lane of the snapshots (not behind attachment hashing)
+
+
+class StatsFile:
+    """A ``QueueStats`` kept on disk; its ``sink`` is the daemon's EventLog sink."""
+
+    def __init__(self, qdir: Path, stats: QueueStats, background: Background) -> None:
+        self.qdir, self.stats, self.background = qdir, stats, background
+        self._fd = -1
+        self._lines: list[str] = []  # this turn's, written by flush()
+        self._saving = False
+        self._lock = threading.Lock()  # a snapshot being written, and the one at stop
+        self._closed = False
+        self._next_save = time.monotonic() + SAVE_INTERVAL
+        self.fsync_s: float | None = None  # how long the last snapshot's fsyncs took
+
+    def load(self) -> None:
+        """Read the snapshot, apply the journals after it, count this start."""
+        try:
+            self.stats.restore(json.loads((self.qdir / SNAPSHOT).read_bytes()))
+        except (FileNotFoundError, ValueError):
+            pass  # none yet (a torn one cannot be: it is renamed in whole)
+        for name in (OLD, JOURNAL):
+            for line in _lines(self.qdir / name):
+                if line.get("n", 0) > self.stats.seq:
+                    self.stats.apply(line)
+        self._open()
+        self._count({"k": "start", "t": round(time.time(), 3)})
+        self.flush()
+        if (self.qdir / OLD).exists():  # a crash mid-snapshot: save now, before a rotation
+            self._write_snapshot()      # could replace the old journal (rare: no hurry)
+
+    def _write_snapshot(self) -> None:
+        data = json.dumps(self.stats.state(), separators=(",", ":")).encode()
+        durable.write_file_durably(self.qdir / SNAPSHOT, data)
+        (self.qdir / OLD).unlink(missing_ok=True)
+
+    @listening(*QueueStats.kinds)  # what ``observed`` counts
+    def sink(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
+        event = observed(kind, msg_id, fields, time.time(), stamps.now()[0])
+        if event is not None:
+            self._count(event)
+
+    def _count(self, event: dict[str, Any]) -> None:
+        self.stats.apply(event)
+        self._lines.append(_line(event, self.stats.seq))
+
+    def flush(self) -> None:
+        """Append this turn's lines to the journal, in one write(2)."""
+        if not self._lines:
+            return
+        data, self._lines = "".join(self._lines).encode(), []
+        if self._fd >= 0:
+            try:
+                os.write(self._fd, data)
+            except OSError:
+                pass  # a full disk: the numbers in memory stay right until a restart
+
+    def tick(self, now: float) -> None:
+        """Once a loop turn: start a snapshot when one is due."""
+        if now >= self._next_save and not self._saving:
+            self._next_save = now + SAVE_INTERVAL
+            self.save()
+
+    def save(self) -> None:
+        """Rotate the journal and write the snapshot off the loop."""
+        if self._saving or not (self.qdir / JOURNAL).exists():
+            return
+        self._saving = True
+        self.flush()  # the old journal holds every line the snapshot covers
+        durable.rename(self.qdir / JOURNAL, self.qdir / OLD)  # the snapshot covers all of it
+        self._open()
+        data = json.dumps(self.stats.state(), separators=(",", ":")).encode()
+
+        def work() -> float:
+            with self._lock:
+                if self._closed:  # the stop's snapshot is newer
+                    return 0.0
+                began = time.monotonic()
+                durable.write_file_durably(self.qdir / SNAPSHOT, data)
+                (self.qdir / OLD).unlink(missing_ok=True)
+                return time.monotonic() - began
+
+        def then(took: Any, error: BaseException | None) -> None:
+            self._saving = False
+            if error is None:
+                self.fsync_s = took
+
+        self.background.submit(work, then, LANE)
+
+    def close(self) -> None:
+        """At stop: the snapshot written now, on the loop (nothing else is left to do)."""
+        self._lines.clear()  # the snapshot has them
+        data = json.dumps(self.stats.state(), separators=(",", ":")).encode()
+        with self._lock:  # waits for a snapshot being written, which then has none to write
+            self._closed = True
+            durable.write_file_durably(self.qdir / SNAPSHOT, data)
+            for name in (OLD, JOURNAL):
+                (self.qdir / name).unlink(missing_ok=True)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _open(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        self._fd = os.open(self.qdir / JOURNAL, flags, 0o644)
+
+
+def _line(event: dict[str, Any], n: int) -> str:
+    """A journal line, ``{"k":..,"t":..[,"v":..],"n":n}``, formatted as text
+    when its values are plain numbers (the encoder cost more than the count)."""
+    value, at = event.get("v"), event["t"]
+    if type(at) is float and type(value) in _NUMBERS and len(event) == 2 + (value is not None):
+        if value is None:
+            return f'{{"k":"{event["k"]}","t":{stamps.text(at)},"n":{n}}}\n'
+        if math.isfinite(value):
+            return f'{{"k":"{event["k"]}","t":{stamps.text(at)},"v":{value!r},"n":{n}}}\n'
+    return _ENCODE({**event, "n": n}) + "\n"
+
+
+_NUMBERS = frozenset({float, int, type(None)})
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    """A journal's lines (a torn last one skipped)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for text in raw.splitlines():
+        try:
+            item = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(item, dict) and "k" in item:
+            out.append(item)
+    return out
