@@ -38,8 +38,10 @@ LATENCY_N = 200
 STRACE_N = 500  # creates counted under strace (it slows them: not in the rates)
 STARTUP_N = 100_000
 RESULTS: list[tuple[str, str]] = []
-# the module `rqsys queue NAME` starts from (wave 1 had only rqsys.cli.rq)
-ENTRY = "rqsys.cli.admin" if importlib.util.find_spec("rqsys.cli.admin") else "rqsys.cli.rq"
+# what `python -m` runs `rqsys` from in the checkout under test: the package
+# (after the house was arranged by feature), else rqsys.cli_rqsys, else (wave 1) rqsys.cli
+ENTRY = next(m for m in ("rqsys.__main__", "rqsys.cli_rqsys", "rqsys.cli")
+             if importlib.util.find_spec(m)).removesuffix(".__main__")
 
 
 def report(name: str, value: str, verdict: str = "") -> None:

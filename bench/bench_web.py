@@ -40,7 +40,7 @@ ROUNDS = 3
 DONE_N = 1_000_000
 LAUNCH = ("import os, sys; os.dup2(int(sys.argv[1]), 3); "
           "os.environ.update(LISTEN_FDS='1', LISTEN_FDNAMES='web', LISTEN_PID=str(os.getpid())); "
-          "os.execv(sys.executable, [sys.executable, '-m', 'rqsys.cli.rq', '--root', sys.argv[2], "
+          "os.execv(sys.executable, [sys.executable, '-m', 'rqsys', '--root', sys.argv[2], "
           "'web'])")
 VERDICTS: list[str] = []
 

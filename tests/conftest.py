@@ -83,6 +83,18 @@ def web_client(layout: Layout) -> Any:
                                      headers={"Host": "localhost"})
 
 
+@pytest.fixture(scope="session")
+def guests(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The suite's QEMU guests, all run at once when a test first asks: those
+    of the test modules this session collected (tests/guest_runs.py)."""
+    import guest_runs
+
+    collected = {item.path.name for item in request.session.items}
+    wanted = {name for name, module in guest_runs.MODULES.items() if module in collected}
+    return guest_runs.run_all(tmp_path_factory.mktemp("guests"), wanted)
+
+
 @pytest.fixture
 def layout(tmp_path: Path) -> Layout:
     lay = Layout(tmp_path / "root", tmp_path / "root" / "sock")

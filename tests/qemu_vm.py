@@ -14,7 +14,7 @@ KVM is used only where a probe boot under KVM reaches the guest's init in
 then hangs after the firmware (nested virtualisation present, not working).
 Elsewhere TCG, QEMU's own CPU emulation, which runs anywhere (and unlike
 User-Mode Linux 6.1 does not crash on CPUs with AMX).  ``RQ_VM_ACCEL=kvm``
-or ``tcg`` skips the probe; the probe sets it for the processes it starts.
+or ``tcg`` skips the probe, whose answer is kept for the host's boot.
 """
 
 from __future__ import annotations
@@ -211,9 +211,8 @@ def accel_mode() -> str:
     probe's answer is kept for this host's boot (``build/vm/accel.json``)."""
     if os.environ.get("RQ_VM_ACCEL") in ("kvm", "tcg"):
         return os.environ["RQ_VM_ACCEL"]
-    if "mode" not in _ACCEL:
+    if "mode" not in _ACCEL:  # (not put in os.environ: every daemon a test starts has it)
         _ACCEL.update(_probed())
-        os.environ["RQ_VM_ACCEL"] = _ACCEL["mode"]  # the processes we start skip the probe
     return _ACCEL["mode"]
 
 

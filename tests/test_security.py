@@ -36,7 +36,7 @@ HANDED_OVER = ("import os, socket, sys; s = socket.create_server(('0.0.0.0', 0))
                "os.dup2(s.fileno(), 3) if s.fileno() != 3 else os.set_inheritable(3, True); "
                "os.environ.update(LISTEN_FDS='1', LISTEN_FDNAMES='web', "
                "LISTEN_PID=str(os.getpid())); "
-               "os.execv(sys.executable, [sys.executable, '-m', 'rqsys.cli.rq', '--root', "
+               "os.execv(sys.executable, [sys.executable, '-m', 'rqsys', '--root', "
                "sys.argv[1], 'web', *sys.argv[2:]])")
 
 

@@ -6,30 +6,22 @@ polkit rule), and these tests read what it found."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import vm_systemd
 from conftest import need
 
 MB = 1 << 20
 
 
 @pytest.fixture(scope="module")
-def facts() -> Iterator[dict[str, Any]]:
-    reason = vm_systemd.missing()
-    need(not reason, reason)
-    work = Path(tempfile.mkdtemp(prefix="rq-vm-"))
-    try:
-        found = vm_systemd.boot(work)
-        assert "error" not in found, (found["error"], found.get("journal", "")[-4000:])
-        yield found
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def facts(guests: dict[str, Any]) -> dict[str, Any]:
+    """What the guest found (booted beside the power cuts: tests/guest_runs.py)."""
+    outcome = guests["limits"]
+    need(not outcome.missing, outcome.missing)
+    found: dict[str, Any] = outcome.get()
+    assert "error" not in found, (found["error"], found.get("journal", "")[-4000:])
+    return found
 
 
 def usage(ended: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from rqsys.store import Layout
 READY_TIMEOUT = 15.0
 LAUNCH = ("import os, sys; os.dup2(int(sys.argv[1]), 3); "
           "os.environ.update(LISTEN_FDS='1', LISTEN_FDNAMES='web', LISTEN_PID=str(os.getpid())); "
-          "os.execv(sys.executable, [sys.executable, '-m', 'rqsys.cli.rq', '--root', sys.argv[2], "
+          "os.execv(sys.executable, [sys.executable, '-m', 'rqsys', '--root', sys.argv[2], "
           "'web'])")
 
 
