@@ -4,6 +4,7 @@ on a real file system."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,43 @@ def test_recovery_replaces_a_torn_target_with_the_whole_temp_copy(store):
     # Then the message is in que/ whole
     assert store.read_msg("que", staged.msg_id)["param1"] == "whole"
     assert list((store.qdir / ".tmp").iterdir()) == []
+
+
+def test_recovery_sets_aside_what_is_no_message_directory(store):
+    # Given e2fsck's work after a power cut: a running message's directory made
+    # a file, a done shard holding a file under a message's name, a good message
+    bad_run, bad_done, good = (store.create({"dest": "q"}) for _ in range(3))
+    store.move(bad_run, "que", "run")
+    store.move(bad_done, "que", "done")
+    for state in ("run", "done"):
+        path = next(p for p in store.state_dir(state).rglob("*") if p.name in (bad_run, bad_done))
+        shutil.rmtree(path)
+        path.write_bytes(b"\x00" * 8)
+    # When the store recovers
+    assert store.recover() == []
+    # Then both are set aside, bytes kept, and the good message is untouched
+    assert sorted(store.set_aside) == sorted([f"run.{bad_run}", f"done.{bad_done}"])
+    for name in store.set_aside:
+        assert (store.qdir / ".set-aside" / name).read_bytes() == b"\x00" * 8
+    assert [store.find(good)] == ["que"] and list(store.ids("run")) == []
+    for gone in (bad_run, bad_done):
+        with pytest.raises(NotFound):
+            store.find(gone)
+
+
+def test_a_daemon_starts_past_a_run_entry_that_is_no_directory(layout, make_queue, daemon):
+    # Given a queue whose run/ holds a file under a message's name (what an
+    # e2fsck left of a half-written directory) beside a queued message
+    make_queue("q", 'echo "done ok" >&3')
+    store = QueueStore(layout.queue_dir("q"))
+    queued = store.create({"dest": "q"})
+    stray = store.create({"dest": "q"})
+    shutil.rmtree(store.msg_dir("que", stray))
+    store.msg_dir("run", stray).write_text("not a message\n")
+    # When its daemon starts
+    proc = daemon("q")
+    # Then it says so, keeps the file aside, and runs the queued message
+    wait_for(lambda: store.find(queued) == "done", what="the queued message done")
+    assert (store.qdir / ".set-aside" / f"run.{stray}").read_text() == "not a message\n"
+    proc.stop()
+    assert f"run/{stray} was no message directory" in proc.stderr_text()

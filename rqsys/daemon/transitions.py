@@ -55,6 +55,9 @@ class Transitions(Retries):
         for msg_id in self.store.recover():
             self.log.event("recovered", "was running at the last stop; requeued", msg_id,
                            RQ_STATE="que")
+        for name in self.store.set_aside:  # no message's event: it has none left
+            self.log.event("warning", f"{name.replace('.', '/', 1)} was no message "
+                           f"directory: moved to .set-aside/{name}")
         snapshot = self.store.take_que_snapshot()
         if snapshot is not None:
             self.schedule.load(snapshot)

@@ -32,6 +32,7 @@ ATTACH_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=-]{0,199}$")
 DEFAULT_ROOT = "/var/lib/rq"
 SYSTEMD_SOCKET_DIR = "/run/rq"
 TMP_DIR = ".tmp"  # a queue's temp directories: new messages, uploads, spares
+SET_ASIDE_DIR = ".set-aside"  # what recovery found in a state that is no message directory
 SPARE_PREFIX = "spare."  # names of spare directories in .tmp/
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)

@@ -63,6 +63,7 @@ class QueueStore(QueueView):
         self.dirty = durable.DirtyDirs()  # parents of batched transitions
         self.spares = SpareMaker(f"{self._base}/{TMP_DIR}")
         self.ordered = False  # ext4 without a journal: set by recover() (see dirsync.py)
+        self.set_aside: list[str] = []  # what recover() moved to .set-aside/, by name
         self._sizes: dict[str, int] = {}  # ordered: directories' sizes after our last renames
         self._move_parents: dict[tuple[str, str], tuple[str, ...]] = {}  # see _parents_of
 

@@ -101,6 +101,7 @@ from rqsys.store import dirsync, durable, msgshare
 from rqsys.store.layout import (
     MSG_ID_RE,
     QUE_SNAPSHOT,
+    SET_ASIDE_DIR,
     SHARDED_STATES,
     SPARE_PREFIX,
     STATES,
@@ -120,6 +121,7 @@ def recover(store: QueueStore) -> list[str]:
         store.state_dir(state).mkdir(parents=True, exist_ok=True)
     _order_renames(store)
     _recover_tmp(store)
+    store.set_aside = _set_aside_strays(store)
     recovered = list(store.ids("run"))
     for msg_id in recovered:
         _count_crashed_run(store, msg_id)
@@ -128,6 +130,29 @@ def recover(store: QueueStore) -> list[str]:
     if store.ordered:  # what recovery freed is free on disk before anything reuses it
         durable.syncfs(store.qdir)
     return recovered
+
+
+def _set_aside_strays(store: QueueStore) -> list[str]:
+    """Move what sits in a state under a message's name but is no directory
+    (``e2fsck`` makes a half-written one a file, an operator drops one there)
+    to ``.set-aside/<state>.<id>``: kept for a person to look at, and out of
+    the way of a daemon that would fail on it at every start.  Their names."""
+    strays = []
+    for state in STATES:
+        base = store.state_dir(state)
+        dirs = [base / s for s in os.listdir(base)] if state in SHARDED_STATES else [base]
+        for adir in (d for d in dirs if d.is_dir()):
+            strays += [adir / i for i in os.listdir(adir)
+                       if MSG_ID_RE.match(i) and not (adir / i).is_dir()]
+    if not strays:
+        return []
+    aside = store.qdir / SET_ASIDE_DIR
+    aside.mkdir(exist_ok=True)
+    names = [f"{path.relative_to(store.qdir).parts[0]}.{path.name}" for path in strays]
+    for path, name in zip(strays, names, strict=True):
+        durable.rename(path, aside / name)
+    durable.fsync_dirs([aside, *{path.parent for path in strays}])
+    return names
 
 
 def _order_renames(store: QueueStore) -> None:
