@@ -40,7 +40,7 @@ from procs import stop
 from scratch import make_scratch
 
 from rqsys.store import Layout
-from rqsys.web.pool import IDLE_CLOSE
+from rqsys.web.connections import IDLE_CLOSE
 from rqsys.wire.client import QueueClient
 
 QUEUE = "load"
