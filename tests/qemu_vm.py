@@ -132,7 +132,7 @@ class Guest:
     disk: Path | None = None
     memory: str = "1G"
     cpus: int = 1
-    accel: str = ""  # "" = accel()
+    accel: str = ""  # "kvm" or "tcg"; "" asks accel_mode()
     cmdline: list[str] = field(default_factory=list)  # more kernel command-line words
     proc: subprocess.Popen[bytes] | None = None
 
