@@ -88,8 +88,9 @@ def _install(box: Container) -> None:
 
 def _make_queue(box: Container, name: str) -> None:
     """Queue ``name`` running /opt/rqtest/t/run, owned by rq."""
-    box.run(str(VENV_BIN / "python"), "-c", "from pathlib import Path; from rqsys import scandir; "
-            "from rqsys.store import Layout; scandir.install_queue(Layout.from_root(), "
+    box.run(str(VENV_BIN / "python"), "-c", "from pathlib import Path; "
+            "from rqsys.scan import scandir; from rqsys.store import Layout; "
+            "scandir.install_queue(Layout.from_root(), "
             f"{name!r}, Path('/opt/rqtest/t'))")
     box.run("chown", "-R", "rq:rq", f"/var/lib/rq/queue/{name}")
 

@@ -169,9 +169,15 @@ def drive(work: Path) -> None:
             make_queue(work, name, cfg)
         wait(lambda: all(show(f"rq@{name}.socket", "ActiveState") == "active"
                          for name in QUEUES), "the queues' sockets")
+        # each daemon started and ready before the first send: under TCG,
+        # beside other guests, a start can outlast the client's 30 s
+        services = [f"rq@{name}.service" for name in QUEUES]
+        subprocess.run(["systemctl", "start", "--no-block", *services], check=True)
+        wait(lambda: all(show(unit, "ActiveState") == "active" for unit in services),
+             "the queue daemons ready")
         scenario(facts)
     except Exception as exc:  # the host reports it, with what was found so far
-        facts["error"] = f"{type(exc).__name__}: {exc}"
+        facts["error"] = f"{type(exc).__name__}: {exc} {getattr(exc, 'stderr', '') or ''}"
         facts["journal"] = subprocess.run(["journalctl", "-b", "--no-pager", "-n", "150"],
                                           capture_output=True, text=True).stdout
     finally:
