@@ -54,10 +54,11 @@ forks) exec python3 -c '{FORKS}' ;;
 spin) exec python3 -c '{SPIN}' ;;
 esac
 """
+IDLE = {"idle_timeout": 3600}  # started before the first send, they stay for the scenario
 QUEUES = {
-    "lim": {"num_workers": 2, "message_limits": {"memory_max": "40M", "tasks_max": 8}},
-    "peak": {"message_limits": {"memory_max": "600M"}},
-    "whole": {"limits": {"memory_max": "128M"}},
+    "lim": {"num_workers": 2, "message_limits": {"memory_max": "40M", "tasks_max": 8}, **IDLE},
+    "peak": {"message_limits": {"memory_max": "600M"}, **IDLE},
+    "whole": {"limits": {"memory_max": "128M"}, **IDLE},
 }
 
 
@@ -169,8 +170,8 @@ def drive(work: Path) -> None:
             make_queue(work, name, cfg)
         wait(lambda: all(show(f"rq@{name}.socket", "ActiveState") == "active"
                          for name in QUEUES), "the queues' sockets")
-        # each daemon started and ready before the first send: under TCG,
-        # beside other guests, a start can outlast the client's 30 s
+        # each daemon started and ready before the first send (and kept: IDLE):
+        # under TCG, beside other guests, a start can outlast the client's 30 s
         services = [f"rq@{name}.service" for name in QUEUES]
         subprocess.run(["systemctl", "start", "--no-block", *services], check=True)
         wait(lambda: all(show(unit, "ActiveState") == "active" for unit in services),

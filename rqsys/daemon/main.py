@@ -1,6 +1,5 @@
 """``rqsys queue NAME``: a queue daemon's start: room for its fds, its socket, its loop."""
 
-
 from __future__ import annotations
 
 import resource

@@ -1,8 +1,8 @@
 """The search index's rows: one event, or a walk of the store, written as SQL.
 
-Both the index's thread (``rqsys.search.index``) and the batch folding
-(``rqsys.search.fold``) write through these; neither imports the other's
-rows back.
+The index's thread (``rqsys.search.index``) and the folding of a batch
+(``rqsys.search.fold``) both write through these, so neither needs the
+other's module for them.
 """
 
 from __future__ import annotations
