@@ -131,7 +131,6 @@ class Guest:
     shares: list[Share] = field(default_factory=list)
     disk: Path | None = None
     memory: str = "1G"
-    cpus: int = 1
     accel: str = ""  # "kvm" or "tcg"; "" asks accel_mode()
     cmdline: list[str] = field(default_factory=list)  # more kernel command-line words
     proc: subprocess.Popen[bytes] | None = None
@@ -144,7 +143,7 @@ class Guest:
                  *self.cmdline, *(f"{k}={v}" for k, v in self.env.items()), "--",
                  *self.init[1:]]
         argv = [QEMU, "-machine", "q35", "-accel", accel, "-cpu", "host" if accel == "kvm" else
-                "max", "-smp", str(self.cpus), "-m", self.memory, "-nodefaults", "-no-reboot",
+                "max", "-smp", "1", "-m", self.memory, "-nodefaults", "-no-reboot",
                 "-display", "none", "-serial", "stdio", "-nic", "none",
                 "-kernel", f"/boot/vmlinuz-{version}", "-initrd", str(initramfs(version)),
                 "-append", " ".join(words),

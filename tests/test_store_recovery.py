@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
-from rqsys.errors import NotFound
+from rqsys.errors import NotFound, StoreError
 from rqsys.store import SPARE_BATCH, SPARE_DIRS, QueueStore
 
 
@@ -196,25 +196,28 @@ def test_recovery_replaces_a_torn_target_with_the_whole_temp_copy(store):
 
 
 def test_recovery_sets_aside_what_is_no_message_directory(store):
-    # Given e2fsck's work after a power cut: a running message's directory made
-    # a file, a done shard holding a file under a message's name, a good message
-    bad_run, bad_done, good = (store.create({"dest": "q"}) for _ in range(3))
+    # Given e2fsck's work after a power cut: a running and a queued message's
+    # directories made files, the same in a done shard, and a good message
+    bad_run, bad_que, bad_done, good = (store.create({"dest": "q"}) for _ in range(4))
     store.move(bad_run, "que", "run")
     store.move(bad_done, "que", "done")
-    for state in ("run", "done"):
-        path = next(p for p in store.state_dir(state).rglob("*") if p.name in (bad_run, bad_done))
+    for msg_id, state in ((bad_run, "run"), (bad_que, "que"), (bad_done, "done")):
+        path = next(p for p in store.state_dir(state).rglob(msg_id))
         shutil.rmtree(path)
         path.write_bytes(b"\x00" * 8)
     # When the store recovers
     assert store.recover() == []
-    # Then both are set aside, bytes kept, and the good message is untouched
-    assert sorted(store.set_aside) == sorted([f"run.{bad_run}", f"done.{bad_done}"])
+    # Then those a start reads are set aside, bytes kept, the good message untouched
+    assert sorted(store.set_aside) == sorted([f"run.{bad_run}", f"que.{bad_que}"])
     for name in store.set_aside:
         assert (store.qdir / ".set-aside" / name).read_bytes() == b"\x00" * 8
     assert [store.find(good)] == ["que"] and list(store.ids("run")) == []
-    for gone in (bad_run, bad_done):
+    for gone in (bad_run, bad_que):
         with pytest.raises(NotFound):
             store.find(gone)
+    # and the ended one, read by nobody at start, fails alone when read
+    with pytest.raises(StoreError, match="unreadable message"):
+        store.read_msg("done", bad_done)
 
 
 def test_a_daemon_starts_past_a_run_entry_that_is_no_directory(layout, make_queue, daemon):

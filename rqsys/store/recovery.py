@@ -110,6 +110,7 @@ from rqsys.store.layout import (
 
 STARTED = "started"  # in a message's directory: when its last run with a timeout began
 TIME_USED = "timeout_used"  # msg field: seconds of its timeout runs cut short used
+READ_AT_START = ("prep", "que", "run")  # the states whose every message a start reads
 
 if TYPE_CHECKING:
     from rqsys.store.queue import QueueStore
@@ -133,17 +134,17 @@ def recover(store: QueueStore) -> list[str]:
 
 
 def _set_aside_strays(store: QueueStore) -> list[str]:
-    """Move what sits in a state under a message's name but is no directory
-    (``e2fsck`` makes a half-written one a file, an operator drops one there)
-    to ``.set-aside/<state>.<id>``: kept for a person to look at, and out of
-    the way of a daemon that would fail on it at every start.  Their names."""
+    """Move what sits in ``prep``, ``que`` or ``run`` under a message's name but
+    is no directory (``e2fsck`` makes a half-written one a file, an operator
+    drops one there) to ``.set-aside/<state>.<id>``: kept for a person to look
+    at, and out of the way of a start that reads every message there and
+    would fail on it every time.  (In an ended state nothing reads it at
+    start; a read of it fails alone, in ``read_msg``.)  Their names."""
     strays = []
-    for state in STATES:
-        base = store.state_dir(state)
-        dirs = [base / s for s in os.listdir(base)] if state in SHARDED_STATES else [base]
-        for adir in (d for d in dirs if d.is_dir()):
-            strays += [adir / i for i in os.listdir(adir)
-                       if MSG_ID_RE.match(i) and not (adir / i).is_dir()]
+    for state in READ_AT_START:
+        with os.scandir(store.state_dir(state)) as entries:  # d_type: no stat each
+            strays += [Path(e.path) for e in entries
+                       if MSG_ID_RE.match(e.name) and not e.is_dir()]
     if not strays:
         return []
     aside = store.qdir / SET_ASIDE_DIR

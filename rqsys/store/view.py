@@ -68,7 +68,7 @@ class QueueView:
             data = json.loads(path.read_bytes())
         except FileNotFoundError as exc:
             raise NotFound(f"no message {msg_id} in {self.name}/{state}") from exc
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # not JSON; no directory (e2fsck), EIO
             raise StoreError(f"{path}: unreadable message: {exc}") from exc
         if not isinstance(data, dict):
             raise StoreError(f"{path}: message is not a JSON object")

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: the QEMU guest shared with the limits tests
 
 import qemu_vm  # noqa: E402
-from qemu_vm import Guest, Share, VMError  # noqa: E402
+from qemu_vm import Guest, Share  # noqa: E402
 
 IMAGE_SIZE = 512 << 20  # sparse; xfs wants 300 MB at least
 GUEST_MEM = "1G"
@@ -41,8 +41,6 @@ int fdatasync(int fd) { (void)fd; return 0; }
 int syncfs(int fd) { (void)fd; return 0; }
 void sync(void) {}
 """
-
-KernelError = VMError  # a guest that did not boot, or did not do what its plan asked
 
 
 def missing_parts() -> str:

@@ -35,8 +35,7 @@ sys.path.insert(0, str(HERE))
 import pc_kernel  # noqa: E402
 import qemu_vm  # noqa: E402  (tests/, put on the path by pc_kernel)
 import rqservice  # noqa: E402
-from pc_kernel import KernelError  # noqa: E402
-from qemu_vm import Guest  # noqa: E402
+from qemu_vm import Guest, VMError  # noqa: E402
 from tally import Tally, fsck_findings, report, total  # noqa: E402
 
 VENV_PYTHON = HERE.parent.parent / ".venv" / "bin" / "python"
@@ -117,7 +116,7 @@ class ImageRun:
         slowdown = qemu_vm.SLOWDOWN[qemu_vm.accel_mode()]
         time.sleep(self.rng.uniform(self.opts.min_delay, self.opts.max_delay) * slowdown)
         if not kernel.running():
-            raise KernelError(f"guest stopped before the cut:\n{kernel.console_tail()}")
+            raise VMError(f"guest stopped before the cut:\n{kernel.console_tail()}")
         kernel.cut()
         self.tally.cuts += 1
 
@@ -130,10 +129,10 @@ class ImageRun:
             err = self.chan / f"init.{boot}.err"
             if err.exists() or not kernel.running():
                 time.sleep(0.5)  # let the console catch up
-                raise KernelError(f"{self.fs} boot {boot} failed before {word!r}:\n"
+                raise VMError(f"{self.fs} boot {boot} failed before {word!r}:\n"
                                   f"{_read(err)}\n{kernel.console_tail()}")
             time.sleep(0.05)
-        raise KernelError(f"{self.fs} boot {boot}: no {word!r} in {BOOT_TIMEOUT}s:\n"
+        raise VMError(f"{self.fs} boot {boot}: no {word!r} in {BOOT_TIMEOUT}s:\n"
                           f"{kernel.console_tail()}")
 
     def wait_first_ack(self, kernel: Guest, boot: int) -> None:
@@ -142,7 +141,7 @@ class ImageRun:
         acks = self.chan / "acks"
         while not any(p.stat().st_size for p in acks.glob(f"{boot}.*.jsonl")):
             if time.monotonic() > deadline or not kernel.running():
-                raise KernelError(f"{self.fs} boot {boot}: no acknowledgement from the "
+                raise VMError(f"{self.fs} boot {boot}: no acknowledgement from the "
                                   f"clients:\n{kernel.console_tail()}")
             time.sleep(0.05)
 
@@ -212,7 +211,7 @@ def run_fs(opts: Options, fs: str, workdir: Path, rng: random.Random) -> Tally:
         image_run = ImageRun(opts, fs, base, cuts, rng, tally)
         try:
             image_run.run()
-        except KernelError as exc:  # recorded; the next image starts afresh
+        except VMError as exc:  # recorded; the next image starts afresh
             tally.failures.append(f"{base}: {exc}")
         finally:
             image_run.image.unlink(missing_ok=True)
