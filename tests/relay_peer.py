@@ -18,7 +18,8 @@ true}`` (an RQ that queues at once whatever ``_method`` says),
 ``{"stall_commit": N}`` (a commit writes ``DIR/stalled``, waits for
 ``DIR/unstall``, then answers 503 without committing, N times),
 ``{"vanish_at_commit": N}`` (a commit loses the prepared message and
-answers RQ's "cannot find message"), ``{"attachments_list": N}`` (message
+answers RQ's "cannot find message"), ``{"vanish_at_attach": N}`` (the same
+at an upload), ``{"attachments_list": N}`` (message
 JSON whose ``_attachments`` is a list), ``{"unicode_prep": N}`` (a prep
 answers a URL whose path is not ASCII).
 """
@@ -176,6 +177,8 @@ class Peer(BaseHTTPRequestHandler):
             self.read_all()
             self.answer(503, ["fail", "try again later"])
             return
+        if self.fault("vanish_at_attach"):
+            shutil.rmtree(mdir)
         if not (mdir / "state").exists() or (mdir / "state").read_text() != "prep":
             self.read_all()
             self.answer(200, ["fail", "cannot find message"])

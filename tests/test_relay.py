@@ -201,15 +201,29 @@ def test_far_end_forgot_prepared_message_prepares_again(w: World) -> None:
     w.faults(attach_503=1000)
     msg_id = w.send(f"{w.peer_url}q/work", {"f": b"data"})
     wait_for(lambda: w.fault_left("attach_503") < 1000, 20, "the first refused upload")
-    # ...and that the far end then forgets it, and takes uploads again
+    # ...and that the far end then forgets it, and takes uploads again (the relay may be
+    # between its check and its upload then: test_far_end_losing_it_at_the_upload_...)
     first = w.arrived()[0].name
-    shutil.rmtree(w.arrived()[0])  # refused uploads write nothing there: no race
+    shutil.rmtree(w.arrived()[0])  # refused uploads write nothing there
     w.faults()
     got = w.wait_state(msg_id, "relayed")
     (far,) = w.arrived()
     assert far.name != first and w.far_state(far) == "que"
     assert (far / "attach" / "f").read_bytes() == b"data"
     assert got["status"].endswith(far.name)
+
+
+def test_far_end_losing_it_at_the_upload_prepares_again(w: World) -> None:
+    # Given a far end that loses the prepared message when its upload comes, once
+    # (a CI run hit this as a race: it ended in err with "cannot find message")
+    w.faults(vanish_at_attach=1)
+    msg_id = w.send(f"{w.peer_url}q/work", {"f": b"data"})
+    # Then the relay prepares it again, and relays it whole
+    got = w.wait_state(msg_id, "relayed")
+    (far,) = w.arrived()
+    assert w.far_state(far) == "que" and (far / "attach" / "f").read_bytes() == b"data"
+    assert got["status"].endswith(far.name) and w.runs(msg_id) == 2
+    assert "vanished during its upload" in _log(w, msg_id)
 
 
 def test_prepared_message_lost_at_its_commit_is_prepared_again(w: World) -> None:

@@ -189,12 +189,23 @@ class Relay:
             have = self.far_attachments.get(path.name) or {}
             if isinstance(have, dict) and have.get("md5") == want:
                 continue  # uploaded before a restart
-            answer = str(self.peer.upload(f"{url}/attach/new", path))
+            answer = self.upload(url, path)
             echoed = answer.split("-", 1)[0]
             if echoed != want:
                 raise PeerError(f"attachment {path.name}: MD5 mismatch (ours {want}, "
                                 f"far end got {echoed}); not committed")
             self.job.say("run", f"attached {path.name} ({path.stat().st_size} bytes)")
+
+    def upload(self, url: str, path: Path) -> str:
+        """Upload one attachment; the far end's answer (its MD5 first)."""
+        try:
+            return str(self.peer.upload(f"{url}/attach/new", path))
+        except PeerRefused:  # RQ's "cannot find message": lost since, or no longer in prep
+            try:
+                self.far_state(url)
+            except PeerUnknown as exc:
+                raise PeerError(f"{url} vanished during its upload; preparing again") from exc
+            raise
 
     def check_still_prep(self, url: str) -> None:
         """A far end that ignored ``_method: prep`` has queued the message already."""
