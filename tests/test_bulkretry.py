@@ -17,7 +17,7 @@ from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.bulkretry import BulkRetry
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.scheduler import Schedule
-from rqsys.daemon.transitions import Transitions
+from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import NotFound
 from rqsys.observe.events import EventLog
 from rqsys.run.verdict import Outcome
@@ -25,11 +25,11 @@ from rqsys.store import QueueStore, pruning, retrybatch
 
 
 @pytest.fixture
-def ledger(layout):
+def t(layout):
     layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
     store = QueueStore(layout.queue_dir("q"))
     background = Background()
-    t = Transitions(store, Schedule([], []), EventLog("q", journal=False),
+    t = Transitions(Ledger(store, Schedule([], []), EventLog("q", journal=False)),
                     lambda work, then: background.submit(work, then, SYNC))
     t.load()
     t.background = background  # type: ignore[attr-defined]
@@ -58,174 +58,174 @@ def run(t: Transitions, ids: list[str]) -> tuple[int, int, BaseException | None]
     return got[0]
 
 
-def test_batches_move_on_the_lane_and_join_the_schedule(ledger, monkeypatch):
+def test_batches_move_on_the_lane_and_join_the_schedule(t, monkeypatch):
     monkeypatch.setattr(bulkretry, "BATCH", 3)  # several batches, two in flight
-    ids = failed(ledger, 8)
+    ids = failed(t, 8)
     delete_waited: list[BaseException | None] = []
-    chosen = ledger.retry_marked([ids[0]])  # a batch of its own, still on its way
-    ledger.delete(ids[0], delete_waited.append)  # waits until that batch has landed
-    assert delete_waited == [] and ledger.store.find(ids[0]) == "err"
-    assert run(ledger, ids + ["20260101.0000.00.000.1"]) == (7, 2, None)
-    ledger.retry_moved(chosen, [])  # its lane never ran: it is free, still in err
-    drain(ledger.background)
+    chosen = t.retries.marked([ids[0]])  # a batch of its own, still on its way
+    t.delete(ids[0], delete_waited.append)  # waits until that batch has landed
+    assert delete_waited == [] and t.store.find(ids[0]) == "err"
+    assert run(t, ids + ["20260101.0000.00.000.1"]) == (7, 2, None)
+    t.retries.moved(chosen, [])  # its lane never ran: it is free, still in err
+    drain(t.background)
     assert delete_waited == [None]
-    assert ledger.counts()["que"] == 7 and ledger.counts()["err"] == 0
+    assert t.ledger.counts()["que"] == 7 and t.ledger.counts()["err"] == 0
     for msg_id in ids[1:]:
-        assert ledger.store.find(msg_id) == "que"
-        assert ledger.store.read_status("que", msg_id) == ""
-        assert (ledger.store.msg_dir("que", msg_id) / "status.last").read_text() == (
+        assert t.store.find(msg_id) == "que"
+        assert t.store.read_status("que", msg_id) == ""
+        assert (t.store.msg_dir("que", msg_id) / "status.last").read_text() == (
             "database down")  # set aside, not lost
-        assert ledger.schedule.msgs[msg_id]["param1"] == ledger.store.read_msg(
+        assert t.ledger.schedule.msgs[msg_id]["param1"] == t.store.read_msg(
             "que", msg_id)["param1"]
 
 
-def test_a_single_retry_sets_the_status_aside_as_a_bulk_one_does(ledger):
-    one, many = failed(ledger, 2)
+def test_a_single_retry_sets_the_status_aside_as_a_bulk_one_does(t):
+    one, many = failed(t, 2)
     answered: list[BaseException | None] = []
-    assert ledger.retry([one], answered.append) == 1
-    assert run(ledger, [many]) == (1, 0, None)
-    drain(ledger.background)
+    assert t.retries.retry([one], answered.append) == 1
+    assert run(t, [many]) == (1, 0, None)
+    drain(t.background)
     assert answered == [None]
     for msg_id in (one, many):  # the same verb leaves the same files
-        assert ledger.store.read_status("que", msg_id) == ""
-        assert not (ledger.store.msg_dir("que", msg_id) / "status").exists()
-        assert (ledger.store.msg_dir("que", msg_id) / "status.last").read_text() == (
+        assert t.store.read_status("que", msg_id) == ""
+        assert not (t.store.msg_dir("que", msg_id) / "status").exists()
+        assert (t.store.msg_dir("que", msg_id) / "status.last").read_text() == (
             "database down")
 
 
-def test_an_unreadable_message_stays_in_err(ledger):
-    good, bad = failed(ledger, 2)
-    (ledger.store.msg_dir("err", bad) / "msg").write_text("{not json")
-    assert retrybatch.retry_batch(ledger.store, [bad, good])[0][0] == good
-    assert ledger.store.find(bad) == "err" and ledger.store.find(good) == "que"
+def test_an_unreadable_message_stays_in_err(t):
+    good, bad = failed(t, 2)
+    (t.store.msg_dir("err", bad) / "msg").write_text("{not json")
+    assert retrybatch.retry_batch(t.store, [bad, good])[0][0] == good
+    assert t.store.find(bad) == "err" and t.store.find(good) == "que"
 
 
-def test_an_error_of_the_lane_is_the_answer_and_frees_the_batch(ledger, monkeypatch):
-    ids = failed(ledger, 2)
+def test_an_error_of_the_lane_is_the_answer_and_frees_the_batch(t, monkeypatch):
+    ids = failed(t, 2)
 
     def broken(_store, _ids):
         raise OSError("disk gone")
     monkeypatch.setattr(retrybatch, "retry_batch", broken)
-    retried, passed, error = run(ledger, ids)
+    retried, passed, error = run(t, ids)
     assert (retried, passed, str(error)) == (0, 2, "disk gone")
-    assert ledger.busy(ids[0]) == "" and ledger.counts()["err"] == 2
+    assert t.ledger.busy(ids[0]) == "" and t.ledger.counts()["err"] == 2
 
 
-def test_a_batch_the_disk_stops_after_its_renames_leaves_them_queued(ledger, monkeypatch):
-    ids = failed(ledger, 3)
+def test_a_batch_the_disk_stops_after_its_renames_leaves_them_queued(t, monkeypatch):
+    ids = failed(t, 3)
 
     def sync_fails(paths):
         raise OSError("EIO")
     monkeypatch.setattr(retrybatch.durable, "fsync_dirs", sync_fails)
-    retried, passed, error = run(ledger, ids)
+    retried, passed, error = run(t, ids)
     # the answer is the error, and the daemon's state follows the directories:
     # what is in que/ is queued (not stranded as err until a restart)
     assert "EIO" in str(error) and (retried, passed) == (3, 0)
-    assert [ledger.store.find(i) for i in ids] == ["que"] * 3
-    assert ledger.counts()["err"] == 0 and ledger.counts()["que"] == 3
-    assert all(ledger.busy(i) == "" for i in ids)
+    assert [t.store.find(i) for i in ids] == ["que"] * 3
+    assert t.ledger.counts()["err"] == 0 and t.ledger.counts()["que"] == 3
+    assert all(t.ledger.busy(i) == "" for i in ids)
 
 # ------------------------------------------------- other bulk actions wait for a batch
 def land(t: Transitions, chosen: list[str], moved: bool = True) -> None:
     """A retry batch's lane job and its callback, run by the test when it likes
     (``moved=False``: the lane failed, they stay in err)."""
-    t.retry_moved(chosen, retrybatch.retry_batch(t.store, chosen) if moved else [])
+    t.retries.moved(chosen, retrybatch.retry_batch(t.store, chosen) if moved else [])
 
 
 @pytest.mark.parametrize("moved", [True, False])
-def test_a_prune_deletes_an_acknowledged_err_message_after_its_batch(ledger, moved):
-    ids = failed(ledger, 3)
+def test_a_prune_deletes_an_acknowledged_err_message_after_its_batch(t, moved):
+    ids = failed(t, 3)
     for msg_id in ids:
-        (ledger.store.msg_dir("err", msg_id) / "ack").write_text("")
-    chosen = ledger.retry_marked([ids[0]])  # a retry batch has it, not landed yet
+        (t.store.msg_dir("err", msg_id) / "ack").write_text("")
+    chosen = t.retries.marked([ids[0]])  # a retry batch has it, not landed yet
     done: list[BaseException | None] = []
-    removed = ledger.prune(time.time(), 3, None, done.append)
-    assert removed["err"] == 2 and ledger.store.find(ids[0]) == "err"  # not taken under the lane
-    drain(ledger.background)
+    removed = t.prune(time.time(), 3, None, done.append)
+    assert removed["err"] == 2 and t.store.find(ids[0]) == "err"  # not taken under the lane
+    drain(t.background)
     assert done == []  # the answer waits for the busy one
-    land(ledger, chosen, moved)
-    drain(ledger.background)
+    land(t, chosen, moved)
+    drain(t.background)
     assert done == [None]
     assert removed["err"] == (2 if moved else 3)
-    assert ledger.counts()["err"] == 0 and ledger.counts()["que"] == (1 if moved else 0)
+    assert t.ledger.counts()["err"] == 0 and t.ledger.counts()["que"] == (1 if moved else 0)
     for msg_id in ids[1:]:
         with pytest.raises(NotFound):
-            ledger.store.find(msg_id)
+            t.store.find(msg_id)
 
 
-def test_a_prune_checks_no_ack_per_busy_id(ledger, monkeypatch):
-    ids = failed(ledger, 3)
+def test_a_prune_checks_no_ack_per_busy_id(t, monkeypatch):
+    ids = failed(t, 3)
     for msg_id in ids:
-        (ledger.store.msg_dir("err", msg_id) / "ack").write_text("")
-    chosen = ledger.retry_marked([ids[0]])
-    ledger.retry_marked([f"20260101.0000.00.{n:03}.1" for n in range(200)])  # busy elsewhere
+        (t.store.msg_dir("err", msg_id) / "ack").write_text("")
+    chosen = t.retries.marked([ids[0]])
+    t.retries.marked([f"20260101.0000.00.{n:03}.1" for n in range(200)])  # busy elsewhere
     checked: list[str] = []
     real = pruning.is_acked
     monkeypatch.setattr(pruning, "is_acked", lambda s, st, i: checked.append(i) or real(s, st, i))
     done: list[BaseException | None] = []
-    removed = ledger.prune(time.time(), 3, None, done.append)
+    removed = t.prune(time.time(), 3, None, done.append)
     # one walk of err/ decides all three, the busy one left for its batch
     assert sorted(checked) == sorted(ids) and removed["err"] == 2
-    land(ledger, chosen, moved=False)
-    drain(ledger.background)
-    assert done == [None] and removed["err"] == 3 and ledger.counts()["err"] == 0
+    land(t, chosen, moved=False)
+    drain(t.background)
+    assert done == [None] and removed["err"] == 3 and t.ledger.counts()["err"] == 0
     assert checked.count(ids[0]) == 2  # and once more when its batch has landed
 
 
-def test_a_bulk_move_waits_for_a_retry_batch(ledger, layout, make_queue, daemon):
+def test_a_bulk_move_waits_for_a_retry_batch(t, layout, make_queue, daemon):
     make_queue("dest", "echo done >&3")
     dest = daemon("dest")
-    ids = failed(ledger, 3)
-    chosen = ledger.retry_marked([ids[0]])
+    ids = failed(t, 3)
+    chosen = t.retries.marked([ids[0]])
     ctx = QueueContext(layout, "q")
     got: list[tuple[int, int, BaseException | None]] = []
-    Mover(ctx, ledger.store, ledger, ledger.background).run(ids, "dest", "err",
+    Mover(ctx, t.store, t, t.background).run(ids, "dest", "err",
                                                             lambda *a: got.append(a))
-    assert not ledger.background.busy() and got == []  # nothing chosen while it is busy
-    land(ledger, chosen)  # the batch moved it back to que: no longer an err message
-    drain(ledger.background)
+    assert not t.background.busy() and got == []  # nothing chosen while it is busy
+    land(t, chosen)  # the batch moved it back to que: no longer an err message
+    drain(t.background)
     assert got == [(2, 1, None)]
     there = dest.call("counts")["counts"]
-    assert ledger.store.find(ids[0]) == "que" and there["que"] + there["run"] + there["done"] == 2
-    assert ledger.counts()["err"] == 0
+    assert t.store.find(ids[0]) == "que" and there["que"] + there["run"] + there["done"] == 2
+    assert t.ledger.counts()["err"] == 0
 
 
-def test_a_bulk_move_passing_over_thousands_of_steps_does_not_recurse(ledger, layout,
+def test_a_bulk_move_passing_over_thousands_of_steps_does_not_recurse(t, layout,
                                                                      monkeypatch):
     monkeypatch.setattr(bulkmove, "STEP", 1)  # 1,500 steps (as 75,000 messages make)
     many = [f"20260101.0000.00.{i % 1000:03d}.{i}" for i in range(1500)]  # none here
     got: list[tuple[int, int, BaseException | None]] = []
-    Mover(QueueContext(layout, "q"), ledger.store, ledger, ledger.background).run(
+    Mover(QueueContext(layout, "q"), t.store, t, t.background).run(
         many, "dest", "err", lambda *a: got.append(a))
     assert got == [(0, 1500, None)]
 
 
-def test_a_bulk_delete_of_err_messages_waits_for_a_retry_batch(ledger):
-    ids = failed(ledger, 3)
-    chosen = ledger.retry_marked([ids[0]])
+def test_a_bulk_delete_of_err_messages_waits_for_a_retry_batch(t):
+    ids = failed(t, 3)
+    chosen = t.retries.marked([ids[0]])
     got: list[tuple[int, int, BaseException | None]] = []
-    Deletion(ledger, ids, "err", lambda *a: got.append(a)).step()
-    assert got == [] and ledger.store.find(ids[1]) == "err"  # the step waits for the batch
-    land(ledger, chosen)  # back in que: no longer what the delete was asked for
-    drain(ledger.background)
+    Deletion(t, ids, "err", lambda *a: got.append(a)).step()
+    assert got == [] and t.store.find(ids[1]) == "err"  # the step waits for the batch
+    land(t, chosen)  # back in que: no longer what the delete was asked for
+    drain(t.background)
     assert got == [(2, 1, None)]
-    assert ledger.store.find(ids[0]) == "que" and ledger.counts()["err"] == 0
+    assert t.store.find(ids[0]) == "que" and t.ledger.counts()["err"] == 0
 
 
-def test_a_bulk_delete_passing_over_thousands_of_steps_does_not_recurse(ledger, monkeypatch):
+def test_a_bulk_delete_passing_over_thousands_of_steps_does_not_recurse(t, monkeypatch):
     monkeypatch.setattr(bulkdelete, "STEP", 1)
     many = [f"20260101.0000.00.{i % 1000:03d}.{i}" for i in range(1500)]  # none here
     got: list[tuple[int, int, BaseException | None]] = []
-    Deletion(ledger, many, "err", lambda *a: got.append(a)).step()
+    Deletion(t, many, "err", lambda *a: got.append(a)).step()
     assert got == [(0, 1500, None)]
 
 
-def test_ordered_ext4_fsyncs_que_at_once_when_a_rename_grows_it(ledger, monkeypatch):
+def test_ordered_ext4_fsyncs_que_at_once_when_a_rename_grows_it(t, monkeypatch):
     """Without a journal (``ordered``) the err entry is gone from the disk
     inside the rename: que/ must have its new block mapped on disk before
     the next rename, as a single move does, not only at the batch's end."""
-    ids = failed(ledger, 150)  # ~36 bytes an entry: que/'s first 4 KiB block overflows
-    que = str(ledger.store.state_dir("que"))
+    ids = failed(t, 150)  # ~36 bytes an entry: que/'s first 4 KiB block overflows
+    que = str(t.store.state_dir("que"))
     renamed, synced = [], []
     real_rename = retrybatch.durable.rename
     monkeypatch.setattr(retrybatch.durable, "rename",
@@ -233,8 +233,8 @@ def test_ordered_ext4_fsyncs_que_at_once_when_a_rename_grows_it(ledger, monkeypa
     monkeypatch.setattr(retrybatch.durable, "fsync_path",
                         lambda path: synced.append((path, len(renamed))))
     monkeypatch.setattr(retrybatch.durable, "fsync_dirs", lambda paths: None)
-    ledger.store.ordered = True
-    assert len(retrybatch.retry_batch(ledger.store, ids)) == 150
+    t.store.ordered = True
+    assert len(retrybatch.retry_batch(t.store, ids)) == 150
     # the fsync followed the rename that grew que/, within the batch
     assert [path for path, _ in synced] == [que]
     assert 0 < synced[0][1] < len(renamed)

@@ -27,7 +27,7 @@ class Daemon:
     def __init__(self, layout, **cfg):
         install_with_script(layout, "q", "/bin/true", **cfg)
         self.d = QueueDaemon(layout, "q", log=EventLog("q", journal=False))
-        self.d.ledger.load()
+        self.d.transitions.load()
 
     def call(self, op, fds=(), **args):
         """The answer to one request, waiting for one that comes later."""

@@ -47,8 +47,8 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
 * ``intake``: New messages coming in: create, clone, a local dup, attachments,
   and the group commit that makes a turn's new messages durable before any is
   answered.
-* ``ledger``: The daemon's picture of its messages, under
-  ``rqsys.daemon.transitions``.
+* ``ledger``: The daemon's picture of its messages: what
+  ``rqsys.daemon.transitions`` keeps in step.
 * ``loop``: The daemon's event loop: start-up, the fixed phases of a turn,
   idle, stop, reload and the STATUS= line (supervisor's ``runforever`` shape).
 * ``loopclock``: Where a queue daemon's event loop spends its time.

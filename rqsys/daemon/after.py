@@ -45,10 +45,11 @@ RECHECK = 30.0  # a dependency in err elsewhere, for a message that waits anyway
 class After:
     """The waiting messages of one queue and what each still waits for."""
 
-    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+    def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  log: EventLog, selector: selectors.BaseSelector, background: Background
                  ) -> None:
-        self.ctx, self.store, self.ledger, self.selector = ctx, store, ledger, selector
+        self.ctx, self.store, self.selector = ctx, store, selector
+        self.transitions, self.ledger = transitions, transitions.ledger
         self.check_deadline = tunables.seconds_from_env(tunables.AFTER_CHECK_DEADLINE_ENV,
                                                         tunables.AFTER_CHECK_DEADLINE)
         self.background = background
@@ -58,7 +59,7 @@ class After:
         self.later: list[tuple[str, str, str]] = []  # for messages being rewritten: next turn
         self.follower: Follower | None = None
         self.following: set[str] = set()  # URLs the follower was asked about, not yet told
-        ledger.queued = self.add
+        self.ledger.queued = self.add
         log.sinks.append(self._sink)
 
     # ------------------------------------------------------------ at create
@@ -207,7 +208,7 @@ class After:
                 self._look(url, RECHECK)
             return
         self._forget(msg_id)
-        self.ledger.fail_queued(msg_id, why)
+        self.transitions.fail_queued(msg_id, why)
 
     def _met(self, msg_id: str, url: str) -> None:
         self.waits.get(msg_id, set()).discard(url)

@@ -19,9 +19,9 @@ STEP = 50  # messages deleted a step
 class Deletion(Steps):
     """One bulk delete of a list of ids, answered through ``finish``."""
 
-    def __init__(self, ledger: Transitions, ids: list[str], state: str,
+    def __init__(self, transitions: Transitions, ids: list[str], state: str,
                  finish: Finish) -> None:
-        super().__init__(ledger, ids, finish, STEP)
+        super().__init__(transitions, ids, finish, STEP)
         self.state = state
         self.left = 0  # deletes of this step not durable yet
 

@@ -39,9 +39,10 @@ DROPPED = ("msg_id", "count", "url", "due")  # the copy is a new message, due no
 class Mover:
     """Moves lists of messages to other queues, a step at a time."""
 
-    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+    def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  background: Background) -> None:
-        self.ctx, self.store, self.ledger, self.background = ctx, store, ledger, background
+        self.ctx, self.store, self.background = ctx, store, background
+        self.transitions, self.ledger = transitions, transitions.ledger
 
     def run(self, ids: list[str], dest: str, state: str, finish: Finish) -> None:
         Move(self, ids, dest, state, finish).step()
@@ -72,7 +73,7 @@ class Move(Steps):
 
     def __init__(self, mover: Mover, ids: list[str], dest: str, state: str,
                  finish: Finish) -> None:
-        super().__init__(mover.ledger, ids, finish, STEP)
+        super().__init__(mover.transitions, ids, finish, STEP)
         self.mover, self.dest, self.state = mover, dest, state
 
     def act(self, batch: list[str]) -> bool:

@@ -1,9 +1,9 @@
 """A bulk retry (err → que of many messages), its disk work off the loop.
 
-The loop marks a batch of ``BATCH`` ids busy (``Transitions.retry_marked``);
+The loop marks a batch of ``BATCH`` ids busy (``Retries.marked``);
 the ``retry`` background lane renames them into que/, clears their status
 and fsyncs err/ and que/ once (``rqsys.store.retrybatch``); back on the loop
-the moved join the schedule (``Transitions.retry_moved``).  ``IN_FLIGHT``
+the moved join the schedule (``Retries.moved``).  ``IN_FLIGHT``
 batches are on the lane at a time, so the lane always has the next one
 while the loop queues the last; between two callbacks the loop serves
 every other client.  Answered once the last batch is durable.
@@ -27,9 +27,10 @@ Finish = Callable[[int, int, "BaseException | None"], None]  # (retried, passed 
 class BulkRetry:
     """One bulk retry of a list of ids, answered through ``finish``."""
 
-    def __init__(self, ledger: Transitions, background: Background, ids: list[str],
+    def __init__(self, transitions: Transitions, background: Background, ids: list[str],
                  finish: Finish) -> None:
-        self.ledger, self.background, self.ids, self.finish = ledger, background, ids, finish
+        self.retries, self.background, self.ids, self.finish = (transitions.retries, background,
+                                                                ids, finish)
         self.next = 0  # the first id not yet submitted
         self.pending = 0  # batches on the lane
         self.retried = self.passed = 0
@@ -45,10 +46,10 @@ class BulkRetry:
             return
         batch = self.ids[self.next:self.next + BATCH]
         self.next += BATCH
-        chosen = self.ledger.retry_marked(batch)
+        chosen = self.retries.marked(batch)
         self.passed += len(batch) - len(chosen)
         self.pending += 1
-        store = self.ledger.store
+        store = self.retries.store
         self.background.submit(lambda: retrybatch.retry_batch(store, chosen),
                                lambda moved, error: self._landed(chosen, moved, error), LANE)
 
@@ -59,7 +60,7 @@ class BulkRetry:
         if isinstance(error, retrybatch.BatchFailed):
             moved = error.moved
         moved = moved or []
-        self.ledger.retry_moved(chosen, moved)
+        self.retries.moved(chosen, moved)
         self.retried += len(moved)
         self.passed += len(chosen) - len(moved)
         if error is not None and self.error is None:

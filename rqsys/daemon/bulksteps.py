@@ -17,8 +17,10 @@ Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed ove
 class Steps:
     """A list of ids worked through ``size`` at a time; ``act`` is the step's work."""
 
-    def __init__(self, ledger: Transitions, ids: list[str], finish: Finish, size: int) -> None:
-        self.ledger, self.ids, self.finish, self.size = ledger, ids, finish, size
+    def __init__(self, transitions: Transitions, ids: list[str], finish: Finish,
+                 size: int) -> None:
+        self.transitions, self.ledger = transitions, transitions.ledger
+        self.ids, self.finish, self.size = ids, finish, size
         self.next = 0  # the first id of the next step
         self.done = self.passed = 0
 
@@ -41,7 +43,7 @@ class Steps:
         try:
             if state and self.ledger.store.find(msg_id) != state:
                 raise BadRequest(f"{msg_id} is no longer in {state}")
-            self.ledger.delete(msg_id, then)
+            self.transitions.delete(msg_id, then)
         except RQError:
             self.passed += 1
             return False

@@ -50,9 +50,10 @@ def copy_fields(source: dict[str, Any], dest: str, orig_url: str) -> dict[str, A
 class Intake:
     """Takes new messages and their files in, and publishes them once per turn."""
 
-    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+    def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  background: Background, log: EventLog, after: After) -> None:
-        self.ctx, self.store, self.ledger = ctx, store, ledger
+        self.ctx, self.store = ctx, store
+        self.transitions, self.ledger = transitions, transitions.ledger
         self.background, self.log = background, log
         self.pending: list[tuple[Staged, str, Published]] = []
         self.unplaced: list[tuple[list[Staged], str]] = []  # durable, not yet in their state
@@ -60,10 +61,10 @@ class Intake:
         self._place_failing = False  # told in the log, once until they are placed
         self.when_placed: set[str] = set()  # ids whose ``then`` waits for their placing
         self._deferred: dict[str, Published] = {}  # such ids not placed yet -> their then
-        self.dups = Duplicates(ctx, ledger.unique)
+        self.dups = Duplicates(ctx, self.ledger.unique)
         self.after = after  # the queue's dependencies
-        # a pool queue's member, which is made from the whole daemon (this
-        # intake included), so it comes after: creates go there once it has
+        # a pool queue's member, which pulls into this intake, so it is made
+        # after it: the loop sets it, and creates go there from then on
         self.pool: PoolMember | None = None
 
     # ------------------------------------------------------------ requests
@@ -295,7 +296,7 @@ class Intake:
 
     def _place(self, staged: list[Staged], state: str) -> list[Staged]:
         """Into ``state``; those a failed rename left in ``.tmp/`` (tried again)."""
-        left, error = self.ledger.placed(staged, state)
+        left, error = self.transitions.placed(staged, state)
         for one in staged[:len(staged) - len(left)]:
             if (then := self._deferred.pop(one.msg_id, None)) is not None:
                 self.when_placed.discard(one.msg_id)

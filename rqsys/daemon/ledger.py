@@ -1,10 +1,11 @@
-"""The daemon's picture of its messages, under ``rqsys.daemon.transitions``.
+"""The daemon's picture of its messages: what ``rqsys.daemon.transitions`` keeps in step.
 
 The que in memory (``Schedule``), the messages running, the counts of the
-other states, which messages are *busy* (their ``msg`` is being rewritten:
-no transition takes them, and a client's request of them waits until the
-rewrite is durable), and the one rename a transition makes (``_move``,
-guarded by ``MOVES``).  Only ``Transitions``, its subclass, changes them.
+other states (``tally``), which messages are *busy* (their ``msg`` is being
+rewritten: no transition takes them, and a client's request of them waits
+until the rewrite is durable), and the one rename a transition makes
+(``move``, guarded by ``MOVES``).  Everyone reads it; only ``Transitions``
+and its retry collaborator (``rqsys.daemon.retries``) change it.
 """
 
 from __future__ import annotations
@@ -36,19 +37,16 @@ Riders = tuple[str, list[tuple[str, Msg]]]  # the primary's URL, and its riders
 class Ledger:
     """The que, the running, the counts and the busy: read by all, changed by Transitions."""
 
-    def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog,
-                 offload: Offload, slow: Offload | None = None) -> None:
+    def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog) -> None:
         self.store, self.schedule, self.log = store, schedule, log
-        self._offload = offload  # runs work on the sync lane, then a callback on the loop
-        self._slow = slow or offload  # the same, on a lane of its own (prunes)
         self.running: dict[str, Msg] = {}  # run/: messages whose script runs
-        self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
+        self.riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
         self._after_busy: dict[str, list[Callable[[], None]]] = {}  # client requests waiting
-        self._held: dict[str, list[tuple[str, Msg]]] = {}  # a resent primary's riders
+        self.held: dict[str, list[tuple[str, Msg]]] = {}  # a resent primary's riders
         self._moving: dict[str, Msg] = {}  # queued ones a bulk move sends: out of the que
-        self._counts = dict.fromkeys(COUNTED, 0)
-        self._blank: set[str] = set()  # placed here, never run: its status file is blank
+        self.tally = dict.fromkeys(COUNTED, 0)  # the counts of the states not in memory
+        self.blank: set[str] = set()  # placed here, never run: its status file is blank
         self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
         self.queued: Callable[[str, Msg], None] = lambda _id, _msg: None  # new in que: after
 
@@ -58,7 +56,7 @@ class Ledger:
             return len(self.schedule)
         if state == "run":
             return len(self.running)
-        return self._counts[state]
+        return self.tally[state]
 
     def counts(self) -> dict[str, int]:
         return {state: self.count(state) for state in STATES}
@@ -75,14 +73,22 @@ class Ledger:
         """Why no client may move the message now ("" when it may)."""
         if msg_id in self.running:
             return f"message {msg_id} is running: destroy it instead"
-        for primary, (_url, riders) in self._riders.items():
+        for primary, (_url, riders) in self.riders.items():
             if any(rider == msg_id for rider, _msg in riders):
                 return f"message {msg_id} runs coalesced with {primary}: destroy that one"
         why = self._busy.get(msg_id)
         return f"message {msg_id} is {why}: try again" if why else ""
 
     # ------------------------------------------------------------ busy messages
-    def _wait_while_busy(self, msg_id: str, request: Callable[[], None], done: Done) -> bool:
+    def is_busy(self, msg_id: str) -> bool:
+        """Whether the message's rewrite (or its retry batch, or its move) is under way."""
+        return msg_id in self._busy
+
+    def mark_busy(self, msg_id: str, why: str) -> None:
+        """No transition takes it, and a client's request of it waits, until ``free``."""
+        self._busy[msg_id] = why
+
+    def wait_while_busy(self, msg_id: str, request: Callable[[], None], done: Done) -> bool:
         """Defer a client's request while the message's rewrite is on its way
         to disk; True if deferred. Its error, if any, then goes to ``done``."""
         if msg_id not in self._busy:
@@ -96,9 +102,9 @@ class Ledger:
         self._after_busy.setdefault(msg_id, []).append(later)
         return True
 
-    def busy_ids(self) -> list[str]:
+    def busy_ids(self) -> frozenset[str]:
         """The messages busy now (a rewrite or a retry batch under way)."""
-        return list(self._busy)
+        return frozenset(self._busy)
 
     def wait_until_free(self, msg_ids: list[str], then: Callable[[], None]) -> bool:
         """If one of ``msg_ids`` is busy, call ``then`` once none is (their
@@ -138,36 +144,31 @@ class Ledger:
         for request in self._after_busy.pop(msg_id, []):
             request()
 
-    def _free(self, msg_id: str) -> None:
+    def free(self, msg_id: str) -> None:
         """The rewrite is durable: the message may move again; run what waited."""
         del self._busy[msg_id]
-        for rider_id, rider in self._held.pop(msg_id, []):
+        for rider_id, rider in self.held.pop(msg_id, []):
             self.schedule.add(rider_id, rider)
-            self._free(rider_id)
+            self.free(rider_id)
         for request in self._after_busy.pop(msg_id, []):
             request()
 
-    def _log_failed(self, msg_id: str) -> Callable[[Any, BaseException | None], None]:
-        def then(_result: Any, error: BaseException | None) -> None:
-            if error is not None:
-                self.log.event("err", f"not removed until the next start: {error}", msg_id)
-        return then
-
-    def _move(self, msg_id: str, src: str, dest: str) -> None:
+    # ------------------------------------------------------------ the one rename
+    def move(self, msg_id: str, src: str, dest: str) -> None:
         guard((src, dest) in MOVES, f"no transition {src} → {dest}")
         self.store.move(msg_id, src, dest)
         if dest in ENDED:
             self.unique.ended(msg_id, time.time())
 
-    def _moved(self, msg_id: str, src: str, dest: str) -> bool:
-        """``_move`` of a message the daemon moves on its own (a start, an end):
+    def moved(self, msg_id: str, src: str, dest: str) -> bool:
+        """``move`` of a message the daemon moves on its own (a start, an end):
         False when its directory is gone, removed by hand.  It is dropped as a
         delete is, and the daemon goes on (it ended, the running scripts to
         be run again at the restart)."""
         try:
-            self._move(msg_id, src, dest)
+            self.move(msg_id, src, dest)
         except NotFound:
-            self._blank.discard(msg_id)
+            self.blank.discard(msg_id)
             self.schedule.remove(msg_id)
             self.unique.forget(msg_id)
             self.log.event("deleted", f"gone from {src}/: its directory was removed, not by "

@@ -32,11 +32,12 @@ from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runner import Runner
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.server import Handler, Server
-from rqsys.daemon.transitions import Transitions
+from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import RQError
 from rqsys.fdclose import FdBatch
 from rqsys.observe.events import EventLog
 from rqsys.pool import member_for
+from rqsys.pool.parts import QueueParts
 from rqsys.run.output import ScriptOutput
 from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import WEBHOOK_QUEUE
@@ -73,22 +74,24 @@ class QueueDaemon:
         self.schedule = Schedule(self.ctx.config["blocking_params"],
                                  self.ctx.config["coalesce_params"],
                                  Gate.from_config(self.ctx.config))
-        self.ledger = Transitions(self.store, self.schedule, self.log,
-                                  lambda work, then: self.background.submit(work, then, SYNC),
-                                  lambda work, then: self.background.submit(work, then, PRUNE))
-        self.after = After(self.ctx, self.store, self.ledger, self.log, self.selector,
+        self.ledger = Ledger(self.store, self.schedule, self.log)
+        self.transitions = Transitions(
+            self.ledger, lambda work, then: self.background.submit(work, then, SYNC),
+            lambda work, then: self.background.submit(work, then, PRUNE))
+        self.after = After(self.ctx, self.store, self.transitions, self.log, self.selector,
                            self.background)
-        self.intake = Intake(self.ctx, self.store, self.ledger, self.background, self.log,
+        self.intake = Intake(self.ctx, self.store, self.transitions, self.background, self.log,
                              self.after)
         self.clock = LoopClock()
         self.closing = FdBatch()  # a turn's ended runs' fds, closed when it ends: neighbours
-        self.observer = Observer(self.ctx, self.store, self.ledger, self.background, self.log,
+        self.observer = Observer(self.ctx, self.store, self.transitions, self.background, self.log,
                                  self.clock, self.closing)
-        self.runner = Runner(self.ctx, self.store, self.ledger, self.selector,
+        self.runner = Runner(self.ctx, self.store, self.transitions, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
                                                    self.log), self.clock, self.closing)
-        self.pool = member_for(self)  # None unless the queue config names a pool
+        self.pool = member_for(QueueParts(self.ctx, self.store, self.transitions, self.intake,
+                                          self.runner, self.log))  # None: no pool named
         self.intake.pool = self.pool
         self.server = self._server(extra_ops or {})
         self.listener = listener
@@ -97,7 +100,7 @@ class QueueDaemon:
         self._status_sent, self._status_stale, self._status_at = "", False, 0.0
 
     def _server(self, extra_ops: ExtraOps) -> Server:
-        handlers = ops.Ops(self.ctx, self.store, self.ledger, self.runner, self.background,
+        handlers = ops.Ops(self.ctx, self.store, self.transitions, self.runner, self.background,
                            self.log, self.reload, self.status_line)
         table, schemas = ops.table(handlers, self.intake), dict(schema.OPS)
         if self.pool is not None:
@@ -112,7 +115,7 @@ class QueueDaemon:
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.observer.load()
-        self.ledger.load()
+        self.transitions.load()
         self._warn_unordered_disk()
         self.after.load()
         self.ctx.admin_oper = self.store.admin_state()

@@ -50,17 +50,18 @@ Push = Callable[[Reply], bool]
 class Observer:
     """The daemon's timelines and statistics, fed by its EventLog."""
 
-    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+    def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  background: Background, log: EventLog, clock: LoopClock,
                  closing: FdBatch) -> None:
-        self.ctx, self.ledger, self.store = ctx, ledger, store
+        self.ctx, self.store = ctx, store
+        self.transitions, self.ledger = transitions, transitions.ledger
         self.clock = clock
         self.watchers: dict[str, list[Push]] = {}  # msg id -> its watch connections
         self.stats = QueueStats()
         self.file = StatsFile(store.qdir, self.stats, background)
         self.started = time.time()
         self.failures = FailureGroups(store, background)
-        self.search = SearchOps(ctx, store, ledger, background)
+        self.search = SearchOps(ctx, store, transitions, background)
         self.timeline = Timeline(store.msg_path, closing=closing)
         self.log = log  # _tell_watchers is a sink only while someone watches
         log.sinks += [self.timeline, self.file.sink, self.failures, self.search.index]
@@ -81,7 +82,7 @@ class Observer:
 
     def retry_op(self, r: Request) -> None:
         """err → que for one message, answered once durable."""
-        self.ledger.retry([r.args["msg_id"]], _answer(r, {"ok": True}))
+        self.transitions.retries.retry([r.args["msg_id"]], _answer(r, {"ok": True}))
 
     def group_op(self, r: Request) -> Reply | None:
         """Retry or delete every message of a failure group; answered with how

@@ -48,10 +48,11 @@ def table(ops: Ops, intake: Intake) -> dict[str, Handler]:
 class Ops:
     """The handlers of the simple requests."""
 
-    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+    def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  runner: Runner, background: Background, log: EventLog,
                  reload: Callable[[], None], status_line: Callable[[], str]) -> None:
-        self.ctx, self.store, self.ledger, self.runner = ctx, store, ledger, runner
+        self.ctx, self.store, self.runner = ctx, store, runner
+        self.transitions, self.ledger = transitions, transitions.ledger
         self.background, self.log = background, log
         self._reload, self._status_line = reload, status_line
 
@@ -117,20 +118,20 @@ class Ops:
         state = self.store.find(msg_id)
         if state in ALREADY_COMMITTED:
             return {**reply, "already": state}
-        self.ledger.commit(msg_id, _when_durable(r, reply))
+        self.transitions.commit(msg_id, _when_durable(r, reply))
         return None
 
     def run_now(self, r: Request) -> None:
-        self.ledger.run_now(r.args["msg_id"], _when_durable(r, {"ok": True}))
+        self.transitions.run_now(r.args["msg_id"], _when_durable(r, {"ok": True}))
 
     def delete(self, r: Request) -> None:
-        self.ledger.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
+        self.transitions.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
 
     def destroy(self, r: Request) -> Reply | None:
         """Delete a message; a running one has its whole process group killed first."""
         worker = self.runner.workers.get(r.args["msg_id"])
         if worker is None:
-            self.ledger.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
+            self.transitions.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
             return None
         self.runner.destroy(worker)
         return {"ok": True, "killed": True}
@@ -143,7 +144,7 @@ class Ops:
         if prep_days is not None:
             prep_days = _days(prep_days, "prep_days")
         reply: Reply = {"ok": True}  # answered once the removals are durable
-        reply["removed"] = self.ledger.prune(time.time(), days, prep_days,
+        reply["removed"] = self.transitions.prune(time.time(), days, prep_days,
                                              _when_durable(r, reply))
         return None
 

@@ -6,21 +6,26 @@ set aside as ``status.last`` (``retrybatch.set_status_aside``), so its status
 reads blank as RQ's retried message's does, while the failure's text stays
 beside its timeline for whoever looks into it; and both join the que through
 ``_requeued``.  A single retry moves on the loop; a bulk one moves its batches
-off the loop (``rqsys.daemon.bulkretry``: ``retry_marked``, ``retry_moved``).
+off the loop (``rqsys.daemon.bulkretry``: ``marked``, ``moved``).  The
+``Transitions`` object holds one ``Retries`` over its ``Ledger``.
 """
 
 from __future__ import annotations
 
 import time
 
-from rqsys.daemon.ledger import Done, Ledger, Msg
+from rqsys.daemon.ledger import Done, Ledger, Msg, Offload
 from rqsys.errors import BadRequest
 from rqsys.store import retrybatch
 from rqsys.store.durable import fsync_dirs
 
 
-class Retries(Ledger):
-    """The retry transitions; ``Transitions`` builds on them."""
+class Retries:
+    """The err → que transitions, on the ledger ``Transitions`` holds."""
+
+    def __init__(self, ledger: Ledger, offload: Offload) -> None:
+        self.ledger, self.store = ledger, ledger.store
+        self._offload = offload  # runs work on the sync lane, then a callback on the loop
 
     def retry(self, msg_ids: list[str], done: Done, strict: bool = True) -> int:
         """err → que: each runs again as it was; ``done`` once the moves are
@@ -35,7 +40,7 @@ class Retries(Ledger):
                 continue
             readable.append((msg_id, self.store.read_msg("err", msg_id)))
         for msg_id, msg in readable:
-            self._move(msg_id, "err", "que")
+            self.ledger.move(msg_id, "err", "que")
             retrybatch.set_status_aside(self.store.msg_path("que", msg_id))
             self._requeued(msg_id, msg)
         moved = len(readable)
@@ -44,33 +49,35 @@ class Retries(Ledger):
         return moved
 
     def _retry_state(self, msg_id: str) -> str:
-        if msg_id in self._busy:
+        if self.ledger.is_busy(msg_id):
             return "busy"
         if self.store.msg_dir("err", msg_id).is_dir():  # most are (a bulk retry)
             return "err"
         return self.store.find(msg_id)
 
-    def retry_marked(self, msg_ids: list[str]) -> list[str]:
+    def marked(self, msg_ids: list[str]) -> list[str]:
         """A bulk retry's batch, before its disk half (``rqsys.store.retrybatch``)
         runs off the loop: those no running or busy message, marked busy
         (a client's delete of one waits), so nothing else moves them meanwhile."""
-        chosen = [i for i in msg_ids if i not in self._busy and i not in self.running]
+        ledger = self.ledger
+        chosen = [i for i in msg_ids if not ledger.is_busy(i) and i not in ledger.running]
         for msg_id in chosen:
-            self._busy[msg_id] = "being retried"
+            ledger.mark_busy(msg_id, "being retried")
         return chosen
 
-    def retry_moved(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
+    def moved(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
         """err → que, the disk half durable: the moved join the schedule as
         ``retry`` adds one; every one of ``chosen`` is free again."""
         for msg_id, msg in moved:
             self._requeued(msg_id, msg)
         for msg_id in chosen:
-            self._free(msg_id)
+            self.ledger.free(msg_id)
 
     def _requeued(self, msg_id: str, msg: Msg) -> None:
         """The picture follows a message retried into que/."""
-        self._counts["err"] -= 1
-        self.schedule.add(msg_id, msg)
-        self.unique.hold_again(msg_id, msg, time.time())
-        self.queued(msg_id, msg)
-        self.log.event("retried", "err → que", msg_id, RQ_STATE="que")
+        ledger = self.ledger
+        ledger.tally["err"] -= 1
+        ledger.schedule.add(msg_id, msg)
+        ledger.unique.hold_again(msg_id, msg, time.time())
+        ledger.queued(msg_id, msg)
+        ledger.log.event("retried", "err → que", msg_id, RQ_STATE="que")

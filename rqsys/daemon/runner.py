@@ -2,7 +2,7 @@
 lines and dup requests on fd 3, the answers on fd 4, and their exits.
 
 Each script's status pipe and pidfd are watched by ``children``.  Where a
-message goes when its script ends is the ledger's business
+message goes when its script ends is the transitions' business
 (``transitions``); a dup to another queue is ``outbound``'s, to this queue
 ``intake``'s; both answer later, and the answers are written on fd 4 in the
 order the script asked.
@@ -45,11 +45,12 @@ from rqsys.store import QueueStore
 class Runner:
     """The queue's running scripts (at most ``num_workers``)."""
 
-    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+    def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  selector: selectors.BaseSelector, output: ScriptOutput, log: EventLog,
                  intake: Intake, outbound: Outbound, clock: LoopClock,
                  closing: FdBatch) -> None:
-        self.ctx, self.store, self.ledger, self.selector = ctx, store, ledger, selector
+        self.ctx, self.store, self.selector = ctx, store, selector
+        self.transitions, self.ledger = transitions, transitions.ledger
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
         self.starts = Starts(clock, closing)  # the spawn helper, timed
         self.workers: dict[str, Worker] = {}
@@ -57,6 +58,7 @@ class Runner:
         self._script_check_at = 0.0
         self._script = ScriptPath()
         self.env = RunEnvironment(ctx)
+        ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
         self.children = Children(selector, self._on_lines, self._on_exit, closing)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
@@ -99,13 +101,13 @@ class Runner:
             self._set_script_error(str(exc))
             return
         while self.can_start():
-            picked = self.ledger.start_next(now)
+            picked = self.transitions.start_next(now)
             if picked is None:
                 return
             self._start(path, argv, *picked)
 
     def _start(self, path: str, argv: list[str], msg_id: str, queued: Msg, msg: Msg) -> None:
-        blank = self.ledger.take_blank_status(msg_id)
+        blank = self.transitions.take_blank_status(msg_id)
         left = budget(msg, self.ctx.config)
         if left is not None and left <= 0:  # earlier runs cut short used it all
             text = timed_out_text(msg, self.ctx.config)
@@ -132,7 +134,7 @@ class Runner:
                 self.starts.leave(out)  # the child has its copy (or none will run)
         worker = Worker(msg_id, msg, child)
         worker.on_disk = "" if blank else None
-        self.ledger.coalesce(msg_id, msg, self.ctx.url(msg_id))
+        self.transitions.coalesce(msg_id, msg, self.ctx.url(msg_id))
         self.workers[msg_id] = worker
         self.children.watch(worker)
         if left is not None:
@@ -158,12 +160,12 @@ class Runner:
         if why:
             text = f"cannot start the script for this message: {why}"
             self.log.event("err", text, msg_id)
-            self._webhooks(self.ledger.end(msg_id, Outcome("err", text), ""))
+            self._webhooks(self.transitions.end(msg_id, Outcome("err", text), ""))
             return
         if errno_ == errno.E2BIG:
             exc = SpawnError(f"{exc}: the queue's own environment is too large "
                              f"({limits.env_problem(self.env.shared(), tuple(argv))})")
-        self.ledger.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
+        self.transitions.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
         self._set_script_error(str(exc))
 
     def _script_ready(self) -> bool:
@@ -283,7 +285,7 @@ class Runner:
         outcome = retried(outcome, msg, self.ctx.config)
         if outcome.state == "que" and (USED in msg or budget(msg, self.ctx.config)):
             outcome.fields[USED] = _time_used(worker)
-        self._webhooks(self.ledger.end(msg_id, outcome, on_disk))
+        self._webhooks(self.transitions.end(msg_id, outcome, on_disk))
 
     # ------------------------------------------------------------ timeouts
     def enforce_deadlines(self) -> None:

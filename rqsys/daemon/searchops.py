@@ -43,27 +43,28 @@ Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed ove
 class Batches:
     """Retry (``BulkRetry``) or delete a list of messages, a step at a time."""
 
-    def __init__(self, ledger: Transitions, background: Background) -> None:
-        self.ledger, self.background = ledger, background
+    def __init__(self, transitions: Transitions, background: Background) -> None:
+        self.transitions, self.background = transitions, background
 
     def run(self, ids: list[str], action: str, finish: Finish, state: str = "") -> None:
         """``state``: a delete passes over a message no longer in it (the index
         lags the store by a moment; the store decides)."""
         if action == "retry":
-            BulkRetry(self.ledger, self.background, ids, finish).start()
+            BulkRetry(self.transitions, self.background, ids, finish).start()
         else:
-            Deletion(self.ledger, ids, state, finish).step()
+            Deletion(self.transitions, ids, state, finish).step()
 
 
 class SearchOps:
     """The index (a sink of the daemon's events) and the operations that read it."""
 
-    def __init__(self, ctx: QueueContext, store: QueueStore, ledger: Transitions,
+    def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  background: Background) -> None:
         self.ctx, self.background = ctx, background
-        self.index = SearchIndex(store, ledger.schedule.msgs.get)  # a create's msg from memory
-        self.batches = Batches(ledger, background)
-        self.mover = Mover(ctx, store, ledger, background)
+        msgs = transitions.ledger.schedule.msgs
+        self.index = SearchIndex(store, msgs.get)  # a create's msg from memory
+        self.batches = Batches(transitions, background)
+        self.mover = Mover(ctx, store, transitions, background)
 
     def ops(self) -> dict[str, Callable[[Request], Reply | None]]:
         return {"search": self.search_op, "bulk": self.bulk_op}

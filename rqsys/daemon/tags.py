@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rqsys.daemon.transitions import Transitions
+from rqsys.daemon.ledger import Ledger
 from rqsys.errors import RQError
 from rqsys.store import QueueStore
 
@@ -23,7 +23,7 @@ def tagged(msg: dict[str, Any], tag: str) -> bool:
     return tag in (msg.get("tags") or ())
 
 
-def page(ledger: Transitions, store: QueueStore, state: str, tag: str, offset: int,
+def page(ledger: Ledger, store: QueueStore, state: str, tag: str, offset: int,
          limit: int) -> tuple[list[str], int]:
     """(ids carrying ``tag`` in ``state``, from ``offset``; how many there are)."""
     if state == "que":

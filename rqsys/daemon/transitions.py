@@ -19,7 +19,7 @@ changes.
     que  → err                   fail_queued   a message it waits for failed (``after``),
                                                a pool message's file did not arrive whole
     que  → que                   run_now       due now (rewrite first)
-    err  → que                   retry         a client's retry of a failed message (``retries``)
+    err  → que                   retries.retry a client's retry of a failed message
     any  → gone                  delete, prune, end (destroyed while running)
 
 Durability is the store's table (``rqsys.store``): a rewrite of ``msg`` that
@@ -33,21 +33,29 @@ waits until the rewrite is durable (a moment), then runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Msg, Offload, Riders, guard
+from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Ledger, Msg, Offload, Riders, guard
 from rqsys.daemon.retries import Retries
 from rqsys.errors import BadRequest, RQError
 from rqsys.run.verdict import Outcome
 from rqsys.store import Staged, pruning
 from rqsys.store.durable import fsync_dirs
 
-__all__ = ["COUNTED", "MOVES", "Done", "Ended", "Msg", "Offload", "Riders", "Transitions"]
+__all__ = ["COUNTED", "MOVES", "Done", "Ended", "Ledger", "Msg", "Offload", "Riders",
+           "Transitions"]
 
 
-class Transitions(Retries):
-    """Every state change of the daemon's messages (its picture: ``Ledger``;
-    err → que, a client's retry: ``Retries``)."""
+class Transitions:
+    """Every state change of the daemon's messages, kept in step with their
+    picture (``ledger``); err → que, a client's retry, is ``retries``'s."""
+
+    def __init__(self, ledger: Ledger, offload: Offload, slow: Offload | None = None) -> None:
+        self.ledger, self.store, self.log = ledger, ledger.store, ledger.log
+        self._offload = offload  # runs work on the sync lane, then a callback on the loop
+        self._slow = slow or offload  # the same, on a lane of its own (prunes)
+        self.retries = Retries(ledger, offload)
 
     # ------------------------------------------------------------ start-up
     def load(self) -> None:
@@ -60,23 +68,23 @@ class Transitions(Retries):
                            f"directory: moved to .set-aside/{name}")
         snapshot = self.store.take_que_snapshot()
         if snapshot is not None:
-            self.schedule.load(snapshot)
+            self.ledger.schedule.load(snapshot)
         else:
             for msg_id, read in self.store.read_all("que"):
                 self._load_one(msg_id, read)
-        self._counts = {state: self.store.count(state) for state in COUNTED}
+        self.ledger.tally.update({state: self.store.count(state) for state in COUNTED})
         prep = ((i, m) for i, m in self.store.read_all("prep") if not isinstance(m, RQError))
-        self.unique.load([*self.schedule.msgs.items(), *prep], time.time())
+        self.ledger.unique.load([*self.ledger.schedule.msgs.items(), *prep], time.time())
 
     def _load_one(self, msg_id: str, msg: Msg | RQError) -> None:
         if not isinstance(msg, RQError):
-            self.schedule.add(msg_id, msg)
+            self.ledger.schedule.add(msg_id, msg)
             return
         # que → err: a message nobody can read cannot run
         self.log.event("err", f"unreadable queued message moved to err: {msg}", msg_id,
                        RQ_STATE="que")
         self.store.write_status("que", msg_id, f"unreadable message: {msg}")
-        self._move(msg_id, "que", "err")
+        self.ledger.move(msg_id, "que", "err")
 
     # ------------------------------------------------------------ creation
     def placed(self, batch: list[Staged], state: str) -> tuple[list[Staged], OSError | None]:
@@ -85,13 +93,13 @@ class Transitions(Retries):
         guard(state in ("que", "prep"), f"a new message cannot go to {state}")
         left, error = self.store.place(batch, state)
         for staged in batch[:len(batch) - len(left)]:
-            self._blank.add(staged.msg_id)
-            self.unique.hold(staged.msg_id, staged.msg)
+            self.ledger.blank.add(staged.msg_id)
+            self.ledger.unique.hold(staged.msg_id, staged.msg)
             if state == "prep":
-                self._counts["prep"] += 1
+                self.ledger.tally["prep"] += 1
             else:
-                self.schedule.add(staged.msg_id, staged.msg)
-                self.queued(staged.msg_id, staged.msg)
+                self.ledger.schedule.add(staged.msg_id, staged.msg)
+                self.ledger.queued(staged.msg_id, staged.msg)
             self.log.event("created", f"in {state}", staged.msg_id, RQ_STATE=state,
                            RQ_BY=staged.origin)
         return left, error
@@ -100,40 +108,40 @@ class Transitions(Retries):
         """prep → que; ``done`` is called once the move is durable.  While a
         bulk move sends the message away, the commit waits for its answer (it
         was committed here while its copy went there: it ran twice)."""
-        if self._wait_while_busy(msg_id, lambda: self.commit(msg_id, done), done):
+        if self.ledger.wait_while_busy(msg_id, lambda: self.commit(msg_id, done), done):
             return
         state = self.store.find(msg_id)
         if state != "prep":
             raise BadRequest(f"message {msg_id} is in {state}, not prep")
-        self._move(msg_id, "prep", "que")
+        self.ledger.move(msg_id, "prep", "que")
         self.log.record("committed", msg_id, RQ_STATE="que")
-        self._counts["prep"] -= 1
-        self.schedule.add(msg_id, self.store.read_msg("que", msg_id))
-        self.queued(msg_id, self.schedule.msgs[msg_id])
+        self.ledger.tally["prep"] -= 1
+        self.ledger.schedule.add(msg_id, self.store.read_msg("que", msg_id))
+        self.ledger.queued(msg_id, self.ledger.schedule.msgs[msg_id])
         dirs = [self.store.state_dir("que"), self.store.state_dir("prep")]  # destination first
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
 
     # ------------------------------------------------------------ running
     def start_next(self, now: float) -> tuple[str, Msg, Msg] | None:
         """que → run: the next due message its gate lets start, or None."""
-        while (picked := self.schedule.pop_ready(now)) is not None:
+        while (picked := self.ledger.schedule.pop_ready(now)) is not None:
             msg_id, queued = picked
-            guard(msg_id not in self.running, f"{msg_id} is running already")
-            if self._moved(msg_id, "que", "run"):
+            guard(msg_id not in self.ledger.running, f"{msg_id} is running already")
+            if self.ledger.moved(msg_id, "que", "run"):
                 break
-            self.schedule.dropped(queued)  # its keys' parked messages compete again
+            self.ledger.schedule.dropped(queued)  # its keys' parked messages compete again
         if picked is None:
             return None
         msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
-        self.running[msg_id] = msg
-        self.schedule.started(msg, time.time())  # the rate window counts from now, not the turn
+        self.ledger.running[msg_id] = msg
+        self.ledger.schedule.started(msg, time.time())  # the rate window counts from now
         return msg_id, queued, msg
 
     def take_blank_status(self, msg_id: str) -> bool:
         """Whether a message that has just started has a blank status file (it
         was placed by this daemon and never ran; loaded ones are not known)."""
-        blank = msg_id in self._blank
-        self._blank.discard(msg_id)
+        blank = msg_id in self.ledger.blank
+        self.ledger.blank.discard(msg_id)
         return blank
 
     def coalesce(self, msg_id: str, msg: Msg, url: str) -> None:
@@ -141,32 +149,32 @@ class Transitions(Retries):
         their due time (RQ's ``handle_dups``): out of the que in memory, left
         in que/ on disk until the primary ends (a crash meanwhile leaves them
         queued).  ``url``: the primary's, for their ``duplicate`` status."""
-        riders = self.schedule.take_coalesced(msg)
+        riders = self.ledger.schedule.take_coalesced(msg)
         if riders:
-            self._riders[msg_id] = (url, riders)
+            self.ledger.riders[msg_id] = (url, riders)
             self.log.event("coalesced", f"{len(riders)} queued message(s) ride along", msg_id,
                            RQ_STATE="run", RQ_RIDERS=[rider for rider, _msg in riders])
 
     def unstart(self, msg_id: str, queued: Msg, why: str) -> None:
         """run → que: its script could not be started; it waits as it was."""
-        running = self.running.pop(msg_id, None)
+        running = self.ledger.running.pop(msg_id, None)
         guard(running is not None, f"{msg_id} is not running")
-        self.schedule.ended(running or queued)
+        self.ledger.schedule.ended(running or queued)
         self.store.write_status("run", msg_id, why)
-        if self._moved(msg_id, "run", "que"):
-            self.schedule.add(msg_id, queued)
+        if self.ledger.moved(msg_id, "run", "que"):
+            self.ledger.schedule.add(msg_id, queued)
 
     def end(self, msg_id: str, outcome: Outcome, written: str | None) -> list[Ended]:
         """run → done | err | relayed | que | gone, with its riders; returns
         those that ended in done, err or relayed (``written``: what its status
         file holds, not written again; None when not known)."""
-        msg = self.running.pop(msg_id, None)
+        msg = self.ledger.running.pop(msg_id, None)
         guard(msg is not None, f"{msg_id} is not running")
         assert msg is not None
-        self.schedule.ended(msg)
+        self.ledger.schedule.ended(msg)
         ended = self._settle(msg_id, msg, outcome, written)
-        url, riders = self._riders.pop(msg_id, ("", []))
-        if msg_id in self._busy:  # on its way back to the que (resend): riders wait for it
+        url, riders = self.ledger.riders.pop(msg_id, ("", []))
+        if self.ledger.is_busy(msg_id):  # on its way back to the que (resend): riders wait for it
             self._hold(msg_id, riders)
             return ended or []
         state = outcome.state if ended is not None else "gone"  # gone: riders run on their own
@@ -179,23 +187,23 @@ class Transitions(Retries):
         loop turn as it, so the next run of their params takes it along again
         (RQ's resend coalesce); until then they are busy."""
         for rider_id, _rider in riders:
-            self._busy[rider_id] = f"waiting for {primary} to be requeued"
-        self._held[primary] = riders
+            self.ledger.mark_busy(rider_id, f"waiting for {primary} to be requeued")
+        self.ledger.held[primary] = riders
 
     def _settle_rider(self, msg_id: str, msg: Msg, state: str, url: str) -> list[Ended]:
         """que → done | relayed as its primary did (RQ: status ``duplicate
         <primary url>``); when the primary did not succeed, it waits again in
         the que and runs on its own."""
         if state not in ("done", "relayed"):
-            self.schedule.add(msg_id, msg)
+            self.ledger.schedule.add(msg_id, msg)
             return []
         outcome = Outcome(state, f"duplicate {url}")
-        self._blank.discard(msg_id)
+        self.ledger.blank.discard(msg_id)
         self.store.write_status("que", msg_id, outcome.text)
         self._advisory(self.store.write_count("que", msg_id, int(msg.get("count", 0))), msg_id)
-        if not self._moved(msg_id, "que", state):
+        if not self.ledger.moved(msg_id, "que", state):
             return []
-        self._counts[state] += 1
+        self.ledger.tally[state] += 1
         self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE=state)
         return [(msg_id, msg, outcome)]
 
@@ -215,13 +223,19 @@ class Transitions(Retries):
         # run → done | err | relayed
         guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
         self._advisory(self.store.write_count("run", msg_id, msg["count"]), msg_id)
-        if not self._moved(msg_id, "run", outcome.state):
+        if not self.ledger.moved(msg_id, "run", outcome.state):
             return None
-        self._counts[outcome.state] += 1
+        self.ledger.tally[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
                        RQ_STATE=outcome.state,
                        **({"RQ_KIND": outcome.kind} if outcome.kind else {}))
         return [(msg_id, msg, outcome)]
+
+    def _log_failed(self, msg_id: str) -> Callable[[Any, BaseException | None], None]:
+        def then(_result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self.log.event("err", f"not removed until the next start: {error}", msg_id)
+        return then
 
     def _advisory(self, why: str, msg_id: str) -> None:
         """A file the state does not hang on that was not written: told, and on."""
@@ -232,64 +246,64 @@ class Transitions(Retries):
         """run → que (resend, or the daemon stopping): the msg with its new
         count and due is made durable off the loop first, then moved."""
         msg = dict(msg, due=time.time() + outcome.delay if outcome.delay else 0)
-        self._busy[msg_id] = "being requeued"
+        self.ledger.mark_busy(msg_id, "being requeued")
 
         def moved(_result: Any, error: BaseException | None) -> None:
             if error is not None:
                 self.log.event("err", f"new count and due not saved: {error}", msg_id)
-            if self._moved(msg_id, "run", "que"):
-                self.schedule.add(msg_id, msg)
+            if self.ledger.moved(msg_id, "run", "que"):
+                self.ledger.schedule.add(msg_id, msg)
                 self.log.event("retry" if outcome.kind == "retry" else "resend", outcome.text,
                                msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE="que",
                                RQ_DUE=msg["due"])
-            self._free(msg_id)
+            self.ledger.free(msg_id)
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)
 
     def fail_queued(self, msg_id: str, text: str, kind: str = "after") -> None:
         """que → err: a queued message that cannot run (what it waits for failed;
         ``kind`` "attachment": a pool message's file did not arrive whole)."""
-        guard(self.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
+        guard(self.ledger.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
         self.store.write_status("que", msg_id, text)  # (a retry sets it aside)
-        if not self._moved(msg_id, "que", "err"):
+        if not self.ledger.moved(msg_id, "que", "err"):
             return
-        self._counts["err"] += 1
+        self.ledger.tally["err"] += 1
         self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind)
 
     # ------------------------------------------------------------ client requests
     def run_now(self, msg_id: str, done: Done) -> None:
         """que → que, due now: out of the que until its rewritten msg is durable."""
-        if self._wait_while_busy(msg_id, lambda: self.run_now(msg_id, done), done):
+        if self.ledger.wait_while_busy(msg_id, lambda: self.run_now(msg_id, done), done):
             return
-        msg = self.schedule.remove(msg_id)
+        msg = self.ledger.schedule.remove(msg_id)
         if msg is None:
             raise BadRequest(f"message {msg_id} is not queued")
         msg = dict(msg, due=0)
-        self._busy[msg_id] = "being rescheduled"
+        self.ledger.mark_busy(msg_id, "being rescheduled")
 
         def rescheduled(_result: Any, error: BaseException | None) -> None:
-            self.schedule.add(msg_id, msg)
+            self.ledger.schedule.add(msg_id, msg)
             self.log.record("run_now", msg_id, RQ_STATE="que")
             done(error)
-            self._free(msg_id)
+            self.ledger.free(msg_id)
 
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
 
     def delete(self, msg_id: str, done: Done) -> None:
         """prep | que | done | err | relayed → gone (a running one is destroyed
         instead); ``done`` is called once the delete is durable."""
-        if self._wait_while_busy(msg_id, lambda: self.delete(msg_id, done), done):
+        if self.ledger.wait_while_busy(msg_id, lambda: self.delete(msg_id, done), done):
             return
-        why = self.busy(msg_id)
+        why = self.ledger.busy(msg_id)
         if why:
             raise BadRequest(why)
         state = self.store.find(msg_id)
         finish = self.store.delete_later(msg_id, state)  # its sync and rmtree: off the loop
-        self._blank.discard(msg_id)
-        self.schedule.remove(msg_id)
-        self.unique.forget(msg_id)
+        self.ledger.blank.discard(msg_id)
+        self.ledger.schedule.remove(msg_id)
+        self.ledger.unique.forget(msg_id)
         if state in COUNTED:
-            self._counts[state] -= 1
+            self.ledger.tally[state] -= 1
         self.log.event("deleted", f"deleted from {state}", msg_id)
         self._offload(finish, lambda _result, error: done(error))
 
@@ -301,14 +315,14 @@ class Transitions(Retries):
         removal = pruning.Removal(self.store)
         removed = {state: pruning.ended(self.store, state, now - days * 86400, removal)
                    for state in ("done", "relayed")}
-        removed["err"], late = pruning.acked(self.store, "err", removal, self._busy)
+        removed["err"], late = pruning.acked(self.store, "err", removal, self.ledger.busy_ids())
         if prep_days is not None:
             prep = pruning.untouched(self.store, "prep", now - prep_days * 86400, removal)
             for msg_id in prep:
-                self.unique.forget(msg_id)
+                self.ledger.unique.forget(msg_id)
             removed["prep"] = len(prep)
         for state, count in removed.items():
-            self._counts[state] -= count
+            self.ledger.tally[state] -= count
         self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
         finished = _prune_late(self, late, removed, done)
         self._slow(removal.finish, lambda _result, error: finished(error))
@@ -339,6 +353,6 @@ def _prune_late(t: Transitions, late: list[str], removed: dict[str, int], done: 
                 continue
             removed["err"] += 1
         one(None)
-    if not t.wait_until_free(late, landed):
+    if not t.ledger.wait_until_free(late, landed):
         landed()
     return one

@@ -11,6 +11,7 @@ queue never loads it.
 * ``ids``      message ids unique across the pool's hosts
 * ``bridge``   an asyncio loop on its own thread, results back to the daemon loop
 * ``link``     the NATS side: connect, stream, consumer, KV bucket, publish, fetch, acks
+* ``parts``    what a member uses of its queue daemon, handed over at construction
 * ``member``   the daemon side: joining, create, lookups, figures, stopping
 * ``worker``   pulling for free workers, materialising, in-progress acks, ack/nak
 * ``acks``     an end recorded in the bucket, then acked, tried again until NATS answers
@@ -23,16 +24,17 @@ queue never loads it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rqsys.pool.member import PoolMember
+    from rqsys.pool.parts import QueueParts
 
 
-def member_for(daemon: Any) -> PoolMember | None:
+def member_for(parts: QueueParts) -> PoolMember | None:
     """The pool side of a queue daemon, or None for a plain queue (nothing imported)."""
-    if not daemon.ctx.config.get("pool"):
+    if not parts.ctx.config.get("pool"):
         return None
     from rqsys.pool.member import PoolMember
 
-    return PoolMember(daemon)
+    return PoolMember(parts)

@@ -14,14 +14,15 @@ from typing import Any
 
 from rqsys.pool.bridge import Bridge
 from rqsys.pool.files import PoolFiles, local_files
+from rqsys.pool.parts import QueueParts
 
 
 class HandBack:
     """Hands the locally queued messages to the pool; ``pending`` until all are."""
 
-    def __init__(self, daemon: Any, bridge: Bridge, files: PoolFiles) -> None:
-        self.ctx, self.store, self.ledger, self.log = (daemon.ctx, daemon.store, daemon.ledger,
-                                                      daemon.log)
+    def __init__(self, parts: QueueParts, bridge: Bridge, files: PoolFiles) -> None:
+        self.ctx, self.store, self.log = parts.ctx, parts.store, parts.log
+        self.transitions, self.ledger = parts.transitions, parts.transitions.ledger
         self.bridge, self.files = bridge, files
         self.pending = 0  # publishes not answered yet: the host pulls nothing till then
 
@@ -49,7 +50,7 @@ class HandBack:
         def then(how: Any, error: BaseException | None) -> None:
             self.pending -= 1
             if error is None:
-                self.ledger.delete(msg_id, lambda _error: None)
+                self.transitions.delete(msg_id, lambda _error: None)
                 self.log.event("pool", f"queued here at start: handed to the pool, {how}",
                                msg_id)
             else:

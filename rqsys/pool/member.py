@@ -23,6 +23,7 @@ from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import Outgoing, local_files
 from rqsys.pool.ids import PoolIds
 from rqsys.pool.link import Link, public_url
+from rqsys.pool.parts import QueueParts
 from rqsys.pool.settings import from_configs
 from rqsys.pool.worker import PoolWorker
 
@@ -34,13 +35,13 @@ LOOKUP_OPS = ("get", "state", "status")  # answered from the pool's bucket when 
 class PoolMember:
     """One queue daemon's membership of its pool."""
 
-    def __init__(self, daemon: Any) -> None:
-        self.ctx, self.log = daemon.ctx, daemon.log
-        self.store, self.ledger = daemon.store, daemon.ledger
+    def __init__(self, parts: QueueParts) -> None:
+        self.ctx, self.log = parts.ctx, parts.log
+        self.store, self.transitions = parts.store, parts.transitions
         self.settings = from_configs(self.ctx.config, self.ctx.sysconfig)
         self.bridge = Bridge()
         self.link = Link(self.settings)
-        self.worker = PoolWorker(daemon, self.bridge, self.link)
+        self.worker = PoolWorker(parts, self.bridge, self.link)
         self.ids: PoolIds | None = None
 
     # ------------------------------------------------------------ start, stop
@@ -185,7 +186,7 @@ class PoolMember:
                 r.fail(Unavailable(f"pool {self.settings.pool}: not published: "
                                    f"{why(error)}"))
                 return
-            self.ledger.delete(msg_id, lambda _error: None)  # the pool has it now
+            self.transitions.delete(msg_id, lambda _error: None)  # the pool has it now
             r.answer({"ok": True, "msg_id": msg_id, "url": url})
 
         files = local_files(self.store, "prep", msg_id)

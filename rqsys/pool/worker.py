@@ -29,6 +29,7 @@ from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import BadAttachment, PoolFiles, specs_of
 from rqsys.pool.handback import HandBack
 from rqsys.pool.link import Link, NatsMsg
+from rqsys.pool.parts import QueueParts
 from rqsys.pool.redelivery import Redeliveries
 from rqsys.pool.retry import Retrying
 from rqsys.store import Staged
@@ -40,9 +41,10 @@ FETCH_WAIT = 1.0  # seconds a fetch waits for a first message (then the loop ask
 class PoolWorker:
     """Pulls, materialises, extends, acks and naks one host's pool messages."""
 
-    def __init__(self, daemon: Any, bridge: Bridge, link: Link) -> None:
-        self.ctx, self.store, self.ledger = daemon.ctx, daemon.store, daemon.ledger
-        self.intake, self.runner, self.log = daemon.intake, daemon.runner, daemon.log
+    def __init__(self, parts: QueueParts, bridge: Bridge, link: Link) -> None:
+        self.ctx, self.store, self.log = parts.ctx, parts.store, parts.log
+        self.transitions, self.ledger = parts.transitions, parts.transitions.ledger
+        self.intake, self.runner = parts.intake, parts.runner
         self.bridge, self.link = bridge, link
         self.held: dict[str, NatsMsg] = {}
         self.placing: set[str] = set()  # staged, waiting for the group commit
@@ -56,7 +58,7 @@ class PoolWorker:
         self.redeliveries = Redeliveries(link, bridge, self.log, self._run_redelivery,
                                          self._skip_redelivery, self._let_go)
         self.retrying = Retrying(bridge, self.log)  # single keys let go
-        self.hand_back = HandBack(daemon, bridge, self.files)  # at start, before any pull
+        self.hand_back = HandBack(parts, bridge, self.files)  # at start, before any pull
         self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
         self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
 
@@ -252,7 +254,7 @@ class PoolWorker:
                 self.retrying.submit(lambda: unique.release(self.link.kv, single, msg_id, 0),
                                      "single key not let go", msg_id)
             if refused:  # before this turn starts anything
-                self.ledger.fail_queued(msg_id, refused, kind="attachment")
+                self.transitions.fail_queued(msg_id, refused, kind="attachment")
         return then
 
     # ------------------------------------------------------------ a message ends
@@ -291,7 +293,7 @@ class PoolWorker:
     def _resend(self, msg_id: str, delivery: NatsMsg) -> None:
         msg = self.store.read_msg("que", msg_id)
         delay = max(0.0, due_time(msg) - time.time())
-        self.ledger.delete(msg_id, lambda _error: None)
+        self.transitions.delete(msg_id, lambda _error: None)
         self.bridge.submit(self.link.nak(delivery, delay))
         self._record(msg_id, msg, "que", f"resend in {delay:.0f}s (any host)")
 
