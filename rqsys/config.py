@@ -177,6 +177,3 @@ def base_url(cfg: dict[str, Any]) -> str:
     """``http://host:port/root/`` for full message ids (RQ_HOST)."""
     return f"http://{cfg['host']}:{cfg['port']}{cfg['relative_root']}"
 
-
-def message_url(cfg: dict[str, Any], queue: str, msg_id: str) -> str:
-    return f"{base_url(cfg)}q/{queue}/{msg_id}"

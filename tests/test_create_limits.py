@@ -1,5 +1,5 @@
 """The whole-message size limit holds on a flat message, whose check no longer
-encodes it when it is surely small (rqsys.limits._surely_small): a message
+encodes it when it is surely small (rqsys.message._surely_small): a message
 made only of strings that JSON escapes (6 or 12 bytes a character) is still
 refused, and the bound never calls small what is over the limit."""
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from rqsys import limits
+from rqsys import message as limits
 from rqsys.errors import TooLarge
 
 CHARS = ["a", "\u0001", "\U0001f600", "é"]

@@ -13,8 +13,8 @@ from test_cli import rq
 from test_web_support import web_server  # noqa: F401
 
 from rqsys import config
-from rqsys.daemon.tags import TAG_PATTERN
 from rqsys.errors import BadRequest
+from rqsys.message import TAG_PATTERN
 
 
 def test_message_schema_and_list_op_share_the_tag_pattern():

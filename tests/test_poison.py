@@ -13,8 +13,9 @@ import pytest
 from conftest import wait_for
 from daemon_util import send, settle, store_of
 
-from rqsys import limits
+from rqsys import message
 from rqsys.errors import BadRequest
+from rqsys.run import spawn
 
 KIB = 1024
 RQ = [sys.executable, "-c", "import sys; from rqsys.cli.rq import rq_main; sys.exit(rq_main())"]
@@ -39,25 +40,25 @@ def test_an_oversized_field_is_refused_at_create_naming_field_and_limit(
 
 
 def test_each_limit_alone():
-    limits.check_message({"param1": "x" * limits.PARAM_MAX, "param2": "y" * limits.PARAM_MAX})
+    message.check_message({"param1": "x" * message.PARAM_MAX, "param2": "y" * message.PARAM_MAX})
     with pytest.raises(BadRequest, match=r"post_run_webhook\[1\] too large"):
-        limits.check_message({"post_run_webhook": ["http://a/", "http://" + "a" * 3000]})
+        message.check_message({"post_run_webhook": ["http://a/", "http://" + "a" * 3000]})
     with pytest.raises(BadRequest, match="param2 contains a NUL"):
-        limits.check_message({"param2": "a\0b"})
+        message.check_message({"param2": "a\0b"})
     with pytest.raises(BadRequest, match=r"message too large: \d+ bytes as JSON, the limit "
                                          r"is 1048576"):
-        limits.check_message({"relay_via": ["\u0001" * 2000] * 64,
+        message.check_message({"relay_via": ["\u0001" * 2000] * 64,
                               **{f"param{n}": "\u0001" * 16000 for n in range(1, 5)}})
 
 
 def test_the_limits_leave_room_for_the_script(tmp_path):
     # A message at every limit still fits in one exec with a usual environment
-    env = dict(os.environ, **{f"RQ_PARAM{n}": "x" * limits.PARAM_MAX for n in range(1, 5)},
-               RQ_ORIG_MSG_ID="u" * limits.TEXT_MAX)
-    assert limits.env_problem(env) == ""
+    env = dict(os.environ, **{f"RQ_PARAM{n}": "x" * message.PARAM_MAX for n in range(1, 5)},
+               RQ_ORIG_MSG_ID="u" * message.TEXT_MAX)
+    assert spawn.env_problem(env) == ""
     done = subprocess.run(["/bin/true"], env=env, check=False)
     assert done.returncode == 0
-    assert "RQ_PARAM1" in limits.env_problem({"RQ_PARAM1": "x" * limits.MAX_ARG_STRLEN})
+    assert "RQ_PARAM1" in spawn.env_problem({"RQ_PARAM1": "x" * spawn.MAX_ARG_STRLEN})
 
 
 def test_rq_refuses_an_oversized_param_in_one_line(make_queue, daemon, layout):
@@ -92,11 +93,11 @@ def test_a_message_whose_environment_cannot_be_execd_ends_err_alone(make_queue, 
 
 def test_a_message_pushed_over_arg_max_by_env_vars_ends_err_alone(make_queue, daemon):
     # Given env_vars that leave about 150 KiB of ARG_MAX for each message
-    fill = limits.arg_max() - limits.env_size(dict(os.environ)) - 150 * KIB
+    fill = spawn.arg_max() - spawn.env_size(dict(os.environ)) - 150 * KIB
     chunk = 100 * KIB
     env_vars = {f"BIG{n}": "b" * chunk for n in range(fill // (chunk + 16))}
-    env_vars["BIGREST"] = "b" * (fill - limits.env_size(env_vars) - 16)
-    assert abs(limits.env_size(env_vars) - fill) < 64
+    env_vars["BIGREST"] = "b" * (fill - spawn.env_size(env_vars) - 16)
+    assert abs(spawn.env_size(env_vars) - fill) < 64
     make_queue("q", DONE, env_vars=env_vars)
     proc = daemon("q")
     # When a message within every limit but with 2 x 99 KiB of params comes first

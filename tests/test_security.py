@@ -24,7 +24,7 @@ from daemon_util import job_file
 from scan_util import LoggedProcess, call, clean_env, free_port, make_entry
 
 from rqsys.errors import TooLarge
-from rqsys.limits import PARAM_MAX
+from rqsys.message import PARAM_MAX
 from rqsys.store import Layout
 from rqsys.web import auth, listen
 

@@ -16,6 +16,7 @@ from daemon_util import send, settle, store_of
 
 from rqsys import config
 from rqsys.errors import BadRequest
+from rqsys.message import message_url
 from rqsys.observe import timeline
 from rqsys.observe.events import EventLog
 
@@ -90,7 +91,7 @@ def test_clone_commit_and_queued_message_times(layout, make_queue, daemon):
     # Then a committed message says so, a clone names its source, and times not yet
     # known are null
     assert [e["ev"] for e in _events(layout, prep, "que")] == ["created", "committed"]
-    source = config.message_url(config.load_system_config(layout), "q", prep)
+    source = message_url(config.load_system_config(layout), "q", prep)
     assert _events(layout, clone, "que")[0]["by"] == f"clone {source}"
     got = proc.call("get", msg_id=clone)
     assert got["created_at"] > 0

@@ -15,7 +15,7 @@ from conftest import wait_for
 from daemon_util import job_file
 from test_web_support import multipart, tree_snapshot, web_server  # noqa: F401
 
-from rqsys.limits import PARAM_MAX
+from rqsys.message import PARAM_MAX
 from rqsys.web import auth
 
 SCRIPT = 'echo "a line of output"\necho "done ok" >&3\n'

@@ -15,10 +15,11 @@ from rqsys.cli import send
 from rqsys.cli.common import RET_FAIL, RET_OK, RET_UNAVAILABLE
 from rqsys.cli.follow import Follow, describe, verdict_code
 from rqsys.errors import BadRequest, RQError, Unavailable
+from rqsys.message import split_message_url
 from rqsys.observe import timeline
 from rqsys.search import query
 from rqsys.store import Layout, QueueView, check_queue_name
-from rqsys.wire.client import QueueClient, find_message, split_message_url
+from rqsys.wire.client import QueueClient, find_message
 
 Verb = Callable[[Layout, argparse.Namespace], int]
 

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 from rqsys import tunables
 from rqsys.daemon.afterwatch import Follower, check_all
 from rqsys.errors import BadRequest, NotFound, RQError
+from rqsys.message import split_message_url
 from rqsys.observe.events import listening
 from rqsys.store import MSG_ID_RE, QueueStore, QueueView
-from rqsys.wire.client import is_local_url, split_message_url
+from rqsys.wire.client import is_local_url
 
 if TYPE_CHECKING:
     from rqsys.background import Background

@@ -8,7 +8,7 @@ from typing import Any
 from rqsys import config
 from rqsys.daemon.adminfiles import AdminFiles, stricter
 from rqsys.errors import BadRequest, QueueDown
-from rqsys.message import is_remote
+from rqsys.message import is_remote, message_url
 from rqsys.special import RELAY_QUEUE
 from rqsys.store import Layout
 from rqsys.wire.client import local_queue_of, queue_for_dest
@@ -62,7 +62,7 @@ class QueueContext:
         made = self._url_prefix
         if made[0] is not self.sysconfig:
             made = self._url_prefix = (self.sysconfig,
-                                       config.message_url(self.sysconfig, self.name, ""))
+                                       message_url(self.sysconfig, self.name, ""))
         return made[1] + msg_id
 
     def check_accepting(self, strict: bool = False) -> None:

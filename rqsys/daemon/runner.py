@@ -17,7 +17,7 @@ import signal
 import time
 from typing import Any
 
-from rqsys import limits, tunables
+from rqsys import tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
@@ -33,7 +33,7 @@ from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailab
 from rqsys.fdclose import FdBatch
 from rqsys.observe import timeline
 from rqsys.observe.events import EventLog
-from rqsys.run import resources
+from rqsys.run import resources, spawn
 from rqsys.run.backoff import retried
 from rqsys.run.output import ScriptOutput
 from rqsys.run.protocol import Command
@@ -154,8 +154,8 @@ class Runner:
         in err; else the queue's script is (SCRIPTERROR): it waits in que."""
         errno_ = getattr(exc, "errno", None)
         why = "its params hold a lone UTF-16 surrogate" if isinstance(exc, UnicodeError) else ""
-        if errno_ == errno.E2BIG and not limits.env_problem(self.env.shared(), tuple(argv)):
-            why = limits.env_problem(env, tuple(argv)) or "its environment is too large"
+        if errno_ == errno.E2BIG and not spawn.env_problem(self.env.shared(), tuple(argv)):
+            why = spawn.env_problem(env, tuple(argv)) or "its environment is too large"
             why = f"{exc} ({why})"
         if why:
             text = f"cannot start the script for this message: {why}"
@@ -164,7 +164,7 @@ class Runner:
             return
         if errno_ == errno.E2BIG:
             exc = SpawnError(f"{exc}: the queue's own environment is too large "
-                             f"({limits.env_problem(self.env.shared(), tuple(argv))})")
+                             f"({spawn.env_problem(self.env.shared(), tuple(argv))})")
         self.transitions.unstart(msg_id, queued, f"SCRIPTERROR: {exc}")
         self._set_script_error(str(exc))
 

@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rqsys import tunables
-from rqsys.daemon.tags import TAG_PATTERN
 from rqsys.errors import BadRequest
 from rqsys.flatcheck import flat_check
+from rqsys.message import TAG_PATTERN
 from rqsys.store import ADMIN_OPERS, ATTACH_NAME_RE, MSG_ID_RE, STATES
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from rqsys.daemon.ledger import Ledger
 from rqsys.errors import RQError
 from rqsys.store import QueueStore
 
-TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:=+-]{0,63}$"
 TAG_SCAN = 2000  # messages of an ended state (newest first) searched for a tag
 
 

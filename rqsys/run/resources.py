@@ -5,7 +5,7 @@ A queue's ``limits`` become a drop-in for ``rq@<queue>.service``; its
 tighten them) become the properties of each run's transient scope, or
 rlimits where there is no systemd.  The JSON Schema has checked the
 syntax already (``2G``, ``150%``); this module turns it into numbers.
-(Not to be confused with ``rqsys.limits``: sizes of message fields.)
+(Not to be confused with the sizes of message fields: ``rqsys.message``.)
 """
 
 from __future__ import annotations

@@ -268,3 +268,35 @@ def describe_exit(wait_status: int) -> str:
         core = " (core dumped)" if os.WCOREDUMP(wait_status) else ""
         return f"terminated by {signal.Signals(sig).name}{core}"
     return f"exit status {os.waitstatus_to_exitcode(wait_status)}"
+
+
+# ------------------------------------------------------------ what exec refuses
+KIB = 1024
+MAX_ARG_STRLEN = 32 * 4096  # Linux: one argv or environment string, its NUL included
+
+
+def arg_max() -> int:
+    """The kernel's limit on argv and environment together (bytes)."""
+    try:
+        return int(os.sysconf("SC_ARG_MAX"))
+    except (ValueError, OSError):
+        return 2 * KIB * KIB
+
+
+def env_size(env: dict[str, str], argv: tuple[str, ...] = ()) -> int:
+    """What exec counts against ARG_MAX: each string, its NUL and its pointer."""
+    strings = [f"{key}={value}" for key, value in env.items()] + list(argv)
+    return sum(len(os.fsencode(text)) + 1 + 8 for text in strings)
+
+
+def env_problem(env: dict[str, str], argv: tuple[str, ...] = ()) -> str:
+    """Why exec would refuse this environment (E2BIG), or "" when it fits."""
+    for key, value in env.items():
+        size = len(os.fsencode(key)) + len(os.fsencode(value)) + 2  # "=" and NUL
+        if size > MAX_ARG_STRLEN:
+            return (f"environment variable {key} is {size} bytes; Linux takes at most "
+                    f"{MAX_ARG_STRLEN} bytes in one")
+    total = env_size(env, argv)
+    if total > arg_max():
+        return f"argv and environment are {total} bytes; ARG_MAX is {arg_max()}"
+    return ""

@@ -16,6 +16,7 @@ from typing import Any
 
 from rqsys import config, store
 from rqsys.errors import RQError
+from rqsys.message import message_url
 from rqsys.scan import scandir
 from rqsys.store import Layout, QueueView
 from rqsys.timers.calendar import check
@@ -107,7 +108,7 @@ def _last(layout: Layout, sysconfig: dict[str, Any], name: str) -> dict[str, Any
         state = "gone"
     return {"last": last.get("at"), "last_slot": last.get("slot"), "last_msg_id": msg_id,
             "last_queue": queue,
-            "last_url": config.message_url(sysconfig, queue, msg_id), "last_state": state}
+            "last_url": message_url(sysconfig, queue, msg_id), "last_state": state}
 
 
 def when(epoch: float | None) -> str:

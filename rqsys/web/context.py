@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys import config
+from rqsys.message import message_url
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
 from rqsys.web.connections import Connections
 
@@ -32,7 +32,7 @@ class Web:
         return self.path("q", queue, msg_id)
 
     def msg_url(self, queue: str, msg_id: str) -> str:
-        return config.message_url(self.sysconfig, queue, msg_id)
+        return message_url(self.sysconfig, queue, msg_id)
 
     def call(self, queue: str, op: str, **args: Any) -> dict[str, Any]:
         """A request to the queue's daemon (socket-activating it under systemd)."""

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rqsys.errors import BadRequest, NotFound, NotSent, Unavailable
-from rqsys.message import is_remote
+from rqsys.message import is_remote, split_message_url
 from rqsys.special import RELAY_QUEUE
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
 from rqsys.wire import framing
@@ -107,14 +107,6 @@ def kernel_timeouts(sock: socket.socket, seconds: float) -> None:
     value = struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
-
-
-def split_message_url(url: str) -> tuple[str, str]:
-    """``http://host:port/root/q/<queue>/<id>`` -> (queue, id)."""
-    parts = [p for p in urlsplit(url).path.split("/") if p]
-    if len(parts) < 3 or parts[-3] != "q":
-        raise BadRequest(f"not a message URL: {url!r}")
-    return check_queue_name(parts[-2]), check_msg_id(parts[-1])
 
 
 def split_queue_url(url: str) -> str:
