@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from rqsys.pool.acks import RETRY, Acks
+from rqsys.pool.insist import Insist
 from rqsys.pool.redelivery import DEFER, Redeliveries
-from rqsys.pool.retry import Retrying
 
 
 class NoAnswer(Exception):
@@ -177,12 +177,12 @@ def test_at_stop_every_end_is_sent_and_one_failing_does_not_stop_the_others() ->
 
 def test_a_key_let_go_is_tried_until_nats_answers() -> None:
     link, log = Link(down={"record": 3}), Log()
-    retrying = Retrying(Bridge(), log)  # type: ignore[arg-type]
-    retrying.submit(lambda: link.record("m1", {"state": "single"}), "single key not let go", "m1")
+    insist = Insist(Bridge(), log)  # type: ignore[arg-type]
+    insist.submit(lambda: link.record("m1", {"state": "single"}), "single key not let go", "m1")
     for _second in range(3):  # NATS away for three seconds
-        assert (retrying.wait(time.monotonic()) or 0) > 0
-        retrying.turn(time.monotonic() + RETRY)
-    assert [c[0] for c in link.calls] == ["record"] * 4 and retrying.wait(0.0) is None
+        assert (insist.wait(time.monotonic()) or 0) > 0
+        insist.turn(time.monotonic() + RETRY)
+    assert [c[0] for c in link.calls] == ["record"] * 4 and insist.wait(0.0) is None
     assert [(k, i) for k, _t, i in log.lines] == [("err", "m1")]  # once
 
 
@@ -204,8 +204,8 @@ def test_a_delivery_that_comes_again_while_undecided_is_judged_by_the_newest() -
 
 def test_at_stop_a_key_still_waiting_is_tried_once_more() -> None:
     link, log = Link(down={"record": 1}), Log()
-    retrying = Retrying(Bridge(), log)  # type: ignore[arg-type]
-    retrying.submit(lambda: link.record("m1", {"state": "single"}), "single key not let go", "m1")
-    asyncio.run(retrying.final())
-    assert [c[0] for c in link.calls] == ["record"] * 2 and not retrying.waiting
+    insist = Insist(Bridge(), log)  # type: ignore[arg-type]
+    insist.submit(lambda: link.record("m1", {"state": "single"}), "single key not let go", "m1")
+    asyncio.run(insist.final())
+    assert [c[0] for c in link.calls] == ["record"] * 2 and not insist.waiting
     assert [(k, i) for k, _t, i in log.lines] == [("err", "m1")]  # the first failure only

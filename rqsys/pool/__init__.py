@@ -16,7 +16,7 @@ queue never loads it.
 * ``worker``   pulling for free workers, materialising, in-progress acks, ack/nak
 * ``acks``     an end recorded in the bucket, then acked, tried again until NATS answers
 * ``redelivery`` whether a redelivery runs: looked up first (another host may have ended it)
-* ``retry``    bucket writes that must happen (a single key let go), tried until NATS answers
+* ``insist``   bucket writes that must happen (a single key let go), tried until NATS answers
 * ``files``    attachments in the pool's object store: put, fetched and checked, removed
 * ``unique``   unique keys held in the pool's KV bucket: claimed at create, let go at the end
 * ``report``   ``rq pools`` (asks the queue daemons; imports nothing of NATS)

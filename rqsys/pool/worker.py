@@ -28,10 +28,10 @@ from rqsys.pool.acks import RETRY, SEND_TIMEOUT, Acks
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import BadAttachment, PoolFiles, specs_of
 from rqsys.pool.handback import HandBack
+from rqsys.pool.insist import Insist
 from rqsys.pool.link import Link, NatsMsg
 from rqsys.pool.parts import QueueParts
 from rqsys.pool.redelivery import Redeliveries
-from rqsys.pool.retry import Retrying
 from rqsys.store import Staged
 from rqsys.store.layout import ENDED_STATES, TMP_DIR, check_msg_id
 
@@ -57,7 +57,7 @@ class PoolWorker:
         self.acks = Acks(self.store, link, bridge, self.files, self.log)
         self.redeliveries = Redeliveries(link, bridge, self.log, self._run_redelivery,
                                          self._skip_redelivery, self._let_go)
-        self.retrying = Retrying(bridge, self.log)  # single keys let go
+        self.insist = Insist(bridge, self.log)  # single keys let go
         self.hand_back = HandBack(parts, bridge, self.files)  # at start, before any pull
         self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
         self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
@@ -68,7 +68,7 @@ class PoolWorker:
         self.acks.turn()
         now = time.monotonic()
         self.redeliveries.turn(now)
-        self.retrying.turn(now)
+        self.insist.turn(now)
         self._extend(now)
         self._tell_load(now)
         self._pull()
@@ -86,7 +86,7 @@ class PoolWorker:
         waits = [self.progress_at - now] if self.held else []
         told, at = self.load
         waits.append(at + (1.0 if len(self.held) != told else self.link.s.ack_wait / 3) - now)
-        for wait in (self.acks.wait(now), self.redeliveries.wait(now), self.retrying.wait(now)):
+        for wait in (self.acks.wait(now), self.redeliveries.wait(now), self.insist.wait(now)):
             if wait is not None:
                 waits.append(wait)
         if not self.fetching and self.fetch_at > now:
@@ -251,7 +251,7 @@ class PoolWorker:
                 self.bridge.submit(self.link.nak(self.held.pop(msg_id), 1.0))
                 return
             if single:  # taken: a new single message may be made
-                self.retrying.submit(lambda: unique.release(self.link.kv, single, msg_id, 0),
+                self.insist.submit(lambda: unique.release(self.link.kv, single, msg_id, 0),
                                      "single key not let go", msg_id)
             if refused:  # before this turn starts anything
                 self.transitions.fail_queued(msg_id, refused, kind="attachment")
@@ -331,7 +331,7 @@ class PoolWorker:
     async def final(self) -> None:
         """On the bridge, at stop: ack every end (the store is flushed), nak the
         rest, and tell the pool this host has stopped (0 in flight)."""
-        await asyncio.gather(self.acks.final(), self.retrying.final())  # each at most 3 s
+        await asyncio.gather(self.acks.final(), self.insist.final())  # each at most 3 s
         for delivery in self.held.values():
             await self.link.nak(delivery, 0)
         await asyncio.wait_for(self.link.record_load(0, stopped=True), SEND_TIMEOUT)

@@ -32,7 +32,7 @@ class Write:
     failed: bool = False
 
 
-class Retrying:
+class Insist:
     """Runs bucket writes on the bridge, each tried again until it succeeds."""
 
     def __init__(self, bridge: Bridge, log: EventLog) -> None:
