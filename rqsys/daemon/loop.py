@@ -37,7 +37,6 @@ from rqsys.errors import RQError
 from rqsys.fdclose import FdBatch
 from rqsys.observe.events import EventLog
 from rqsys.pool import member_for
-from rqsys.pool.parts import QueueParts
 from rqsys.run.output import ScriptOutput
 from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import WEBHOOK_QUEUE
@@ -90,8 +89,8 @@ class QueueDaemon:
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
                                                    self.log), self.clock, self.closing)
-        self.pool = member_for(QueueParts(self.ctx, self.store, self.transitions, self.intake,
-                                          self.runner, self.log))  # None: no pool named
+        self.pool = member_for(self.ctx, self.store, self.transitions, self.intake, self.runner,
+                               self.log)  # None unless the queue config names a pool
         self.intake.pool = self.pool
         self.server = self._server(extra_ops or {})
         self.listener = listener

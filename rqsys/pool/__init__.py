@@ -27,14 +27,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rqsys.daemon.context import QueueContext
+    from rqsys.daemon.intake import Intake
+    from rqsys.daemon.runner import Runner
+    from rqsys.daemon.transitions import Transitions
+    from rqsys.observe.events import EventLog
+    from rqsys.pool.member import PoolMember
+    from rqsys.store import QueueStore
+
+
+def member_for(ctx: QueueContext, store: QueueStore, transitions: Transitions, intake: Intake,
+               runner: Runner, log: EventLog) -> PoolMember | None:
+    """The pool side of a queue daemon, or None for a plain queue (nothing imported)."""
+    if not ctx.config.get("pool"):
+        return None
     from rqsys.pool.member import PoolMember
     from rqsys.pool.parts import QueueParts
 
-
-def member_for(parts: QueueParts) -> PoolMember | None:
-    """The pool side of a queue daemon, or None for a plain queue (nothing imported)."""
-    if not parts.ctx.config.get("pool"):
-        return None
-    from rqsys.pool.member import PoolMember
-
-    return PoolMember(parts)
+    return PoolMember(QueueParts(ctx, store, transitions, intake, runner, log))
