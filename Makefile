@@ -34,7 +34,7 @@ DEB_SKIP := --exclude=__pycache__ --exclude='*.so' --exclude=_rqspawn.c --exclud
 # environment (a venv or pyenv first on PATH would build for another Python).
 DEB_ENV  := env -i HOME="$$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-.PHONY: install install-test run test lint bench bench-ab deb conformance test-powercut test-crashpoints test-pool-1000 clean
+.PHONY: install install-test run test test-fast lint bench bench-ab deb conformance test-powercut test-crashpoints test-pool-1000 clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/build_spawn.py
@@ -63,6 +63,10 @@ lint: install-test
 
 test: lint
 	$(VENV)/bin/pytest -q tests
+
+# The inner loop: unit and integration tests (no containers, guests, NATS or browser).
+test-fast: install-test
+	$(VENV)/bin/pytest -q -m "unit or integration" tests
 
 # The benchmarks' baselines: task-spooler beside the drain, strace counting syscalls.
 BENCH_DEBS := task-spooler strace
@@ -99,17 +103,17 @@ conformance: install
 # system); make test runs a few cuts.
 CUTS ?= 70
 test-powercut: install-test
-	$(PY) tests/powercut/run.py --cycles $(CUTS) --fs ext4,xfs,ext4-nojournal --jobs 3
-	$(PY) tests/powercut/run.py --cycles 2 --fs ext4,ext4-nojournal --jobs 2 --nosync
+	$(PY) tests/system/powercut/run.py --cycles $(CUTS) --fs ext4,xfs,ext4-nojournal --jobs 3
+	$(PY) tests/system/powercut/run.py --cycles 2 --fs ext4,ext4-nojournal --jobs 2 --nosync
 
 # Every crash point of the queue daemon (about an hour on 2 cores).
 test-crashpoints: install-test
-	$(PY) tests/crashpoints/run.py --jobs 2
+	$(PY) tests/system/crashpoints/run.py --jobs 2
 
 # Pool queues at the issue's size: 1,000 messages over three hosts in namespaces
 # (make test runs 200), then the failures (a few minutes on 2 cores).
 test-pool-1000: install-test
-	RQ_POOL_N=1000 $(VENV)/bin/pytest -q tests/test_pool_e2e.py
+	RQ_POOL_N=1000 $(VENV)/bin/pytest -q tests/system/test_pool_e2e.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info run-root

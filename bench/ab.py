@@ -38,7 +38,8 @@ def run_once(checkout: Path, bench: Path, sections: list[str]) -> dict[str, tupl
     python = checkout / ".venv" / "bin" / "python"
     done = subprocess.run([str(python), str(bench), *sections], cwd=checkout,
                           capture_output=True, text=True, timeout=TIMEOUT)
-    if done.returncode not in (0, 1):  # 1: a target missed, still figures
+    if done.returncode not in (0, 1) or "Traceback (most recent call last)" in done.stderr:
+        # (1 alone: a target missed, figures all the same)
         sys.exit(f"ab: {bench} in {checkout} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     figures = {}
     for line in done.stdout.splitlines():

@@ -44,7 +44,11 @@ from bench_queue import Daemon, make_queue, report
 from scratch import scratch_layout
 
 from rqsys.store import Layout
-from rqsys.wire.client import QueueClient
+
+try:
+    from rqsys.wire.client import QueueClient
+except ImportError:  # a checkout from before the house was arranged by feature (make bench-ab)
+    from rqsys.client import QueueClient  # type: ignore[no-redef]
 
 try:
     from rqsys.search.index import GATHER_BUSY

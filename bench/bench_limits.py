@@ -5,7 +5,7 @@ and ``limited`` (``message_limits``: runtime_max and memory_max), drained
 alternately (gate, queue N, release), each figure the median of ROUNDS.
 Here, without systemd, a limited run costs a ``setrlimit`` in the child and
 a timer; with ``--systemd`` the same bench runs as root inside a booted
-container (tests/nspawn.py), the ``limited`` daemon in a scope of its own
+container (tests/helpers/nspawn.py), the ``limited`` daemon in a scope of its own
 with ``Delegate=yes`` (as rq-scan's drop-in gives rq@<q>.service), so each
 limited run costs what rq@<q> pays: the gate, a sub-cgroup made, the run
 moved in, ``cgroup.kill``, the wait for it to empty, its accounting read

@@ -1,5 +1,14 @@
 """Shared fixtures: a state root, queues from script text, real daemons.
 
+The tree is by what a test needs, and each folder is its marker (set here;
+``--strict-markers`` refuses a test outside them): ``unit/<package>/`` (in
+process: no subprocess, no socket to another process), ``integration/<area>/``
+(real ``rqsys`` processes on a temporary root), ``system/`` (systemd in
+containers, QEMU guests, power cuts, crash points, NATS, the browser, the
+.deb, ``make``) and ``repo/`` (sizes, imports, README, man pages, nix).
+Helpers the tests share are modules in ``helpers/`` (pyproject.toml puts it on the path).
+``make test-fast`` runs unit and integration.
+
 Daemons are started the way systemd would: a real NOTIFY_SOCKET receives
 READY=1, the process is in its own session, teardown is TERM -> wait -> KILL
 (and a daemon that had to be killed fails the test).
@@ -18,22 +27,32 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import host_report
+import host_report  # tests/helpers/, on the path by pyproject.toml's pythonpath
 import pytest
 
 from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
 from rqsys.wire.client import QueueClient
 
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent  # the checkout
+HELPERS = HERE / "helpers"
 IN_CI = os.environ.get("CI") == "true"
 READY_TIMEOUT = 15.0
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """What this host can run, first in the log, -q or not (tests/host_report.py)."""
+    """What this host can run, first in the log, -q or not (tests/helpers/host_report.py)."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for line in host_report.lines():
         reporter.write_line(line)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's marker is its folder under tests/ (unit, integration, system, repo)."""
+    for item in items:
+        tier = item.path.resolve().relative_to(HERE).parts[0]
+        item.add_marker(getattr(pytest.mark, tier))
 
 
 def need(condition: bool, reason: str) -> None:
@@ -87,7 +106,7 @@ def web_client(layout: Layout) -> Any:
 def guests(request: pytest.FixtureRequest,
            tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The suite's QEMU guests, all run at once when a test first asks: those
-    of the test modules this session collected (tests/guest_runs.py)."""
+    of the test modules this session collected (tests/helpers/guest_runs.py)."""
     import guest_runs
 
     collected = {item.path.name for item in request.session.items}

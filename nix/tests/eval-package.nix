@@ -1,5 +1,5 @@
 # Evaluates nix/package.nix without nixpkgs: buildPythonApplication returns
-# its arguments, packages are their names.  tests/test_nix.py checks the
+# its arguments, packages are their names.  tests/repo/test_nix.py checks the
 # dependencies for a Python version and runs postInstall on real unit files.
 {
   pythonVersion ? "3.12",

@@ -1,6 +1,6 @@
 # A stand-in for the few nixpkgs `lib` functions nix/module.nix and
 # nix/package.nix use, so they can be evaluated without nixpkgs
-# (tests/test_nix.py).  Option types carry a `check`; submodule, nullOr,
+# (tests/repo/test_nix.py).  Option types carry a `check`; submodule, nullOr,
 # listOf and attrsOf say what they wrap.
 let
   type = name: check: { inherit name check; };

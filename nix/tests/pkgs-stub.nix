@@ -1,6 +1,6 @@
 # A stand-in for the few `pkgs` builders nix/module.nix uses.  Each returns a
 # record of what it was given that also turns into a fake store path in
-# strings, so the tests can look inside (tests/test_nix.py).
+# strings, so the tests can look inside (tests/repo/test_nix.py).
 let
   drv =
     kind: name: extra:
