@@ -20,6 +20,7 @@ from rqsys.errors import InternalError, NotFound, RQError
 from rqsys.observe.events import EventLog
 from rqsys.run.verdict import Outcome
 from rqsys.store import STATES, QueueStore
+from rqsys.store.layout import arrival
 
 Msg = dict[str, Any]
 Ended = tuple[str, Msg, Outcome]  # a message that reached done, err or relayed
@@ -66,7 +67,7 @@ class Ledger:
         if state == "que":
             return self.schedule.ordered_ids()[offset:offset + limit]
         if state == "run":
-            return sorted(self.running)[offset:offset + limit]
+            return sorted(self.running, key=arrival)[offset:offset + limit]
         return self.store.newest(state, offset, limit)
 
     def busy(self, msg_id: str) -> str:

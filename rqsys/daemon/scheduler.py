@@ -3,7 +3,9 @@ time, arrival), blocking keys and coalescing.
 
 Two heaps: messages not yet due wait in ``_heap`` by due time; once due they
 move to ``_ready``, ordered by ``priority`` (smaller first, default 0, as
-Oban and Solid Queue), then due time, then id (arrival).  A message that is
+Oban and Solid Queue), then due time, then arrival (the id's time stamp and
+counter: ``rqsys.store.layout.arrival``), so messages sent together run in
+the order sent.  A message that is
 not due never holds back one that is, whatever their priorities.  The order
 is strict: a due message of a better priority always starts first, so a
 steady stream of them can starve worse ones (no ageing: what a user asks
@@ -27,9 +29,10 @@ from typing import Any
 
 from rqsys.daemon.gates import Gate, WaitKey, Wake
 from rqsys.message import due_time, param_key
+from rqsys.store.layout import arrival
 
 Msg = dict[str, Any]
-Ready = tuple[int, float, str]  # (priority, due, id)
+Ready = tuple[int, float, tuple[str, int, str], str]  # (priority, due, arrival, id)
 
 
 def priority(msg: Msg) -> int:
@@ -56,6 +59,7 @@ class Schedule:
         self._woken: dict[str, WaitKey] = {}  # id -> the key it was woken from, until popped
         self.after: set[str] = set()  # ids waiting for other messages (rqsys.daemon.after)
         self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
+        self._order: list[str] | None = None  # ordered_ids, until the que changes
 
     def __len__(self) -> int:
         return len(self.msgs)
@@ -67,6 +71,7 @@ class Schedule:
         if msg_id in self.msgs or msg_id in self._woken:  # not at start: 100,000 calls saved
             self.remove(msg_id)
         self.msgs[msg_id] = msg
+        self._order = None
         heapq.heappush(self._heap, (due_time(msg), msg_id))
         key = param_key(msg, self.coalesce)
         if key is not None:
@@ -76,6 +81,7 @@ class Schedule:
         """At start, into an empty que: ``add`` of each, the heap made at once."""
         assert not self.msgs, "Schedule.load is for an empty que"  # a bug: add() is for that
         self.msgs.update(msgs)
+        self._order = None
         self._heap = [(due_time(msg), msg_id) for msg_id, msg in msgs.items()]
         heapq.heapify(self._heap)
         if self.coalesce:  # without coalesce params no message has a key
@@ -88,6 +94,7 @@ class Schedule:
             self._wake_one(woken)
         msg = self.msgs.pop(msg_id, None)
         if msg is not None:
+            self._order = None
             key = param_key(msg, self.coalesce)
             if key is not None:
                 self._by_coalesce[key].discard(msg_id)
@@ -98,7 +105,7 @@ class Schedule:
         return msg is not None and due_time(msg) == entry[0]
 
     def _live_ready(self, entry: Ready) -> bool:
-        msg = self.msgs.get(entry[2])
+        msg = self.msgs.get(entry[3])
         return msg is not None and (priority(msg), due_time(msg)) == entry[:2]
 
     def next_due(self) -> float | None:
@@ -119,7 +126,8 @@ class Schedule:
         while self._heap and self._heap[0][0] <= now:
             due, msg_id = heapq.heappop(self._heap)
             if self._live((due, msg_id)):
-                heapq.heappush(self._ready, (priority(self.msgs[msg_id]), due, msg_id))
+                heapq.heappush(self._ready,
+                               (priority(self.msgs[msg_id]), due, arrival(msg_id), msg_id))
         while self._timed and self._timed[0][0] <= now:
             self._wake_one(heapq.heappop(self._timed)[1])
 
@@ -131,14 +139,15 @@ class Schedule:
             entry = heapq.heappop(self._ready)
             if not self._live_ready(entry):
                 continue
-            self._woken.pop(entry[2], None)
-            held = self._hold(entry[2], now)
+            msg_id = entry[3]
+            self._woken.pop(msg_id, None)
+            held = self._hold(msg_id, now)
             if held is not None:
                 self._park(entry, *held)
                 continue
-            msg = self.remove(entry[2])
+            msg = self.remove(msg_id)
             assert msg is not None
-            return entry[2], msg
+            return msg_id, msg
         return None
 
     def _hold(self, msg_id: str, now: float) -> Wake | None:
@@ -158,7 +167,7 @@ class Schedule:
             entry = heapq.heappop(parked)
             if self._live_ready(entry):
                 heapq.heappush(self._ready, entry)
-                self._woken[entry[2]] = key
+                self._woken[entry[3]] = key
                 break
         if not parked:
             self._parked.pop(key, None)
@@ -228,4 +237,10 @@ class Schedule:
         return None
 
     def ordered_ids(self) -> list[str]:
-        return sorted(self.msgs)
+        """The queued ids in run order (priority, due, arrival), as if no gate held
+        any; sorted again only after the que has changed (15 ms for 10,000)."""
+        if self._order is None:
+            msgs = self.msgs
+            self._order = sorted(
+                msgs, key=lambda i: (priority(msgs[i]), due_time(msgs[i]), arrival(i)))
+        return self._order

@@ -14,6 +14,7 @@ from typing import Any
 from rqsys.daemon.ledger import Ledger
 from rqsys.errors import RQError
 from rqsys.store import QueueStore
+from rqsys.store.layout import arrival
 
 TAG_SCAN = 2000  # messages of an ended state (newest first) searched for a tag
 
@@ -29,7 +30,7 @@ def page(ledger: Ledger, store: QueueStore, state: str, tag: str, offset: int,
         msgs = ledger.schedule.msgs
         found = [i for i in ledger.schedule.ordered_ids() if tagged(msgs[i], tag)]
     elif state == "run":
-        found = [i for i in sorted(ledger.running) if tagged(ledger.running[i], tag)]
+        found = [i for i in sorted(ledger.running, key=arrival) if tagged(ledger.running[i], tag)]
     else:
         found = [i for i in store.newest(state, 0, TAG_SCAN) if _on_disk(store, state, i, tag)]
     return found[offset:offset + limit], len(found)

@@ -53,6 +53,12 @@ def check_msg_id(msg_id: str) -> str:
     return msg_id
 
 
+def arrival(msg_id: str) -> tuple[str, int, str]:
+    """A key ordering ids as they were made: the time stamp, then the counter as
+    a number (``….000.2`` before ``….000.10``, which a string sort puts first)."""
+    return msg_id[:20], len(msg_id), msg_id
+
+
 def check_attach_name(name: Any) -> str:
     """Return ``name`` if it is a safe attachment file name."""
     if not isinstance(name, str) or not ATTACH_NAME_RE.match(name) or ".." in name:

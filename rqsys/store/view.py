@@ -24,6 +24,7 @@ from rqsys.store.layout import (
     MSG_ID_RE,
     SHARDED_STATES,
     STATES,
+    arrival,
     check_msg_id,
 )
 
@@ -124,10 +125,10 @@ class QueueView:
         """Newest-first page of ids; sharded states only read needed shards."""
         base = self.state_dir(state)
         if state not in SHARDED_STATES:
-            return sorted(ids_in(base), reverse=True)[offset:offset + limit]
+            return sorted(ids_in(base), key=arrival, reverse=True)[offset:offset + limit]
         page: list[str] = []
         for shard in sorted(listdir(base), reverse=True):
-            ids = sorted(ids_in(base / shard), reverse=True)
+            ids = sorted(ids_in(base / shard), key=arrival, reverse=True)
             if offset >= len(ids):
                 offset -= len(ids)
                 continue

@@ -25,6 +25,23 @@ def paused(make_queue, daemon):
     return proc
 
 
+def test_a_bulk_send_runs_in_the_order_sent(layout, make_queue, daemon, tmp_path):
+    # Given a queue with one worker whose script notes each param1, paused while
+    # 25 messages arrive in one create_many (their ids made in one millisecond)
+    order = tmp_path / "order"
+    make_queue("fifo", f'echo "$RQ_PARAM1" >> {order}; echo done >&3', num_workers=1)
+    proc = daemon("fifo")
+    proc.call("adminoper", oper="pause")
+    results = proc.call("create_many", msgs=[{"param1": str(n)} for n in range(25)])["results"]
+    assert all("msg_id" in r for r in results)
+    # The que lists them in run order, and they run in the order sent
+    que = proc.call("list", state="que", limit=50)["ids"]
+    assert que == [r["msg_id"] for r in results]
+    proc.call("adminoper", oper="up")
+    wait_for(lambda: order.exists() and len(order.read_text().split()) == 25, 30, "25 runs")
+    assert order.read_text().split() == [str(n) for n in range(25)]
+
+
 def test_create_many_fails_a_bad_message_alone(layout, paused):
     msgs = [{"param1": "a"}, {"param1": "b", "priority": "high"}, {"param1": "c"},
             {"dest": "other"}, {"param1": "e", "tags": ["x"]}]

@@ -156,3 +156,27 @@ def test_load_refuses_a_que_that_is_not_empty():
     s.add("a", msg())
     with pytest.raises(AssertionError, match="empty"):
         s.load({"b": msg()})
+
+
+def test_messages_made_in_one_millisecond_run_in_the_order_made():
+    # Given 25 ids made in one millisecond (a bulk send): their counters 0..24, where a
+    # string sort puts "….10" before "….2" (they ran 0-1, 10-19, 2, 20-24, 3-9 before)
+    ids = [f"20261128.0100.00.000.{n}" for n in range(25)]
+    s = Schedule([], [])
+    for msg_id in reversed(ids):
+        s.add(msg_id, msg())
+    # Then the que lists them in that order, and they start in it
+    assert s.ordered_ids() == ids
+    assert [s.pop_ready(1)[0] for _ in ids] == ids
+
+
+def test_the_que_is_listed_in_run_order():
+    s = Schedule([], [])
+    s.add("20261128.0100.00.000.1", msg(due=5))
+    s.add("20261128.0100.00.000.2", msg(priority=-1, due=9))
+    s.add("20261128.0100.00.000.3", msg())
+    s.add("20261128.0100.00.001.0", msg())
+    order = s.ordered_ids()
+    assert order == ["20261128.0100.00.000.2", "20261128.0100.00.000.3",
+                     "20261128.0100.00.001.0", "20261128.0100.00.000.1"]
+    assert [s.pop_ready(10)[0] for _ in order] == order
