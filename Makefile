@@ -54,6 +54,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 run: install
 	@mkdir -p $(ROOT)
 	@echo "rqsys: web UI on http://localhost:$(PORT)/ - Ctrl-C stops it (log: $(ROOT)/serve.log)"
+	@echo "rqsys: in another shell, for rq: export RQ_ROOT=$(ROOT) PATH=$(CURDIR)/$(VENV)/bin:\$$PATH"
 	@$(VENV)/bin/rqsys serve --root $(ROOT) --scandir $(CURDIR)/scandir-examples \
 	  --port $(PORT) >>$(ROOT)/serve.log 2>&1 || { tail -n 20 $(ROOT)/serve.log; exit 1; }
 

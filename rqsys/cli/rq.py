@@ -19,6 +19,7 @@ from rqsys.cli.common import (  # the RET_ codes: rq's too (rqsys.cli.rq.RET_FAI
     RET_UNAVAILABLE,
     RET_USAGE,  # noqa: F401
     after_verb,
+    existing_root,
     root_option,
 )
 from rqsys.cli.send import (
@@ -171,12 +172,13 @@ def rq_parser() -> argparse.ArgumentParser:
 
 def rq_main(argv: list[str] | None = None) -> int:
     args = rq_parser().parse_args(argv)
-    if observe.takes(args):
-        return observe.run(Layout.from_root(args.root), args)
     try:
+        layout = existing_root(args.root)
+        if observe.takes(args):
+            return observe.run(layout, args)
         if getattr(args, "bulk", None):  # its own lines: one per message
-            return jobs.send_bulk(Layout.from_root(args.root), args, message_from(args))
-        print(f"ok {RQ_VERBS[args.verb][0](Layout.from_root(args.root), args)}")
+            return jobs.send_bulk(layout, args, message_from(args))
+        print(f"ok {RQ_VERBS[args.verb][0](layout, args)}")
     except Unavailable as exc:
         print(f"fail {exc}")
         print(f"rq: {exc}", file=sys.stderr)

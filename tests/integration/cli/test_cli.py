@@ -4,6 +4,7 @@ stderr lines, short ids and full URLs."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -150,3 +151,21 @@ def test_root_may_follow_the_verb(layout, q):
                           capture_output=True, text=True, timeout=30)
     # Then it finds the same state directory
     assert (proc.returncode, proc.stdout) == (0, "ok done\n"), proc.stderr
+
+
+def test_a_missing_root_is_named_not_blamed_on_the_queue(tmp_path):
+    # Given no state directory where rq looks (make run's root not given: it said
+    # "no queue named hello" while the dashboard showed hello)
+    missing = tmp_path / "nowhere"
+    for env_root, args in ((None, ["--root", str(missing)]), (str(missing), [])):
+        env = {k: v for k, v in os.environ.items() if k != "RQ_ROOT"}
+        if env_root:
+            env["RQ_ROOT"] = env_root
+        proc = subprocess.run([*RQ, *args, "sendmesg", "--dest", "hello"], env=env,
+                              capture_output=True, text=True, timeout=30)
+        # Then one line names the directory and how to give it, and nothing is made
+        assert proc.returncode == 1
+        assert proc.stdout == (f"fail no rqsys state directory at {missing}: pass --root DIR "
+                               "or set RQ_ROOT to the one rqsys serves (make run prints it)\n")
+        assert proc.stderr == "rq: " + proc.stdout[len("fail "):]
+        assert not missing.exists()
