@@ -71,8 +71,6 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
   status lines and dup requests on fd 3, the answers on fd 4, and their exits.
 * ``scheduler``: The in-memory que of one queue: which message runs next
   (priority, due time, arrival), blocking keys and coalescing.
-* ``schema``: The shape of every socket request: one JSON Schema per
-  operation.
 * ``searchops``: The ``search`` and ``bulk`` socket operations, and the
   batches that carry out an action on many messages while the queue keeps
   answering.

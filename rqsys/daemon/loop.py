@@ -21,7 +21,7 @@ from typing import Any
 
 from rqsys import tunables
 from rqsys.background import PRUNE, SYNC, Background, peer_lane
-from rqsys.daemon import observe, ops, schema
+from rqsys.daemon import observe, ops
 from rqsys.daemon.after import After
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.gates import Gate
@@ -43,6 +43,7 @@ from rqsys.special import WEBHOOK_QUEUE
 from rqsys.store import Layout, QueueStore, dirsync
 from rqsys.systemd import Notifier, default_idle_timeout
 from rqsys.unixsock import listen_unix
+from rqsys.wire import schema
 
 ExtraOps = Mapping[str, tuple[Handler, dict[str, Any]]]
 WEBHOOK_LANE = peer_lane(WEBHOOK_QUEUE)

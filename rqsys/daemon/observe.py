@@ -19,7 +19,6 @@ from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.copyhealth import CopyHealth
 from rqsys.daemon.loopclock import LoopClock
-from rqsys.daemon.schema import MSG_ID, request
 from rqsys.daemon.searchops import SCHEMAS as SEARCH_SCHEMAS
 from rqsys.daemon.searchops import SearchOps
 from rqsys.daemon.server import Handler, Reply, Request
@@ -33,6 +32,7 @@ from rqsys.observe.statseries import series
 from rqsys.observe.statsfile import StatsFile
 from rqsys.observe.timeline import Timeline
 from rqsys.store import QueueStore
+from rqsys.wire.schema import MSG_ID, request
 
 GROUP = {"title": "failure group", "type": "string", "pattern": "^[0-9a-f]{12}$"}
 SCHEMAS: dict[str, dict[str, Any]] = {

@@ -2,7 +2,7 @@
 
 The simple requests are answered here; those that take new messages in
 (``create``, ``attach``, ``clone``) are ``intake``'s.  Each handler gets a
-``server.Request`` already checked against its op's schema (``schema``).
+``server.Request`` already checked against its op's schema (``rqsys.wire.schema``).
 A request whose change must be durable before its answer (commit,
 delete, adminoper, run_now) returns None and is answered from the background
 ``sync`` lane's callback, so the loop never waits for the disk.

@@ -21,13 +21,13 @@ from rqsys.daemon.bulkdelete import Deletion
 from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.bulkretry import BulkRetry
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.schema import request
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest, RQError, StoreError
 from rqsys.search import query
 from rqsys.search.index import SearchIndex
 from rqsys.store import QUEUE_NAME_RE, QueueStore
+from rqsys.wire.schema import request
 
 LANE = "search"
 SCHEMAS: dict[str, dict[str, Any]] = {

@@ -2,7 +2,7 @@
 over an explicit table of operations.
 
 Framing is ``rqsys.wire.framing``'s.  A request is checked against its op's JSON
-Schema (``schema``) before its handler sees it.  A handler answers at once
+Schema (``rqsys.wire.schema``) before its handler sees it.  A handler answers at once
 (returns the answer) or later (returns None and calls ``request.answer``);
 a connection's next request waits for the answer before, so answers keep
 the order of the requests.  An ``RQError`` is answered as itself; any other
@@ -28,10 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys.daemon import schema
 from rqsys.errors import BadRequest, InternalError, ProtocolError, RQError, StoreError
 from rqsys.observe.events import EventLog
 from rqsys.wire import framing as wire
+from rqsys.wire import schema
 
 Reply = dict[str, Any]
 ACCEPT_PAUSE = 0.5  # seconds the listener is left alone when a connection cannot be accepted

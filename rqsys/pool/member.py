@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.daemon.schema import request
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
@@ -26,6 +25,7 @@ from rqsys.pool.link import Link, public_url
 from rqsys.pool.parts import QueueParts
 from rqsys.pool.settings import from_configs
 from rqsys.pool.worker import PoolWorker
+from rqsys.wire.schema import request
 
 START_TIMEOUT = 30.0  # seconds to join the pool at start (connect, stream, bucket)
 STOP_TIMEOUT = 5.0  # seconds to hand held messages back at stop

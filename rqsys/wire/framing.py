@@ -23,7 +23,7 @@ The protocol (unix stream socket, ``/run/rq/<q>.sock`` or ``<root>/sock/<q>.sock
   ``InternalError`` (and logged); the connection goes on in both cases.
 
 The operations are the table in ``rqsys.daemon.ops``; the shape of each
-request is its schema in ``rqsys.daemon.schema``.
+request is its schema in ``rqsys.wire.schema``.
 """
 
 from __future__ import annotations

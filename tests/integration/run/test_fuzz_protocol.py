@@ -26,7 +26,6 @@ from daemon_util import settle
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from rqsys.daemon.schema import OPS
 from rqsys.errors import ProtocolError
 from rqsys.run.protocol import COMMANDS, MAX_TEXT, Command, parse_line
 from rqsys.run.spawn import Child
@@ -34,6 +33,7 @@ from rqsys.run.verdict import Worker
 from rqsys.scan.scandir import install_queue
 from rqsys.store import Layout
 from rqsys.wire import framing
+from rqsys.wire.schema import OPS
 
 # ------------------------------------------------------------------ (a) pipe grammar
 

@@ -13,12 +13,12 @@ import pytest
 from daemon_util import drain, install_with_script
 
 from rqsys import tunables
-from rqsys.daemon import observe, schema
+from rqsys.daemon import observe
 from rqsys.daemon.loop import QueueDaemon
 from rqsys.daemon.server import Request
 from rqsys.errors import BadRequest, NotFound, QueueDown
 from rqsys.observe.events import EventLog
-from rqsys.wire import framing
+from rqsys.wire import framing, schema
 
 
 class Daemon:

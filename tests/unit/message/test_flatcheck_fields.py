@@ -9,8 +9,9 @@ from typing import Any
 import jsonschema
 
 from rqsys import config
-from rqsys.daemon import observe, schema
+from rqsys.daemon import observe
 from rqsys.flatcheck import ANNOTATIONS, predicate
+from rqsys.wire import schema
 
 VALUES: list[Any] = [None, True, False, 0, 1, -1, 1.0, 2.5, -0.5, 1e300, float("nan"), "",
                      "x", "que", "prep", "pause", "20261124.0051.34.279.0", "a.txt", "../a",

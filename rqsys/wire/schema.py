@@ -6,7 +6,7 @@ copy of each).  A message's own fields are checked by ``message.json`` when
 it is made (``rqsys.message.new_message``).  An op's full validator is
 compiled on its first use, once: only a request the fast path below does not
 pass needs one, and compiling every op's at start took some 20 ms and 1.5
-MiB of an idle daemon (``tests/unit/daemon/test_daemon_schema.py`` compiles them all).
+MiB of an idle daemon (``tests/unit/wire/test_wire_schema.py`` compiles them all).
 An error names the field: ``invalid message id: '..'``.
 
 A request of a flat schema (what :func:`request` makes) is first asked of

@@ -11,9 +11,10 @@ import jsonschema
 import pytest
 
 from rqsys import config
-from rqsys.daemon import observe, schema
+from rqsys.daemon import observe
 from rqsys.errors import BadRequest
 from rqsys.flatcheck import FlatCheck
+from rqsys.wire import schema
 
 ALL = {**schema.OPS, **observe.SCHEMAS}
 # values of every JSON type, and ones that fit the fields' patterns and enums
