@@ -37,6 +37,7 @@ from rqsys.wire.client import QueueClient
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent  # the checkout
 HELPERS = HERE / "helpers"
+TIERS = ("unit", "integration", "system", "repo")  # folders of tests/, and their markers
 IN_CI = os.environ.get("CI") == "true"
 READY_TIMEOUT = 15.0
 
@@ -52,7 +53,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Each test's marker is its folder under tests/ (unit, integration, system, repo)."""
     for item in items:
         tier = item.path.resolve().relative_to(HERE).parts[0]
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.path}: a test lives in one of tests/{{"
+                                    f"{','.join(TIERS)}}}/, by what it needs")
         item.add_marker(getattr(pytest.mark, tier))
+
+
+PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn",
+                            "os.spawn", "os.exec", "os.system", "pty.spawn"})
+_unit_calls: list[str] | None = None  # the process events of the unit test running, if one
+
+
+def _audit(event: str, _args: tuple[Any, ...]) -> None:
+    if _unit_calls is not None and event in PROCESS_EVENTS:
+        _unit_calls.append(event)
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A unit test that starts a process fails: it belongs in integration/."""
+    global _unit_calls
+    unit = item.get_closest_marker("unit") is not None
+    _unit_calls = [] if unit else None
+    try:
+        yield
+    finally:
+        calls, _unit_calls = _unit_calls, None
+    if calls:
+        pytest.fail(f"a unit test started a process ({', '.join(sorted(set(calls)))}): "
+                    "move it to tests/integration/")
 
 
 def need(condition: bool, reason: str) -> None:
