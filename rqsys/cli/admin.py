@@ -14,7 +14,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rqsys.cli.common import RET_FAIL, RET_OK, after_verb, root_option
+from rqsys.cli.common import (
+    RET_FAIL,
+    RET_OK,
+    after_verb,
+    check_verb,
+    parser_verbs,
+    root_option,
+)
 from rqsys.errors import RQError
 from rqsys.store import Layout
 
@@ -75,7 +82,10 @@ def _listen_of(args: argparse.Namespace) -> tuple[str | None, int | None]:
 
 
 def rqsys_main(argv: list[str] | None = None) -> int:
-    args = rqsys_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = rqsys_parser()
+    check_verb("rqsys", argv, parser_verbs(parser))
+    args = parser.parse_args(argv)
     try:
         return RQSYS_COMMANDS[args.cmd](Layout.from_root(args.root), args)
     except RQError as exc:

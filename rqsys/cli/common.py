@@ -7,8 +7,12 @@ imports none of ``rq``'s verbs (``rqsys.cli.rq``: its client, listings, follow).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import sys
+from collections.abc import Iterable
 
+from rqsys import __version__
 from rqsys.errors import NotFound
 from rqsys.store import Layout
 
@@ -21,7 +25,31 @@ ROOT_HELP = "state directory (default $RQ_ROOT or /var/lib/rq)"
 
 
 def root_option(parser: argparse.ArgumentParser) -> None:
+    """``--root`` (default $RQ_ROOT), and ``--version``."""
     parser.add_argument("--root", default=os.environ.get("RQ_ROOT"), help=ROOT_HELP)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+
+def parser_verbs(parser: argparse.ArgumentParser) -> list[str]:
+    """The verbs of a parser made with ``add_subparsers``."""
+    return [name for action in parser._actions  # argparse keeps its subparsers only there
+            if isinstance(action, argparse._SubParsersAction) for name in action.choices]
+
+
+def check_verb(prog: str, argv: list[str], verbs: Iterable[str]) -> None:
+    """A mistyped verb: one line with the nearest verbs (argparse lists them all), exit 2."""
+    words = iter(argv)
+    for word in words:
+        if word == "--root":
+            next(words, None)
+        elif not word.startswith("-"):
+            if word in verbs:
+                return
+            near = difflib.get_close_matches(word, list(verbs), n=3)
+            hint = (f": did you mean {' or '.join(near)}?" if near
+                    else f" ({prog} --help lists them)")
+            print(f"{prog}: unknown verb {word!r}{hint}", file=sys.stderr)
+            raise SystemExit(RET_USAGE)
 
 
 def existing_root(root: str | None) -> Layout:

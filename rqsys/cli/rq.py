@@ -19,7 +19,9 @@ from rqsys.cli.common import (  # the RET_ codes: rq's too (rqsys.cli.rq.RET_FAI
     RET_UNAVAILABLE,
     RET_USAGE,  # noqa: F401
     after_verb,
+    check_verb,
     existing_root,
+    parser_verbs,
     root_option,
 )
 from rqsys.cli.send import (
@@ -29,7 +31,7 @@ from rqsys.cli.send import (
     message_from,
 )
 from rqsys.errors import RQError, Unavailable
-from rqsys.store import ADMIN_OPERS, Layout
+from rqsys.store import ADMIN_OPERS, STATES, Layout, QueueView
 from rqsys.wire.client import QueueClient, find_message
 
 
@@ -109,6 +111,17 @@ def _pools(layout: Layout, args: argparse.Namespace) -> str:
     return cmd_pools(layout, args)
 
 
+def cmd_queues(layout: Layout, args: argparse.Namespace) -> str:
+    """ok N, then one line a queue: name, admin state, the count of each state (tab-separated,
+    read from the queue's files: no daemon is started)."""
+    lines = []
+    for name in layout.queue_names():
+        view = QueueView(layout.queue_dir(name))
+        counts = " ".join(f"{state}={view.count(state)}" for state in STATES)
+        lines.append(f"{name}\t{view.admin_state()}\t{counts}")
+    return "\n".join([str(len(lines)), *lines])
+
+
 def cmd_timers(layout: Layout, args: argparse.Namespace) -> str:
     from rqsys.timers import listing
 
@@ -131,6 +144,8 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "destroy": (cmd_destroy, "kill a running message's scripts and delete it"),
     "run_now": (cmd_run_now, "make a queued message due now"),
     "adminoper": (cmd_adminoper, "set a queue's admin state"),
+    "queues": (cmd_queues, "ok N, then one line a queue: name, admin state, counts "
+                           "(tab-separated)"),
     "timers": (cmd_timers, "ok N, then one line per timer: name, schedule, next run, last "
                            "run, last message URL and its state (tab-separated)"),
     "ls": (jobs.cmd_ls, "ok <count>, then a queue's message ids, one a line (--tag)"),
@@ -151,7 +166,7 @@ def rq_parser() -> argparse.ArgumentParser:
                              "of FILE (- for stdin); the options below are their defaults")
         if verb in SENDING:
             add_msg_options(sub)
-        elif verb == "timers":
+        elif verb in ("timers", "queues"):
             pass
         elif verb == "ls":
             jobs.ls_options(sub)
@@ -171,7 +186,10 @@ def rq_parser() -> argparse.ArgumentParser:
 
 
 def rq_main(argv: list[str] | None = None) -> int:
-    args = rq_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = rq_parser()
+    check_verb("rq", argv, parser_verbs(parser))
+    args = parser.parse_args(argv)
     try:
         layout = existing_root(args.root)
         if observe.takes(args):

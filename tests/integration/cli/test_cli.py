@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from daemon_util import RQ, rq, settle
+from daemon_util import RQ, rq, send, settle
+
+import rqsys
 
 URL_RE = re.compile(r"^ok (http://[^ ]+/q/q/(\d{8}\.\d{4}\.\d{2}\.\d{3}\.\d+))$")
 
@@ -117,8 +119,11 @@ def test_daemon_not_running_exit_3(layout, make_queue):
 def test_usage_errors_exit_2(layout, args):
     proc = subprocess.run([*RQ, "--root", str(layout.root), *args], capture_output=True,
                           text=True, timeout=30)
-    assert proc.returncode == 2
-    assert "usage: rq" in proc.stderr and proc.stdout == ""
+    assert proc.returncode == 2 and proc.stdout == ""
+    if args == ["nosuchverb"]:  # one line, not the usage and all the verbs
+        assert proc.stderr == "rq: unknown verb 'nosuchverb' (rq --help lists them)\n"
+    else:
+        assert "usage: rq" in proc.stderr
 
 
 @pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden"])
@@ -169,3 +174,31 @@ def test_a_missing_root_is_named_not_blamed_on_the_queue(tmp_path):
                                "or set RQ_ROOT to the one rqsys serves (make run prints it)\n")
         assert proc.stderr == "rq: " + proc.stdout[len("fail "):]
         assert not missing.exists()
+
+
+def test_queues_lists_each_queue_with_its_admin_state_and_counts(layout, make_queue, daemon):
+    make_queue("alpha", "echo done >&3")
+    make_queue("beta", "echo done >&3")
+    proc = daemon("alpha")
+    msg_id = send(proc)
+    settle(proc, msg_id)
+    daemon("beta")
+    rq(layout, "adminoper", "--queue", "beta", "--oper", "pause")
+    lines = rq(layout, "queues").split("\n")
+    assert lines[0] == "ok 2"
+    assert lines[1] == "alpha\tUP\tprep=0 que=0 run=0 done=1 err=0 relayed=0"
+    assert lines[2] == "beta\tPAUSE\tprep=0 que=0 run=0 done=0 err=0 relayed=0"
+
+
+@pytest.mark.parametrize("prog", ["rq", "rqsys"])
+def test_version_and_a_mistyped_verb(prog, tmp_path):
+    entry = RQ if prog == "rq" else [sys.executable, "-m", "rqsys"]
+    got = subprocess.run([*entry, "--version"], capture_output=True, text=True, timeout=30)
+    assert got.returncode == 0 and got.stdout == f"{prog} {rqsys.__version__}\n"
+    typo = "sendmsg" if prog == "rq" else "sevre"
+    got = subprocess.run([*entry, "--root", str(tmp_path), typo], capture_output=True,
+                         text=True, timeout=30)
+    # one line, the nearest verb, argparse's usage code; not every verb listed
+    want = "sendmesg" if prog == "rq" else "serve"
+    assert got.returncode == 2 and got.stdout == ""
+    assert got.stderr == f"{prog}: unknown verb {typo!r}: did you mean {want}?\n"
