@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from rqsys.cli import jobs
-from rqsys.errors import BadRequest
+from rqsys.errors import BadRequest, RQError
 from rqsys.store import Layout
 from rqsys.wire.client import QueueClient, queue_for_dest
 
@@ -82,9 +82,22 @@ def cmd_sendmesg(layout: Layout, args: argparse.Namespace, state: str = "que",
         reply = client.call("create", msg=message_from(args), state="prep")
         if reply.get("duplicate"):
             return created_url(reply)  # the holder is not ours to attach to
-        for path in args.attach:
-            attach(client, reply["msg_id"], path, None)
+        try:
+            for path in args.attach:
+                attach(client, reply["msg_id"], path, None)
+        except RQError as exc:
+            raise type(exc)(f"{exc}; {_withdrawn(client, reply['msg_id'])}") from exc
         return str(client.call("commit", msg_id=reply["msg_id"])["url"])
+
+
+def _withdrawn(client: QueueClient, msg_id: str) -> str:
+    """A send whose attachment failed: its prep message deleted (it stayed in prep
+    for ever), or what to do about it when the queue cannot be asked."""
+    try:
+        client.call("delete", msg_id=msg_id)
+    except RQError as exc:
+        return f"its message {msg_id} is left in prep ({exc}): rq delete --msg_id {msg_id}"
+    return "nothing was sent"
 
 
 def add_msg_options(parser: argparse.ArgumentParser) -> None:
