@@ -39,6 +39,7 @@ from rqsys.scan.watches import Settler, Watches
 from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import SPECIAL_QUEUES, install_special_queues
 from rqsys.store import QUEUE_NAME_RE, Layout
+from rqsys.store.durable import write_file_durably
 from rqsys.systemd import Notifier
 from rqsys.timers import listing, periodic, slots, units
 
@@ -319,4 +320,10 @@ class Watcher:
 def main(layout: Layout, scandir_path: Path) -> int:
     """``rqsys scan``: run rq-scan until SIGTERM."""
     log = EventLog("rq-scan")
-    return Watcher(layout, scandir_path.absolute(), enabler.choose(layout, log), log).run()
+    scandir_path = scandir_path.absolute()
+    try:  # what the web's and rq's timer listings read (layout.watched_scandir)
+        write_file_durably(layout.watched_note, f"{scandir_path}\n".encode())
+    except OSError as exc:
+        log.event("warning", f"{layout.watched_note} not written ({exc}): the timer "
+                  f"listings read {layout.scandir}")
+    return Watcher(layout, scandir_path, enabler.choose(layout, log), log).run()

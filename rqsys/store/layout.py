@@ -114,6 +114,20 @@ class Layout:
         return self.root / "scandir"
 
     @property
+    def watched_note(self) -> Path:
+        """Where ``rqsys scan`` notes the scandir it watches (its ``--scandir``)."""
+        return self.root / "scandir.watched"
+
+    def watched_scandir(self) -> Path:
+        """The scandir ``rqsys scan`` watches, as it noted at its start; else
+        the root's ``scandir/`` (no scan has run, or the note is unreadable)."""
+        try:
+            noted = self.watched_note.read_text()
+        except (OSError, UnicodeDecodeError):
+            return self.scandir
+        return Path(noted[:-1]) if noted.endswith("\n") and noted.startswith("/") else self.scandir
+
+    @property
     def timers(self) -> Path:
         return self.root / "timers"
 

@@ -47,11 +47,12 @@ def schedule_text(timer: Timer) -> str:
 
 
 def list_timers(layout: Layout, now: float | None = None) -> list[dict[str, Any]]:
-    """Every timer file (the root's timers/ first, then the scandir's .timers/)."""
+    """Every timer file (the root's timers/ first, then the .timers/ of the scandir
+    ``rqsys scan`` watches)."""
     now = time.time() if now is None else now
     sysconfig = config.load_system_config(layout)
     found: dict[str, dict[str, Any]] = {}
-    for tdir in (layout.timers, layout.scandir / scandir.TIMERS_SUBDIR):
+    for tdir in (layout.timers, layout.watched_scandir() / scandir.TIMERS_SUBDIR):
         for fname in sorted(os.listdir(tdir)) if tdir.is_dir() else []:
             name = timer_name(fname)
             if name is not None and name not in found:

@@ -36,10 +36,8 @@ def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
     body = "<h1>Queues</h1>" + (table(headers, rows, numeric=range(2, 3 + len(STATES))) if rows else
                                 '<p class="muted">No queues yet.</p>')
     unreachable = sum(row[1] == badge("?") for row in rows)
-    timers = f'<p>{link(web.path("timers"), "Timers")}</p>'
     live = live_block("dashboard", body + observing.groups_section(web, names))
-    _render(web, resp, "Queues", [], live + timers + pools.section(web)
-            + _operational(unreachable))
+    _render(web, resp, "Queues", [], live + pools.section(web) + _operational(unreachable))
 
 
 def live_block(name: str, html: str, every: int = 5) -> str:

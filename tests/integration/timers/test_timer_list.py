@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from scan_util import start_scan
 from web_support import web_server  # noqa: F401
 
 RQSYS = str(Path(sys.executable).parent / "rqsys")
@@ -66,3 +67,25 @@ def test_timers_json_and_page(layout, timers, web_server):
     page = html.decode()
     assert status == 200 and "<h1>Timers</h1>" in page and f"/q/tq/{msg_id}" in page
     assert "cron */5 * * * * (UTC)" in page and str(layout.root) not in page
+
+
+def test_the_listings_read_the_timers_of_the_scandir_rq_scan_watches(layout, tmp_path,
+                                                                     web_server):
+    # Given rq-scan watching a scandir that is not <root>/scandir (make run's
+    # scandir-examples/), whose .timers/ holds a timer (the page left it out)
+    scandir = tmp_path / "elsewhere"
+    (scandir / ".timers").mkdir(parents=True)
+    (scandir / ".timers" / "nightly.json").write_text(json.dumps(
+        {"cron": "0 3 * * *", "timezone": "UTC", "msg": {"dest": "tq"}}))
+    scan = start_scan(layout, scandir, tmp_path / "scan.log")
+    try:
+        # Then rq timers, /timers.json and the page list it, and every page links to it
+        done = _run(layout, [*RQ, "timers"])
+        assert done.returncode == 0 and done.stdout.splitlines()[0] == "ok 1", done.stderr
+        assert done.stdout.splitlines()[1].startswith("nightly\tcron 0 3 * * * (UTC)")
+        server = web_server()
+        assert [t["name"] for t in server.get_json("/timers.json")[1]] == ["nightly"]
+        _status, _headers, html = server.request("GET", "/", headers={"Accept": "text/html"})
+        assert '<a class="timers" href="/timers">Timers</a>' in html.decode()
+    finally:
+        assert scan.stop() == 0, scan.log()
