@@ -19,7 +19,8 @@ from rqsys.web.html import badge, e, link, page, post_button, query, table
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
                "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags",
                "unique_key", "unique_for", "after", "after_policy")
-ADMIN_BUTTONS = ("up", "pause", "down")
+# the admin operations a queue's state offers: what changes it, and nothing that does not
+ADMIN_BUTTONS = {"UP": ("pause", "down"), "PAUSE": ("resume", "down"), "DOWN": ("up",)}
 
 
 def _render(web: Web, resp: falcon.Response, title: str, crumbs: list[tuple[str, str]],
@@ -64,13 +65,16 @@ def _dashboard_row(web: Web, name: str) -> list[str]:
     new = link(web.path("q", name, "new_message"), "new message", "button")
     return [link(qpath, name), badge(got["admin"]), *counts,
             *observing.stat_cells(observing.stats_of(web, name)), e(got["status"]),
-            f'<div class="actions">{new}{_admin_buttons(web, name, web.path(""))}</div>']
+            f'<div class="actions">{new}'
+            f'{_admin_buttons(web, name, web.path(""), got["admin"])}</div>']
 
 
-def _admin_buttons(web: Web, name: str, back: str) -> str:
+def _admin_buttons(web: Web, name: str, back: str, admin: str) -> str:
+    """The buttons that change the queue's admin state from ``admin`` (a paused
+    queue offers resume, not pause again)."""
     action = web.path("q", name, "adminoper")
     return "".join(post_button(action, op, {op: "1", "back": back}, danger=op == "down")
-                   for op in ADMIN_BUTTONS)
+                   for op in ADMIN_BUTTONS.get(admin, ("up", "pause", "down")))
 
 
 # ---------------------------------------------------------------- queue page
@@ -80,7 +84,7 @@ def queue_page(web: Web, req: falcon.Request, resp: falcon.Response, name: str) 
     body = (f"<h1>Queue {e(name)} {badge(got['admin'])}</h1>"
             f'<p class="muted">{e(got["status"])}</p>'
             f'<div class="actions">{new}'
-            f"{_admin_buttons(web, name, web.queue_path(name))}</div>"
+            f"{_admin_buttons(web, name, web.queue_path(name), got['admin'])}</div>"
             + queuepage.body(web, req, name, got["counts"]))
     _render(web, resp, f"Queue {name}", [(web.queue_path(name), name)], body)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 
 import falcon
@@ -179,3 +180,20 @@ def test_pool_retries_what_was_not_sent_after_a_daemon_restart(layout, make_queu
         pool.call("restarts", "create", msg={"param1": "sent"})
     wait_for(lambda: pool.call("restarts", "counts")["counts"]["que"] == 2, 5, "it made once")
     assert pool.call("restarts", "counts")["counts"]["que"] == 2
+
+
+def test_admin_buttons_follow_the_queue_state(layout, make_queue, daemon):
+    # Given a queue on a real daemon: each state offers what changes it, nothing else
+    # (a paused queue offered "pause" again; resume was "up")
+    make_queue("adm", 'echo "done ok" >&3\n')
+    queue = daemon("adm")
+    client = _client(layout)
+
+    def buttons(path):
+        html = client.simulate_get(path, headers={"Accept": "text/html"}).text
+        return re.findall(r'action="/q/adm/adminoper">.*?<button[^>]*>(\w+)</button>', html)
+
+    for oper, offered in (("up", ["pause", "down"]), ("pause", ["resume", "down"]),
+                          ("down", ["up"]), ("resume", ["pause", "down"])):
+        queue.call("adminoper", oper=oper)
+        assert buttons("/q/adm") == offered and buttons("/") == offered, oper
