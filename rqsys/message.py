@@ -156,7 +156,6 @@ KIB = 1024
 PARAM_MAX = 100 * KIB
 TEXT_MAX = 2 * KIB
 MESSAGE_MAX = 1024 * KIB
-MAX_ARG_STRLEN = 32 * 4096  # Linux: one argv or environment string, its NUL included
 FIELD_MAX = {"param1": PARAM_MAX, "param2": PARAM_MAX, "param3": PARAM_MAX,
              "param4": PARAM_MAX, "dest": TEXT_MAX, "src": TEXT_MAX, "orig_msg_id": TEXT_MAX}
 LIST_ITEM_MAX = {"post_run_webhook": TEXT_MAX, "relay_via": TEXT_MAX}

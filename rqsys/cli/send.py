@@ -67,7 +67,12 @@ def attach(client: QueueClient, msg_id: str, pathname: str, name: str | None) ->
     except OSError as exc:
         raise BadRequest(f"cannot read {pathname}: {exc.strerror}") from exc
     try:
-        return client.call("attach", fds=[fd], msg_id=msg_id, md5=_md5_of(fd),
+        md5 = _md5_of(fd)
+    except OSError as exc:  # a directory opens, and fails at its first read
+        os.close(fd)
+        raise BadRequest(f"cannot read {pathname}: {exc.strerror}") from exc
+    try:
+        return client.call("attach", fds=[fd], msg_id=msg_id, md5=md5,
                            name=name or os.path.basename(pathname))
     finally:
         os.close(fd)
@@ -96,7 +101,7 @@ def _withdrawn(client: QueueClient, msg_id: str) -> str:
     try:
         client.call("delete", msg_id=msg_id)
     except RQError as exc:
-        return f"its message {msg_id} is left in prep ({exc}): rq delete --msg_id {msg_id}"
+        return f"its message is left in prep ({exc}): rq delete --msg_id {msg_id}"
     return "nothing was sent"
 
 

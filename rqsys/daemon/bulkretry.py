@@ -1,9 +1,9 @@
 """A bulk retry (err → que of many messages), its disk work off the loop.
 
-The loop marks a batch of ``BATCH`` ids busy (``Retries.marked``);
+The loop marks a batch of ``BATCH`` ids busy (``Retries.take_batch``);
 the ``retry`` background lane renames them into que/, clears their status
 and fsyncs err/ and que/ once (``rqsys.store.retrybatch``); back on the loop
-the moved join the schedule (``Retries.moved``).  ``IN_FLIGHT``
+the moved join the schedule (``Retries.batch_landed``).  ``IN_FLIGHT``
 batches are on the lane at a time, so the lane always has the next one
 while the loop queues the last; between two callbacks the loop serves
 every other client.  Answered once the last batch is durable.
@@ -46,7 +46,7 @@ class BulkRetry:
             return
         batch = self.ids[self.next:self.next + BATCH]
         self.next += BATCH
-        chosen = self.retries.marked(batch)
+        chosen = self.retries.take_batch(batch)
         self.passed += len(batch) - len(chosen)
         self.pending += 1
         store = self.retries.store
@@ -60,7 +60,7 @@ class BulkRetry:
         if isinstance(error, retrybatch.BatchFailed):
             moved = error.moved
         moved = moved or []
-        self.retries.moved(chosen, moved)
+        self.retries.batch_landed(chosen, moved)
         self.retried += len(moved)
         self.passed += len(chosen) - len(moved)
         if error is not None and self.error is None:

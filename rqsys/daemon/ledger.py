@@ -36,7 +36,8 @@ Riders = tuple[str, list[tuple[str, Msg]]]  # the primary's URL, and its riders
 
 
 class Ledger:
-    """The que, the running, the counts and the busy: read by all, changed by Transitions."""
+    """The que, the running, the counts and the busy: read by all, changed only by
+    Transitions and its collaborators (Retries; a bulk move's hold and release)."""
 
     def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog) -> None:
         self.store, self.schedule, self.log = store, schedule, log
@@ -63,9 +64,9 @@ class Ledger:
         return {state: self.count(state) for state in STATES}
 
     def page(self, state: str, offset: int, limit: int) -> list[str]:
-        """Ids in ``state``: que in due order, run by id, the others newest first."""
+        """Ids in ``state``: que in run order, run by arrival, the others newest first."""
         if state == "que":
-            return self.schedule.ordered_ids()[offset:offset + limit]
+            return self.schedule.ordered_ids(offset, limit)
         if state == "run":
             return sorted(self.running, key=arrival)[offset:offset + limit]
         return self.store.newest(state, offset, limit)

@@ -6,7 +6,7 @@ set aside as ``status.last`` (``retrybatch.set_status_aside``), so its status
 reads blank as RQ's retried message's does, while the failure's text stays
 beside its timeline for whoever looks into it; and both join the que through
 ``_requeued``.  A single retry moves on the loop; a bulk one moves its batches
-off the loop (``rqsys.daemon.bulkretry``: ``marked``, ``moved``).  The
+off the loop (``rqsys.daemon.bulkretry``: ``take_batch``, ``batch_landed``).  The
 ``Transitions`` object holds one ``Retries`` over its ``Ledger``.
 """
 
@@ -55,7 +55,7 @@ class Retries:
             return "err"
         return self.store.find(msg_id)
 
-    def marked(self, msg_ids: list[str]) -> list[str]:
+    def take_batch(self, msg_ids: list[str]) -> list[str]:
         """A bulk retry's batch, before its disk half (``rqsys.store.retrybatch``)
         runs off the loop: those no running or busy message, marked busy
         (a client's delete of one waits), so nothing else moves them meanwhile."""
@@ -65,7 +65,7 @@ class Retries:
             ledger.mark_busy(msg_id, "being retried")
         return chosen
 
-    def moved(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
+    def batch_landed(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
         """err → que, the disk half durable: the moved join the schedule as
         ``retry`` adds one; every one of ``chosen`` is free again."""
         for msg_id, msg in moved:

@@ -22,6 +22,7 @@ window's next opening, kept in ``_timed`` and returned by ``next_due``).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable
@@ -32,11 +33,15 @@ from rqsys.message import due_time, param_key
 from rqsys.store.layout import arrival
 
 Msg = dict[str, Any]
-Ready = tuple[int, float, tuple[str, int, str], str]  # (priority, due, arrival, id)
+Ready = tuple[int, float, int, str]  # (priority, due, arrival, id): the run order
 
 
 def priority(msg: Msg) -> int:
     return int(msg.get("priority") or 0)
+
+
+def run_key(msg_id: str, msg: Msg) -> Ready:
+    return priority(msg), due_time(msg), arrival(msg_id), msg_id
 
 
 class Schedule:
@@ -59,7 +64,7 @@ class Schedule:
         self._woken: dict[str, WaitKey] = {}  # id -> the key it was woken from, until popped
         self.after: set[str] = set()  # ids waiting for other messages (rqsys.daemon.after)
         self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
-        self._order: list[str] | None = None  # ordered_ids, until the que changes
+        self._order: list[Ready] | None = None  # every message's run key, sorted, once asked
 
     def __len__(self) -> int:
         return len(self.msgs)
@@ -71,7 +76,8 @@ class Schedule:
         if msg_id in self.msgs or msg_id in self._woken:  # not at start: 100,000 calls saved
             self.remove(msg_id)
         self.msgs[msg_id] = msg
-        self._order = None
+        if self._order is not None:
+            bisect.insort(self._order, run_key(msg_id, msg))
         heapq.heappush(self._heap, (due_time(msg), msg_id))
         key = param_key(msg, self.coalesce)
         if key is not None:
@@ -94,7 +100,8 @@ class Schedule:
             self._wake_one(woken)
         msg = self.msgs.pop(msg_id, None)
         if msg is not None:
-            self._order = None
+            if self._order is not None:
+                self._unorder(run_key(msg_id, msg))
             key = param_key(msg, self.coalesce)
             if key is not None:
                 self._by_coalesce[key].discard(msg_id)
@@ -127,7 +134,7 @@ class Schedule:
             due, msg_id = heapq.heappop(self._heap)
             if self._live((due, msg_id)):
                 heapq.heappush(self._ready,
-                               (priority(self.msgs[msg_id]), due, arrival(msg_id), msg_id))
+                               run_key(msg_id, self.msgs[msg_id]))
         while self._timed and self._timed[0][0] <= now:
             self._wake_one(heapq.heappop(self._timed)[1])
 
@@ -219,7 +226,7 @@ class Schedule:
         if key is None:
             return []
         taken = []
-        for msg_id in sorted(self._by_coalesce.pop(key, ())):
+        for msg_id in sorted(self._by_coalesce.pop(key, ()), key=lambda i: (arrival(i), i)):
             if msg_id in self.after:  # still waiting for other messages: it runs on its own
                 self._by_coalesce[key].add(msg_id)
                 continue
@@ -236,11 +243,19 @@ class Schedule:
                 return msg_id
         return None
 
-    def ordered_ids(self) -> list[str]:
-        """The queued ids in run order (priority, due, arrival), as if no gate held
-        any; sorted again only after the que has changed (15 ms for 10,000)."""
+    def ordered_ids(self, offset: int = 0, limit: int | None = None) -> list[str]:
+        """Queued ids by priority, due time and arrival: the order they start in
+        when due and no gate holds them.  Sorted once, when first asked (the que
+        tab), then kept in order by each add and remove."""
         if self._order is None:
-            msgs = self.msgs
-            self._order = sorted(
-                msgs, key=lambda i: (priority(msgs[i]), due_time(msgs[i]), arrival(i)))
-        return self._order
+            self._order = sorted(run_key(i, msg) for i, msg in self.msgs.items())
+        end = None if limit is None else offset + limit
+        return [entry[3] for entry in self._order[offset:end]]
+
+    def _unorder(self, key: Ready) -> None:
+        assert self._order is not None
+        at = bisect.bisect_left(self._order, key)
+        if at < len(self._order) and self._order[at] == key:
+            del self._order[at]
+        else:  # its key changed in place since it was added (nothing does): sort again
+            self._order = None

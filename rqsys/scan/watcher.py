@@ -72,6 +72,7 @@ class Watcher:
     # ---------------------------------------------------------------- set-up
     def start(self) -> None:
         self.layout.make_dirs()
+        self._note_scandir()
         self.layout.socket_dir.mkdir(parents=True, exist_ok=True)
         self.signals = SignalFlags()
         self.selector.register(self.signals, selectors.EVENT_READ, self.signals.drain)
@@ -90,6 +91,15 @@ class Watcher:
         self.log.event("daemon", f"rq-scan ready: {status}; watching {self.scandir}")
         self.notifier.ready(status)
 
+
+    def _note_scandir(self) -> None:
+        """Where the timer listings (the web's, rq's) find the scandir watched here."""
+        note = self.layout.watched_note
+        try:
+            write_file_durably(note, f"{self.scandir}\n".encode())
+        except OSError as exc:
+            self.log.event("warning", f"{note} not written ({exc}): the timer listings "
+                           f"read {self.layout.scandir}")
     def _watch_fixed(self) -> None:
         """The scandir and the timer directories (again after SIGHUP: they may be new)."""
         self.watches.watch(self.scandir, self._on_scandir, fixed=True)
@@ -320,10 +330,4 @@ class Watcher:
 def main(layout: Layout, scandir_path: Path) -> int:
     """``rqsys scan``: run rq-scan until SIGTERM."""
     log = EventLog("rq-scan")
-    scandir_path = scandir_path.absolute()
-    try:  # what the web's and rq's timer listings read (layout.watched_scandir)
-        write_file_durably(layout.watched_note, f"{scandir_path}\n".encode())
-    except OSError as exc:
-        log.event("warning", f"{layout.watched_note} not written ({exc}): the timer "
-                  f"listings read {layout.scandir}")
-    return Watcher(layout, scandir_path, enabler.choose(layout, log), log).run()
+    return Watcher(layout, scandir_path.absolute(), enabler.choose(layout, log), log).run()

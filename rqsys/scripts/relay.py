@@ -198,13 +198,16 @@ class Relay:
 
     def upload(self, url: str, path: Path) -> str:
         """Upload one attachment; the far end's answer (its MD5 first)."""
+        vanished = f"{url} vanished during its upload; preparing again"
         try:
             return str(self.peer.upload(f"{url}/attach/new", path))
+        except PeerUnknown as exc:  # an rqsys far end: 404
+            raise PeerError(vanished) from exc
         except PeerRefused:  # RQ's "cannot find message": lost since, or no longer in prep
             try:
                 self.far_state(url)
             except PeerUnknown as exc:
-                raise PeerError(f"{url} vanished during its upload; preparing again") from exc
+                raise PeerError(vanished) from exc
             raise
 
     def check_still_prep(self, url: str) -> None:

@@ -53,10 +53,15 @@ def check_msg_id(msg_id: str) -> str:
     return msg_id
 
 
-def arrival(msg_id: str) -> tuple[str, int, str]:
+def arrival(msg_id: str) -> int:
     """A key ordering ids as they were made: the time stamp, then the counter as
-    a number (``….000.2`` before ``….000.10``, which a string sort puts first)."""
-    return msg_id[:20], len(msg_id), msg_id
+    a number (``….000.2`` before ``….000.10``, which a string sort puts first);
+    one int, small in a heap entry.  -1 for a name not of RQ's id form."""
+    if not MSG_ID_RE.match(msg_id):
+        return -1
+    counter = msg_id[21:]
+    stamp = msg_id[0:8] + msg_id[9:13] + msg_id[14:16] + msg_id[17:20]  # YYYYMMDD.HHMM.SS.mmm
+    return int(stamp) * 10**10 + (int(counter) + 1 if counter else 0)
 
 
 def check_attach_name(name: Any) -> str:

@@ -19,9 +19,10 @@ true}`` (an RQ that queues at once whatever ``_method`` says),
 ``DIR/unstall``, then answers 503 without committing, N times),
 ``{"vanish_at_commit": N}`` (a commit loses the prepared message and
 answers RQ's "cannot find message"), ``{"vanish_at_attach": N}`` (the same
-at an upload), ``{"attachments_list": N}`` (message
-JSON whose ``_attachments`` is a list), ``{"unicode_prep": N}`` (a prep
-answers a URL whose path is not ASCII).
+at an upload; ``{"vanish_at_attach_404": N}``: answered 404, as rqsys
+does), ``{"attachments_list": N}`` (message JSON whose ``_attachments`` is
+a list), ``{"unicode_prep": N}`` (a prep answers a URL whose path is not
+ASCII).
 """
 
 from __future__ import annotations
@@ -179,6 +180,11 @@ class Peer(BaseHTTPRequestHandler):
             return
         if self.fault("vanish_at_attach"):
             shutil.rmtree(mdir)
+        if self.fault("vanish_at_attach_404"):
+            shutil.rmtree(mdir)
+            self.read_all()
+            self.answer(404, ["fail", "no such message"])
+            return
         if not (mdir / "state").exists() or (mdir / "state").read_text() != "prep":
             self.read_all()
             self.answer(200, ["fail", "cannot find message"])

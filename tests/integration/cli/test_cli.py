@@ -204,11 +204,13 @@ def test_version_and_a_mistyped_verb(prog, tmp_path):
     assert got.stderr == f"{prog}: unknown verb {typo!r}: did you mean {want}?\n"
 
 
-def test_a_send_whose_attachment_fails_leaves_no_message_in_prep(layout, make_queue, daemon):
+@pytest.mark.parametrize(("path", "why"), [("/nonexistent", "No such file or directory"),
+                                         ("/tmp", "Is a directory")])
+def test_a_send_whose_attachment_fails_leaves_no_message_in_prep(layout, make_queue, daemon,
+                                                                  path, why):
     make_queue("q", "echo done >&3")
     proc = daemon("q")
-    out = rq(layout, "sendmesg", "--dest", "q", "--attach", "/nonexistent", code=1)
-    assert out == ("fail cannot read /nonexistent: No such file or directory; "
-                   "nothing was sent")
+    out = rq(layout, "sendmesg", "--dest", "q", "--attach", path, code=1)
+    assert out == f"fail cannot read {path}: {why}; nothing was sent"
     counts = proc.call("counts")["counts"]
     assert counts["prep"] == 0 and counts["que"] == 0

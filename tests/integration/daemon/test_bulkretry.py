@@ -62,11 +62,11 @@ def test_batches_move_on_the_lane_and_join_the_schedule(t, monkeypatch):
     monkeypatch.setattr(bulkretry, "BATCH", 3)  # several batches, two in flight
     ids = failed(t, 8)
     delete_waited: list[BaseException | None] = []
-    chosen = t.retries.marked([ids[0]])  # a batch of its own, still on its way
+    chosen = t.retries.take_batch([ids[0]])  # a batch of its own, still on its way
     t.delete(ids[0], delete_waited.append)  # waits until that batch has landed
     assert delete_waited == [] and t.store.find(ids[0]) == "err"
     assert run(t, ids + ["20260101.0000.00.000.1"]) == (7, 2, None)
-    t.retries.moved(chosen, [])  # its lane never ran: it is free, still in err
+    t.retries.batch_landed(chosen, [])  # its lane never ran: it is free, still in err
     drain(t.background)
     assert delete_waited == [None]
     assert t.ledger.counts()["que"] == 7 and t.ledger.counts()["err"] == 0
@@ -129,7 +129,7 @@ def test_a_batch_the_disk_stops_after_its_renames_leaves_them_queued(t, monkeypa
 def land(t: Transitions, chosen: list[str], moved: bool = True) -> None:
     """A retry batch's lane job and its callback, run by the test when it likes
     (``moved=False``: the lane failed, they stay in err)."""
-    t.retries.moved(chosen, retrybatch.retry_batch(t.store, chosen) if moved else [])
+    t.retries.batch_landed(chosen, retrybatch.retry_batch(t.store, chosen) if moved else [])
 
 
 @pytest.mark.parametrize("moved", [True, False])
@@ -137,7 +137,7 @@ def test_a_prune_deletes_an_acknowledged_err_message_after_its_batch(t, moved):
     ids = failed(t, 3)
     for msg_id in ids:
         (t.store.msg_dir("err", msg_id) / "ack").write_text("")
-    chosen = t.retries.marked([ids[0]])  # a retry batch has it, not landed yet
+    chosen = t.retries.take_batch([ids[0]])  # a retry batch has it, not landed yet
     done: list[BaseException | None] = []
     removed = t.prune(time.time(), 3, None, done.append)
     assert removed["err"] == 2 and t.store.find(ids[0]) == "err"  # not taken under the lane
@@ -157,8 +157,8 @@ def test_a_prune_checks_no_ack_per_busy_id(t, monkeypatch):
     ids = failed(t, 3)
     for msg_id in ids:
         (t.store.msg_dir("err", msg_id) / "ack").write_text("")
-    chosen = t.retries.marked([ids[0]])
-    t.retries.marked([f"20260101.0000.00.{n:03}.1" for n in range(200)])  # busy elsewhere
+    chosen = t.retries.take_batch([ids[0]])
+    t.retries.take_batch([f"20260101.0000.00.{n:03}.1" for n in range(200)])  # busy elsewhere
     checked: list[str] = []
     real = pruning.is_acked
     monkeypatch.setattr(pruning, "is_acked", lambda s, st, i: checked.append(i) or real(s, st, i))
@@ -176,7 +176,7 @@ def test_a_bulk_move_waits_for_a_retry_batch(t, layout, make_queue, daemon):
     make_queue("dest", "echo done >&3")
     dest = daemon("dest")
     ids = failed(t, 3)
-    chosen = t.retries.marked([ids[0]])
+    chosen = t.retries.take_batch([ids[0]])
     ctx = QueueContext(layout, "q")
     got: list[tuple[int, int, BaseException | None]] = []
     Mover(ctx, t.store, t, t.background).run(ids, "dest", "err",
@@ -202,7 +202,7 @@ def test_a_bulk_move_passing_over_thousands_of_steps_does_not_recurse(t, layout,
 
 def test_a_bulk_delete_of_err_messages_waits_for_a_retry_batch(t):
     ids = failed(t, 3)
-    chosen = t.retries.marked([ids[0]])
+    chosen = t.retries.take_batch([ids[0]])
     got: list[tuple[int, int, BaseException | None]] = []
     Deletion(t, ids, "err", lambda *a: got.append(a)).step()
     assert got == [] and t.store.find(ids[1]) == "err"  # the step waits for the batch

@@ -180,3 +180,24 @@ def test_the_que_is_listed_in_run_order():
     assert order == ["20261128.0100.00.000.2", "20261128.0100.00.000.3",
                      "20261128.0100.00.001.0", "20261128.0100.00.000.1"]
     assert [s.pop_ready(10)[0] for _ in order] == order
+
+
+def test_the_run_order_is_kept_through_adds_and_removes_once_asked():
+    import random
+
+    rng = random.Random(7)
+    s = Schedule([], [])
+    ids = [f"20261128.0100.00.{ms:03d}.{n}" for ms in range(3) for n in range(12)]
+    for msg_id in ids[:20]:
+        s.add(msg_id, msg(due=rng.choice([0, 5]), priority=rng.choice([0, 0, -1])))
+    s.ordered_ids()  # sorted once; kept in order from here on
+    for msg_id in ids[20:]:
+        s.add(msg_id, msg(due=rng.choice([0, 5])))
+    for msg_id in rng.sample(ids, 10):
+        s.remove(msg_id)
+    s.add(ids[0], msg(due=9))  # re-timed
+    fresh = Schedule([], [])
+    for msg_id, m in s.msgs.items():
+        fresh.add(msg_id, m)
+    assert s.ordered_ids() == fresh.ordered_ids() and len(s.ordered_ids()) == len(s)
+    assert s.ordered_ids(2, 3) == fresh.ordered_ids()[2:5]
