@@ -55,7 +55,7 @@ def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
         return False
 
 
@@ -76,7 +76,7 @@ def stray_temps(layout, queue="q"):
 def _has_msg(spare):
     try:
         return bool((spare / "msg").read_bytes().strip())
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
         return False  # still being made
 
 

@@ -149,7 +149,7 @@ def test_install_debs_waits_for_the_lists_lock(root: Path) -> None:
     assert installed(root)
 
 
-def test_make_run_prints_one_line_and_serves(tmp_path: Path) -> None:
+def test_make_run_prints_its_url_and_the_rq_root_line_and_serves(tmp_path: Path) -> None:
     need(shutil.which("make") is not None, "make")
     port = free_port()
     # -o: the venv running this test is the one make would (re)install
@@ -162,6 +162,8 @@ def test_make_run_prints_one_line_and_serves(tmp_path: Path) -> None:
         line = make.stdout.readline()
         assert line == (f"rqsys: web UI on http://localhost:{port}/ - Ctrl-C stops it "
                         f"(log: {tmp_path}/serve.log)\n")
+        assert make.stdout.readline() == (f"rqsys: in another shell, for rq: export "
+                                          f"RQ_ROOT={tmp_path} PATH={PROJECT}/.venv/bin:$PATH\n")
         wait_for(lambda: _answers(f"http://localhost:{port}/"), 30, "the web UI to answer")
     finally:
         os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C does: the whole group

@@ -12,6 +12,7 @@ from conftest import wait_for
 from daemon_util import send, settle, store_of, stray_temps
 
 from rqsys.store import STATES
+from rqsys.store.layout import arrival
 
 WAIT_FOR_GATE = """
     trap 'echo term > "$MARKS/$RQ_MSG_ID.term"; exit 143' TERM
@@ -146,7 +147,7 @@ def test_clean_stop_snapshot_speeds_the_next_start(layout, make_queue, daemon):
     # Then it loaded every message from the snapshot, which is gone now
     assert not snapshot.exists()
     assert proc.call("counts")["counts"]["que"] == 1200
-    assert proc.call("list", state="que", limit=1000)["ids"] == sorted(ids)[:1000]
+    assert proc.call("list", state="que", limit=1000)["ids"] == sorted(ids, key=arrival)[:1000]
     assert proc.call("get", msg_id=ids[-1])["msg"]["param1"] == "1199"
     # (not run here: 1,200 runs would fill the fixture's unread stderr pipe)
 
