@@ -40,7 +40,7 @@ MSG_BLANK = 1024
 # ---------------------------------------------------------------- the queue daemon
 BULK_MAX = 10000  # messages in one create_many request (one group commit)
 MAX_LIST = 1000  # ids in one ``list`` answer (a larger limit is cut to this)
-TIMELINE_SHOWN = 200  # a message's newest timeline events in a ``get`` answer
+TIMELINE_SHOWN = 200  # a message's timeline events in a ``get`` answer (status lines folded)
 
 # Calls to other queue daemons, made off the loop (``outbound``): how long
 # one may take before it is given up.

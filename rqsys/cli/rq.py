@@ -31,6 +31,7 @@ from rqsys.cli.send import (
     message_from,
 )
 from rqsys.errors import RQError, Unavailable
+from rqsys.run.protocol import progress
 from rqsys.store import ADMIN_OPERS, STATES, Layout, QueueView
 from rqsys.wire.client import QueueClient, find_message
 
@@ -73,8 +74,19 @@ def cmd_commitmesg(layout: Layout, args: argparse.Namespace) -> str:
 
 
 def cmd_statusmesg(layout: Layout, args: argparse.Namespace) -> str:
-    reply = _msg_call(layout, args, "status")
-    return f"{reply['state']} - {reply['status']}" if reply["status"] else str(reply["state"])
+    """RQ's ``<state> - <text>``; ``--verbose`` adds how far along a running one
+    says it is, and the last lines a failed run wrote."""
+    reply = _msg_call(layout, args, "get" if args.verbose else "status")
+    said = f"{reply['state']} - {reply['status']}" if reply["status"] else str(reply["state"])
+    if not args.verbose:
+        return said
+    lines = [said]
+    if reply["state"] == "run" and (done := progress(reply["status"])):
+        counted = f"{done['done']}/{done['total']} " if "total" in done else ""
+        lines.append(f"progress {counted}({done['fraction'] * 100:.0f}%)")
+    if reply.get("last_lines"):
+        lines += ["last lines:", *(f"  {line}" for line in reply["last_lines"])]
+    return "\n".join(lines)
 
 
 def cmd_state(layout: Layout, args: argparse.Namespace) -> str:
@@ -178,6 +190,9 @@ def rq_parser() -> argparse.ArgumentParser:
             sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))
         else:
             sub.add_argument("--msg_id", required=True, help="short id or full message URL")
+        if verb == "statusmesg":
+            sub.add_argument("--verbose", "-v", action="store_true",
+                             help="also how far along (run) and the last lines (err)")
         if verb == "attachmesg":
             sub.add_argument("--pathname", required=True, help="the file to attach")
             sub.add_argument("--name", help="attachment name (default: the file's name)")

@@ -36,7 +36,10 @@ from rqsys.wire.schema import MSG_ID, request
 
 GROUP = {"title": "failure group", "type": "string", "pattern": "^[0-9a-f]{12}$"}
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "stats": request(), "groups": request(),
+    "stats": request(),
+    "groups": request(group=GROUP, offset={"title": "offset", "type": "integer", "minimum": 0},
+                      limit={"title": "limit", "type": "integer", "minimum": 1,
+                             "maximum": 1000}),
     "watch": request(("msg_id",), msg_id=MSG_ID),
     "retry": request(("msg_id",), msg_id=MSG_ID),
     "group": request(("group", "action"), group=GROUP,
@@ -74,11 +77,21 @@ class Observer:
 
     def groups_op(self, r: Request) -> Reply | None:
         """The err messages by normalised reason (``rqsys.observe.failures``); the
-        first asks for a walk of err/ off the loop, and is answered after it."""
+        first asks for a walk of err/ off the loop, and is answered after it.
+        With ``group``: that group alone, and a page of its messages' ids."""
         if not self.failures.ready():
             self._when_built(r, self.groups_op)
             return None
-        return {"ok": True, "groups": self.failures.listing()}
+        listing = self.failures.listing()
+        if "group" not in r.args:
+            return {"ok": True, "groups": listing}
+        group = next((g for g in listing if g["key"] == r.args["group"]), None)
+        if group is None:
+            raise NotFound(f"no failure group {r.args['group']} in queue {self.ctx.name}")
+        offset, limit = r.args.get("offset", 0), r.args.get("limit", 50)
+        ids = self.failures.members(group["key"])
+        return {"ok": True, "groups": [group], "ids": ids[offset:offset + limit],
+                "total": len(ids)}
 
     def retry_op(self, r: Request) -> None:
         """err → que for one message, answered once durable."""

@@ -25,7 +25,7 @@ from rqsys.daemon.runner import Runner
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest
-from rqsys.observe import timeline
+from rqsys.observe import lastlines, timeline
 from rqsys.observe.events import EventLog
 from rqsys.store import ADMIN_OPERS, QueueStore
 
@@ -89,7 +89,9 @@ class Ops:
         return {"ok": True, "msg": msg, "state": state, "status": status,
                 "url": self.ctx.url(msg_id), "attachments": self._attachments(state, msg_id),
                 **timeline.times(events, float(msg.get("due") or 0)),
-                "timeline": events[-tunables.TIMELINE_SHOWN:]}
+                "timeline": timeline.shown(events, tunables.TIMELINE_SHOWN),
+                "last_lines": lastlines.read(self.store.msg_dir(state, msg_id))
+                if state == "err" else []}
 
     def _attachments(self, state: str, msg_id: str) -> dict[str, Any]:
         found = {}

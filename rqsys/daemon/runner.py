@@ -31,7 +31,7 @@ from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.fdclose import FdBatch
-from rqsys.observe import timeline
+from rqsys.observe import lastlines, timeline
 from rqsys.observe.events import EventLog
 from rqsys.run import resources, spawn
 from rqsys.run.backoff import retried
@@ -277,7 +277,18 @@ class Runner:
         """The message ends (a limited run's once everything it started is gone)."""
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
         outcome = explain(run, outcome) if run is not None else self.limits.queue_oom(outcome)
+        if outcome.state == "err":
+            self._keep_last_lines(worker.msg_id, outcome)
         self._conclude(worker.msg_id, worker.msg, outcome, worker.on_disk, worker)
+
+    def _keep_last_lines(self, msg_id: str, outcome: Outcome) -> None:
+        """Why it failed, in its own words: the last lines of its output kept
+        beside its status (``rqsys.observe.lastlines``)."""
+        self.output.take_now(msg_id)
+        lines = lastlines.of_log(f"{self.store.job_path(msg_id)}/stdio.log")
+        if why := self.store.write_last_lines(msg_id, lastlines.encode(lines)):  # [] too:
+            self.log.event("warning", why, msg_id)  # an earlier failure's are not this one's
+        outcome.last_line = lines[-1] if lines else ""
 
     def _conclude(self, msg_id: str, msg: Msg, outcome: Outcome, on_disk: str | None,
                   worker: Worker | None = None) -> None:

@@ -228,7 +228,8 @@ class Transitions:
         self.ledger.tally[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
                        RQ_STATE=outcome.state,
-                       **({"RQ_KIND": outcome.kind} if outcome.kind else {}))
+                       **({"RQ_KIND": outcome.kind} if outcome.kind else {}),
+                       **({"RQ_LAST_LINE": outcome.last_line} if outcome.last_line else {}))
         return [(msg_id, msg, outcome)]
 
     def _log_failed(self, msg_id: str) -> Callable[[Any, BaseException | None], None]:

@@ -1,7 +1,9 @@
 """Failure groups: a queue's err messages grouped by a normalised reason.
 
 The reason is the message's status text with what differs from one failure
-to the next masked: URLs, paths, message ids, long hex or uuids, quoted
+to the next masked (for RQ's "PROCESS EXITED IMPROPERLY", which says only
+how it exited, the last line the run wrote comes first:
+``rqsys.observe.lastlines``): URLs, paths, message ids, long hex or uuids, quoted
 strings' digits, and numbers (``connect to db01:5432 failed after 3.2s`` →
 ``connect to dbN:N failed after Ns``).  A group's key is a short hash of
 its reason.  :class:`FailureGroups` is an EventLog sink: built from
@@ -29,6 +31,7 @@ from typing import Any
 
 from rqsys.background import Background
 from rqsys.errors import StoreError
+from rqsys.observe import lastlines
 from rqsys.store import QueueView
 from rqsys.store.view import read_whole
 
@@ -44,7 +47,8 @@ MASKS = [
 MAX_REASON = 300
 MASKED = 1000  # characters of a status masked: the URL pattern is quadratic in a long word
 LANE = "failures"  # the walk of err/: long, so it holds up no other lane's jobs
-Event = tuple[str, str, str, str, float]  # kind, text, msg id, RQ_STATE, when
+IMPROPER = "PROCESS EXITED IMPROPERLY"  # RQ's text that says how, not why
+Event = tuple[str, str, str, str, float, str]  # kind, text, msg id, RQ_STATE, when, last line
 Ready = Callable[["BaseException | None"], None]  # on the loop, once built (or failed)
 
 
@@ -54,6 +58,24 @@ def normalise(text: str) -> str:
     for pattern, word in MASKS:
         text = pattern.sub(word, text)
     return " ".join(text.split())[:MAX_REASON]
+
+
+def says_only_how(status: str) -> bool:
+    """The status says how the run ended, not why (or nothing)."""
+    return status.startswith(IMPROPER) or not status.strip()
+
+
+def telling(status: str, last_line: str) -> str:
+    """The last line a run wrote when its status only says how it exited, else ""."""
+    return last_line if says_only_how(status) else ""
+
+
+def reason_of(status: str, last_line: str = "") -> str:
+    """A failure's reason: its status normalised, after the line that says why
+    (``telling``) when there is one."""
+    if line := telling(status, last_line):
+        return f"{normalise(line)} — {normalise(status)}"[:MAX_REASON]
+    return normalise(status)
 
 
 def group_key(reason: str) -> str:
@@ -69,13 +91,14 @@ class Groups:
         self.groups: dict[str, dict[str, Any]] = {}  # key -> reason, ids, first, last
         self.group_of: dict[str, str] = {}  # msg id -> key
 
-    def add(self, msg_id: str, status: str, at: float) -> None:
-        """The message is in the group of ``status`` (and in no other)."""
+    def add(self, msg_id: str, status: str, at: float, last_line: str = "") -> None:
+        """The message is in the group of ``status`` and ``last_line`` (and in no other)."""
         self.remove(msg_id)
-        reason = normalise(status)
+        reason = reason_of(status, last_line)
         key = group_key(reason)
         group = self.groups.setdefault(key, {"key": key, "reason": reason, "ids": set(),
-                                             "first": at, "last": at, "example": status})
+                                             "first": at, "last": at, "example": status,
+                                             "last_line": telling(status, last_line)})
         group["ids"].add(msg_id)
         group["first"], group["last"] = min(group["first"], at), max(group["last"], at)
         self.group_of[msg_id] = key
@@ -91,9 +114,9 @@ class Groups:
 
     def apply(self, event: Event) -> bool:
         """One event of the queue; False for a prune (which names no message)."""
-        kind, text, msg_id, state, at = event
+        kind, text, msg_id, state, at, last_line = event
         if kind == "err" and state == "err":
-            self.add(msg_id, text, at)
+            self.add(msg_id, text, at, last_line)
         elif kind in ("deleted", "retried") and msg_id:
             self.remove(msg_id)
         elif kind == "deleted":
@@ -103,7 +126,8 @@ class Groups:
     def listing(self) -> list[dict[str, Any]]:
         rows = [{"key": g["key"], "reason": g["reason"], "count": len(g["ids"]),
                  "first_seen": round(g["first"], 3), "last_seen": round(g["last"], 3),
-                 "example": g["example"]} for g in self.groups.values()]
+                 "example": g["example"], "last_line": g["last_line"]}
+                for g in self.groups.values()]
         return sorted(rows, key=lambda row: (-row["count"], row["reason"]))
 
     def members(self, key: str) -> list[str]:
@@ -125,9 +149,10 @@ def walk(view: QueueView) -> Groups:
     return groups
 
 
-def _status_at(dfd: int, msg_id: str) -> tuple[str, float] | None:
-    """A message's status and when it ended (the newer mtime of its directory
-    and ``status``); None once it has moved on (its event tells the loop)."""
+def _status_at(dfd: int, msg_id: str) -> tuple[str, float, str] | None:
+    """A message's status, when it ended (the newer mtime of its directory
+    and ``status``) and the last line its run wrote; None once it has moved
+    on (its event tells the loop)."""
     try:
         at = os.stat(msg_id, dir_fd=dfd).st_mtime
     except OSError:
@@ -135,7 +160,7 @@ def _status_at(dfd: int, msg_id: str) -> tuple[str, float] | None:
     try:
         fd = os.open(f"{msg_id}/status", os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
     except FileNotFoundError:
-        return "", at  # no status line yet: a blank reason
+        return "", at, lastlines.read_at(dfd, msg_id)  # no status line yet
     except OSError:
         return None
     try:
@@ -143,7 +168,8 @@ def _status_at(dfd: int, msg_id: str) -> tuple[str, float] | None:
         data = read_whole(fd)
     finally:
         os.close(fd)
-    return data.decode("utf-8", "replace"), at
+    status = data.decode("utf-8", "replace")
+    return status, at, lastlines.read_at(dfd, msg_id) if says_only_how(status) else ""
 
 
 class FailureGroups:
@@ -159,7 +185,8 @@ class FailureGroups:
 
     def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         """The sink: O(1)."""
-        event = (kind, text, msg_id, fields.get("RQ_STATE") or "", time.time())
+        event = (kind, text, msg_id, fields.get("RQ_STATE") or "", time.time(),
+                 fields.get("RQ_LAST_LINE") or "")
         if self.journal is not None:
             self.journal.append(event)
         elif self.current is not None and not self.current.apply(event):

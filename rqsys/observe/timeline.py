@@ -232,6 +232,33 @@ def read(msg_dir: Path) -> list[dict[str, Any]]:
     return events
 
 
+KEPT = frozenset({"created", "started", "exit", *ENDS})  # never left out of what is shown
+FOLD_KEEPS = 20  # the newest texts of a fold, kept in it
+
+
+def shown(events: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """A timeline to show: each run of consecutive ``status`` lines folded into
+    its last, with ``folded`` (how many) and ``earlier`` (the ones before it,
+    the newest ``FOLD_KEEPS``); then, over ``limit``, the oldest other events
+    left out, never a ``created``, ``started``, ``exit`` or an end."""
+    folded: list[dict[str, Any]] = []
+    for item in events:
+        last = folded[-1] if folded else None
+        if item.get("ev") == "status" and last is not None and last.get("ev") == "status":
+            earlier = last.pop("earlier", [])
+            count = last.pop("folded", 1)
+            earlier.append({"t": last.get("t"), "text": last.get("text", "")})
+            item = dict(item, folded=count + 1, earlier=earlier[-FOLD_KEEPS:])
+            folded[-1] = item
+        else:
+            folded.append(item)
+    if len(folded) <= limit:
+        return folded
+    others = [n for n, item in enumerate(folded) if item.get("ev") not in KEPT]
+    dropped = set(others[:max(0, len(folded) - limit)])
+    return [item for n, item in enumerate(folded) if n not in dropped]
+
+
 def times(events: list[dict[str, Any]], due: float = 0.0) -> dict[str, float | None]:
     """``created_at``, ``started_at`` (the last run), ``ended_at``, ``wait_s``
     (from created, or the due time if later, to the first start) and

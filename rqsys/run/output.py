@@ -176,6 +176,13 @@ class ScriptOutput:
         self.selector.unregister(fd)
         self.pumps.pop(fd).close()
 
+    def take_now(self, msg_id: str) -> None:
+        """Copy what a message's pipe holds now into its stdio.log (its script
+        has ended: what it wrote last is read before the log is)."""
+        for fd, pump in list(self.pumps.items()):
+            if pump.fields["RQ_MSG_ID"] == msg_id and pump.pump():
+                self._close(fd)
+
     def close_all(self) -> None:
         """At daemon exit: take what the pipes still hold, then close them."""
         for fd in list(self.pumps):

@@ -2,7 +2,8 @@
 
 A script writes lines ``CMD SP TEXT NL`` on fd 3 (RQ_WRITE)::
 
-    run TEXT            progress, shown as the message status
+    run TEXT            progress, shown as the message status (``N%`` or
+                        ``N/M`` at its start: how far along, ``progress``)
     done TEXT           success (the script must also exit 0)
     err TEXT            failure; the message goes to err whatever the exit
     relayed URL         the relay script delivered the message to URL
@@ -13,6 +14,7 @@ A script writes lines ``CMD SP TEXT NL`` on fd 3 (RQ_WRITE)::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from rqsys.errors import ProtocolError
@@ -74,3 +76,23 @@ def _parse_dup(text: str) -> Command:
         raise ProtocolError(f"dup needs DUE-X-DEST, got {text[:80]!r}")
     due, _flag, dest = parts
     return Command("dup", text, due=_parse_delay(due.strip(), text), dest=dest.strip())
+
+
+PROGRESS = re.compile(r"\s*(?:(\d{1,3}(?:\.\d+)?)\s*%|(\d+)\s*/\s*(\d+)(?![\d.]))")
+
+
+def progress(text: str) -> dict[str, float] | None:
+    """How far along a ``run`` text says it is: ``N%`` or ``N/M`` at its start
+    (``{"fraction": 0..1}``, with ``done`` and ``total`` for ``N/M``); None
+    when it says nothing of it (or nonsense: over 100 %, a total of 0)."""
+    found = PROGRESS.match(text)
+    if found is None:
+        return None
+    percent, done, total = found.groups()
+    if percent is not None:
+        value = float(percent)
+        return {"fraction": round(value / 100, 4)} if value <= 100 else None
+    if int(total) == 0 or int(done) > int(total):
+        return None
+    return {"fraction": round(int(done) / int(total), 4), "done": int(done),
+            "total": int(total)}

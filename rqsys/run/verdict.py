@@ -38,6 +38,7 @@ class Outcome:
     recount: int = 0  # added to the message's count: 1 after a resend (RQ's count)
     kind: str = ""  # why a failure failed (a retry's "on"): err, exit, signal, timeout
     fields: dict[str, Any] = field(default_factory=dict)  # set in the msg (retries, ...)
+    last_line: str = ""  # of what the run wrote, when it ended in err (rqsys.observe.lastlines)
 
 
 @dataclass

@@ -4,7 +4,8 @@ and the SQL that answers it a page at a time.
 A search names any of: ``state``, ``text`` (words found in params, tags or
 status text, all of them; ``datab*`` matches as a prefix), ``tag`` (exactly),
 ``since``/``until`` (Unix seconds, on the ``when`` time: created, started or
-ended), ``sort`` (created, started, ended, run_s, wait_s) and ``desc``.  The
+ended), ``sort`` (created, started, ended, run_s, wait_s) and ``desc``
+(``by_state``: the answer counts the matches in each state too).  The
 default order, newest created first, follows the index's row order, so a
 first page stops after its 25 rows even when a million match; ``total`` is
 counted up to ``COUNT_CAP`` (``more`` says there are more).
@@ -43,6 +44,7 @@ SCHEMA: dict[str, Any] = {
     "desc": {"title": "desc", "type": "boolean"},
     "offset": {"title": "offset", "type": "integer", "minimum": 0, "maximum": 10**9},
     "limit": {"title": "limit", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+    "by_state": {"title": "by_state", "type": "boolean"},
 }
 _local = threading.local()
 
@@ -106,8 +108,20 @@ def search(db: sqlite3.Connection, args: dict[str, Any]) -> dict[str, Any]:
                       [*values, limit, offset]).fetchall()
     total = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE {where} "
                        "LIMIT ?)", [*values, COUNT_CAP + 1]).fetchone()[0]
-    return {"rows": [_row(r) for r in rows], "total": min(total, COUNT_CAP),
-            "more": total > COUNT_CAP}
+    found = {"rows": [_row(r) for r in rows], "total": min(total, COUNT_CAP),
+             "more": total > COUNT_CAP}
+    return dict(found, states=_by_state(db, args)) if args.get("by_state") else found
+
+
+def _by_state(db: sqlite3.Connection, args: dict[str, Any]) -> dict[str, int]:
+    """How many match in each state, whatever ``state`` asks (to COUNT_CAP each)."""
+    source, _order, where, values = _plan(dict(args, state=None))
+    counts = {}
+    for state in STATES:
+        counts[state] = db.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {source} WHERE {where} AND m.state = ? "
+            "LIMIT ?)", [*values, state, COUNT_CAP]).fetchone()[0]
+    return counts
 
 
 def all_ids(db: sqlite3.Connection, args: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ from rqsys.store.attachments import Upload
 from rqsys.store.durable import dir_size, fsync_dirs, sync_if_grown
 from rqsys.store.layout import (
     ADMIN_STATES,
+    LAST_LINES,
     SHARDED_STATES,
     SPARE_PREFIX,
     TMP_DIR,
@@ -263,6 +264,11 @@ class QueueStore(QueueView):
         estimate of the time a crash cut short, see ``recovery``); why it was
         not written, or ""."""
         return _advisory(f"{self._path('run', msg_id)}/{recovery.STARTED}", f"{at:.3f}".encode())
+
+    def write_last_lines(self, msg_id: str, data: bytes) -> str:
+        """Keep what a failed run wrote last (``rqsys.observe.lastlines``; not
+        synced: its history, not its state); why it was not written, or ""."""
+        return _advisory(f"{self._path('run', msg_id)}/{LAST_LINES}", data)
 
     def job_path(self, msg_id: str) -> str:
         """The ``job/`` dir of a running message: a spare brings it, a run after

@@ -1,12 +1,12 @@
 """HTTP answers in RQ's formats, and the one map from RQError to HTTP status.
 
 JSON answers are ``["ok", value]`` or ``["fail", why]``; a form post that
-names ``back`` is answered with a 303 to it; HTML pages get an HTML error page.
+names ``back`` is answered with a 303 to it; a browser (a page, or a form it
+posts) gets the error as a page of the console, with its header.
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import falcon
@@ -21,6 +21,8 @@ from rqsys.errors import (
     TooLarge,
     Unavailable,
 )
+from rqsys.web.context import Web
+from rqsys.web.html import e, link, render
 
 
 class Forbidden(RQError):
@@ -46,36 +48,49 @@ def status_for(exc: RQError) -> str:
     return falcon.HTTP_500
 
 
+FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
 def wants_html(req: falcon.Request) -> bool:
-    """A browser asking for a page (not a .json/.txt route, not an API post)."""
-    if req.path.endswith((".json", ".txt")) or req.method != "GET":
+    """A browser asking for a page, or posting one of its forms (not a .json or
+    .txt route, not an API client: those do not accept text/html)."""
+    if req.path.endswith((".json", ".txt")) or "text/html" not in (req.accept or ""):
         return False
-    return "text/html" in (req.accept or "")
+    return req.method in ("GET", "HEAD") or (
+        req.method == "POST" and (req.content_type or "").startswith(FORMS))
 
 
-def fail(req: falcon.Request, resp: falcon.Response, status: str, why: str) -> None:
-    resp.status = status
-    if wants_html(req):
-        resp.content_type = falcon.MEDIA_HTML
-        resp.text = (f"<!doctype html><title>{html.escape(status)}</title>"
-                     f"<h1>{html.escape(status)}</h1><p>{html.escape(why)}</p>")
-    else:
-        resp.content_type = falcon.MEDIA_JSON
-        resp.media = ["fail", why]
+class Errors:
+    """The app's error handlers: RQ's ``["fail", why]``, or for a browser a
+    page of the console saying what went wrong and where to go from there."""
 
+    def __init__(self, web: Web) -> None:
+        self.web = web
 
-def handle_rq_error(req: falcon.Request, resp: falcon.Response, exc: RQError,
-                    _params: dict[str, Any]) -> None:
-    fail(req, resp, status_for(exc), str(exc))
+    def rq_error(self, req: falcon.Request, resp: falcon.Response, exc: RQError,
+                 _params: dict[str, Any]) -> None:
+        self.fail(req, resp, status_for(exc), str(exc))
 
+    def http_error(self, req: falcon.Request, resp: falcon.Response,
+                   exc: falcon.HTTPError) -> None:
+        """falcon's own errors (no route, wrong method, bad auth) in the same format."""
+        why = exc.title or exc.status
+        if exc.description:
+            why = f"{why}: {exc.description}"
+        self.fail(req, resp, exc.status, why)  # type: ignore[arg-type]
 
-def serialize_http_error(req: falcon.Request, resp: falcon.Response,
-                         exc: falcon.HTTPError) -> None:
-    """falcon's own errors (no route, wrong method, bad auth) in the same format."""
-    why = exc.title or exc.status
-    if exc.description:
-        why = f"{why}: {exc.description}"
-    fail(req, resp, exc.status, why)  # type: ignore[arg-type]
+    def fail(self, req: falcon.Request, resp: falcon.Response, status: str, why: str) -> None:
+        resp.status = status
+        if not wants_html(req) or resp.status == falcon.HTTP_401:  # 401: the browser asks
+            resp.content_type = falcon.MEDIA_JSON
+            resp.media = ["fail", why]
+            return
+        title = status.split(" ", 1)[-1] if " " in status else status
+        back = "go back to the form (it keeps what you typed) or " if req.method == "POST" else ""
+        body = (f'<h1 id="error-title">{e(title)}</h1>'
+                f'<p class="error" id="error" role="alert">{e(why)}</p>'
+                f'<p>You can {back}return to {link(self.web.path(""), "the queues")}.</p>')
+        render(self.web, resp, title, [], body)
 
 
 def ok(req: falcon.Request, resp: falcon.Response, value: Any, params: dict[str, str],

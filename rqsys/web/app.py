@@ -24,6 +24,8 @@ from rqsys.web import (
     answers,
     auth,
     csrf,
+    etags,
+    failures,
     framing,
     hostnames,
     listen,
@@ -34,6 +36,7 @@ from rqsys.web import (
     pages,
     paths,
     queues,
+    searchall,
 )
 from rqsys.web.bulk import NewMessages
 from rqsys.web.connections import Connections
@@ -62,11 +65,12 @@ def create_app(layout: Layout, sysconfig: dict[str, Any],
     web = Web(layout, sysconfig, connections or Connections(layout))
     middleware: list[Any] = [hostnames.KnownHost(sysconfig), paths.HidePaths(layout),
                              auth.BasicAuth(sysconfig.get("basic_auth")),
-                             csrf.SameOrigin(), framing.NoFraming()]
+                             csrf.SameOrigin(), framing.NoFraming(), etags.ETags()]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
-    app.add_error_handler(RQError, answers.handle_rq_error)
-    app.set_error_serializer(answers.serialize_http_error)
+    errors = answers.Errors(web)
+    app.add_error_handler(RQError, errors.rq_error)
+    app.set_error_serializer(errors.http_error)
     _add_routes(app, web)
     static = resources.files("rqsys.web").joinpath("static")
     app.add_static_route(web.path("static"), str(static))
@@ -83,13 +87,15 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (web.path("q.txt"), qlist, {"suffix": "txt"}),
         (web.path("new_queue"), queues.NewQueue(web), {}),
         (web.path("timers"), Timers(web), {}),
+        (web.path("search"), searchall.SearchAll(web), {}),
+        (web.path("search.json"), searchall.SearchAll(web), {}),
         (web.path("timers.json"), Timers(web), {}),
         (q + "/{name}", queues.QueueResource(web), {}),
         (q + "/{name}/config.json", queues.QueueConfig(web), {}),
         (q + "/{name}/done.json", queues.DoneList(web), {}),
         (q + "/{name}/stats.json", metrics.QueueStatsJSON(web), {}),
-        (q + "/{name}/groups.json", metrics.FailureGroupsJSON(web), {}),
-        (q + "/{name}/groups/{key}", metrics.FailureGroupAction(web), {}),
+        (q + "/{name}/groups.json", failures.GroupsJSON(web), {}),
+        (q + "/{name}/groups/{key}", failures.Group(web), {}),
         (web.path("metrics"), metrics.Metrics(web), {}),
         (q + "/{name}/messages.json", MessageList(web), {}),
         (q + "/{name}/search.json", SearchJSON(web), {}),

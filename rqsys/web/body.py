@@ -6,6 +6,7 @@ Forms may use Rack's nested names as RQ's own pages do (``mesg[param1]``,
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
@@ -190,6 +191,8 @@ def _from_form_fields(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _typed(field: str, value: str) -> Any:
+    if field == "due" and "T" in value:  # the form's date-time input: UTC
+        return _utc_time(value)
     try:
         if field in ("max_count", "priority", "retry_max"):
             return int(value)
@@ -205,3 +208,15 @@ def _typed(field: str, value: str) -> Any:
     if field in ("tags", "after"):  # words or URLs, by commas or spaces
         return value.replace(",", " ").split()
     return value
+
+
+def _utc_time(value: str) -> float:
+    """``2026-11-28T10:30`` (or with seconds) as UTC, in Unix seconds."""
+    try:
+        when = datetime.datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise BadRequest(f"mesg_due must be a date and time (2026-11-28T10:30) or a number, "
+                         f"not {value[:40]!r}") from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rqsys.errors import NotFound
 from rqsys.message import message_url
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
 from rqsys.web.connections import Connections
@@ -37,6 +38,12 @@ class Web:
     def call(self, queue: str, op: str, **args: Any) -> dict[str, Any]:
         """A request to the queue's daemon (socket-activating it under systemd)."""
         return self.connections.call(check_queue_name(queue), op, **args)
+
+    def existing(self, queue: str) -> str:
+        """The queue's name, checked; NotFound when there is no such queue."""
+        if not self.layout.queue_dir(check_queue_name(queue)).is_dir():
+            raise NotFound(f"no queue named {queue}")
+        return queue
 
     def store(self, queue: str) -> QueueStore:
         """Read-only access to a queue's files (never used to change them)."""

@@ -11,6 +11,8 @@ from urllib.parse import urlencode
 
 import falcon
 
+from rqsys.web.context import Web
+
 
 @cache
 def _base() -> Template:
@@ -28,6 +30,13 @@ def page(resp: falcon.Response, root: str, host: str, title: str, crumbs: str,
     resp.content_type = falcon.MEDIA_HTML
     resp.text = _base().substitute(title=e(title), root=e(root), host=e(host),
                                    crumbs=crumbs, body=body)
+
+
+def render(web: Web, resp: falcon.Response, title: str, crumbs: list[tuple[str, str]],
+           body: str) -> None:
+    """A page of the console: ``crumbs`` (path, text) pairs, ``body`` HTML."""
+    trail = " / ".join(link(href, text) for href, text in crumbs)
+    page(resp, web.prefix, str(web.sysconfig["host"]), title, trail, body)
 
 
 def link(href: str, text: object, cls: str = "") -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import falcon
 
 from rqsys.errors import BadRequest, NotFound
+from rqsys.run import protocol
 from rqsys.store import ATTACH_NAME_RE, ENDED_STATES
 from rqsys.web.context import Resource, Web, queue_and_id
 
@@ -126,7 +127,8 @@ def _limited(stream: Any, remaining: int) -> Any:
 class Tail(Resource):
     """``GET /q/<q>/<id>/tail.json?offset=N``: new output of ``job/stdio.log``.
 
-    Answers ``{"data", "offset", "state", "status", "ended"}``; the page polls it until
+    Answers ``{"data", "offset", "state", "status", "progress", "ended"}`` (``progress``:
+    ``rqsys.run.protocol.progress`` of a running one's status); the page polls it until
     ``ended`` is true (the message left ``run``/``que`` and all was read).
     """
 
@@ -141,7 +143,9 @@ class Tail(Resource):
                       "ended": state in ENDED_STATES}
         else:
             answer = _read_tail(fd, offset, state)
-        resp.media = dict(answer, status=self.web.store(queue).read_status(state, msg_id))
+        status = self.web.store(queue).read_status(state, msg_id)
+        resp.media = dict(answer, status=status,
+                          progress=protocol.progress(status) if state == "run" else None)
 
 
 MAX_OFFSET = 2**62  # what a file offset holds (larger was a 500 at the seek)

@@ -12,6 +12,7 @@ import falcon
 
 from rqsys.errors import BadRequest, NotFound
 from rqsys.observe import timeline
+from rqsys.run import protocol
 from rqsys.store import check_attach_name
 from rqsys.web import body, logs, pages, upload
 from rqsys.web.answers import ok
@@ -27,10 +28,12 @@ def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
     attachments = {name: {k: v for k, v in info.items() if k != "path"}
                    for name, info in got["attachments"].items()}
     times = {key: got.get(key) for key in timeline.TIME_FIELDS}
+    running = got["state"] == "run"
     return dict(got["msg"], msg_id=msg_id, url=web.msg_url(queue, msg_id), state=got["state"],
                 status=rq_status_text(got["state"], got["status"]),
                 status_text=got["status"], _attachments=attachments, **times,
-                _timeline=got.get("timeline", []))
+                progress=protocol.progress(got["status"]) if running else None,
+                last_lines=got.get("last_lines", []), _timeline=got.get("timeline", []))
 
 
 def rq_status_text(state: str, text: str) -> str:

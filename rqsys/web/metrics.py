@@ -1,5 +1,4 @@
-"""``GET /metrics`` (Prometheus, through prometheus-client), ``GET /q/<q>/stats.json``,
-and failure groups: ``GET /q/<q>/groups.json``, ``POST /q/<q>/groups/<key>``.
+"""``GET /metrics`` (Prometheus, through prometheus-client) and ``GET /q/<q>/stats.json``.
 
 Each scrape asks every queue's daemon for its ``stats`` (O(1) there, but
 for the oldest queued message's age: O(que)) and renders them with a
@@ -24,10 +23,8 @@ from prometheus_client.core import (
     Metric,
 )
 
-from rqsys.errors import BadRequest, NotFound, Unavailable
-from rqsys.store import ADMIN_STATES, STATES, check_queue_name
-from rqsys.web import body
-from rqsys.web.answers import ok
+from rqsys.errors import Unavailable
+from rqsys.store import ADMIN_STATES, STATES
 from rqsys.web.context import Resource, Web
 from rqsys.web.pools import PoolsCollector
 
@@ -50,38 +47,10 @@ class QueueStatsJSON(Resource):
     """``/q/<q>/stats.json``: the queue daemon's ``stats`` answer."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        _existing(self.web, name)
+        self.web.existing(name)
         got = dict(self.web.call(name, "stats"))
         got.pop("ok", None)
         resp.media = got
-
-
-class FailureGroupsJSON(Resource):
-    """``/q/<q>/groups.json``: the err messages by normalised reason, largest first."""
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        _existing(self.web, name)
-        resp.media = self.web.call(name, "groups")["groups"]
-
-
-class FailureGroupAction(Resource):
-    """``POST /q/<q>/groups/<key>`` with ``_method`` retry | delete: the whole group."""
-
-    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str,
-                key: str) -> None:
-        _existing(self.web, name)
-        params = body.read_params(req)
-        method = params.get("_method")
-        if method not in ("retry", "delete"):
-            raise BadRequest("_method must be retry or delete")
-        got = self.web.call(name, "group", group=key, action=method)
-        ok(req, resp, got["count"], params, page=self.web.queue_path(name))
-
-
-def _existing(web: Web, name: str) -> None:
-    check_queue_name(name)
-    if not web.layout.queue_dir(name).is_dir():
-        raise NotFound(f"no queue named {name}")
 
 
 class QueuesCollector:

@@ -1,6 +1,6 @@
 """The message page's parts that depend on its state and history: the actions
-that can apply to it now, each run's resource use (from its timeline), and
-what to say of its output."""
+that can apply to it now, how far along it is, why it failed, each run's
+resource use (from its timeline), and what to say of its output."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from rqsys.web import timeshtml
 from rqsys.web.context import Web
-from rqsys.web.html import e, post_button, table
+from rqsys.web.html import e, link, post_button, table
 
 ENDED = ("done", "err", "relayed")
 
@@ -73,3 +73,31 @@ def no_output(state: str, files: list[str], empty: bool) -> str:
     if state in ("que", "prep") and not files:
         return '<p class="muted" id="no-output">No output yet: it has not run.</p>'
     return ""
+
+
+def progress_bar(progress: dict[str, Any] | None, ident: str = "msg-progress") -> str:
+    """How far along a running message says it is (its ``N%`` or ``N/M`` status)."""
+    if not progress:
+        return ""
+    fraction = float(progress["fraction"])
+    said = (f"{progress['done']:,}/{progress['total']:,}" if "total" in progress
+            else f"{fraction * 100:.0f}%")
+    return (f'<span class="progress"><progress id="{e(ident)}" max="1" value="{fraction:g}" '
+            f'aria-label="progress {e(said)}"></progress> <span class="num">{e(said)}</span>'
+            "</span>")
+
+
+def why_failed(web: Web, queue: str, msg: dict[str, Any]) -> str:
+    """The err panel: RQ's status text and the last lines the run wrote, linked
+    to its whole log."""
+    if msg["state"] != "err":
+        return ""
+    lines = msg.get("last_lines") or []
+    log = web.path("q", queue, msg["msg_id"], "log", "stdio.log")
+    said = (f'<pre class="lastlines" id="last-lines">{e(chr(10).join(lines))}</pre>'
+            f'<p>{link(log, "the whole output")}</p>' if lines
+            else '<p class="muted">The run wrote nothing before it ended.</p>')
+    return ('<section class="why" id="why-failed" aria-labelledby="why-title">'
+            '<h2 id="why-title">Why it failed</h2>'
+            f'<p class="mono" id="err-status">{e(msg.get("status_text", ""))}</p>'
+            f"{said}</section>")

@@ -81,8 +81,18 @@ MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_at
                     "_timeline": {"type": "array", "items": {
                         "type": "object", "required": ["t", "ev"],
                         "properties": {"t": {"type": "number"}, "ev": {"type": "string"}}},
-                        "description": "the newest events of the message's timeline "
-                                       "(a started event has pid, or handed: relay worker)"},
+                        "description": "the message's timeline, at most 200 events: "
+                                       "consecutive status lines folded into their last "
+                                       "(folded: how many, earlier: the 20 before it), then "
+                                       "the oldest events left out but never a created, "
+                                       "started, exit or end (a started event has pid, or "
+                                       "handed: relay worker)"},
+                    "progress": {"type": ["object", "null"], "description": "a running "
+                                 "message whose status begins N% or N/M: fraction (0-1), "
+                                 "and done and total for N/M; else null"},
+                    "last_lines": {"type": "array", "items": {"type": "string"},
+                                   "description": "in err: the last 20 lines (not blank) "
+                                   "its failed run wrote, as a terminal shows them"},
                     "_attachments": {"type": "object", "additionalProperties": {
                         "type": "object", "required": ["md5", "size"],
                         "properties": {"md5": {"type": "string"},
@@ -140,7 +150,14 @@ TIMER = {"type": "object", "required": ["name", "file"], "properties": {
 GROUP_JSON = {"type": "object", "required": ["key", "reason", "count"], "properties": {
     "key": {"type": "string"}, "reason": {"type": "string"}, "count": {"type": "integer"},
     "first_seen": {"type": "number"}, "last_seen": {"type": "number"},
-    "example": {"type": "string"}}}
+    "example": {"type": "string"},
+    "last_line": {"type": "string", "description": "for a status that says only how the run "
+                  "exited (RQ's PROCESS EXITED IMPROPERLY): the last line it wrote, which the "
+                  "reason begins with; else empty"}}}
+GROUP_KEY = {"name": "key", "in": "path", "required": True,
+             "schema": {"type": "string", "pattern": "^[0-9a-f]{12}$"}}
+OFFSET = {"name": "offset", "in": "query", "required": False,
+          "schema": {"type": "integer", "minimum": 0}}
 FORM_POST: dict[str, Any] = {"type": "object", "properties": {
     "back": {"type": "string", "pattern": "^/[a-z]"}, "x_format": {"enum": ["json", "html"]}}}
 
@@ -239,13 +256,11 @@ def _observe_paths() -> dict[str, Any]:
                                      "histograms, last hour/day/week, per day"),
         "/q/{name}/groups.json": _get([QUEUE], {"type": "array", "items": GROUP_JSON},
                                       "Failure groups: err messages by normalised reason"),
-        "/q/{name}/groups/{key}": _post([QUEUE, {"name": "key", "in": "path",
-                                                 "required": True, "schema": {
-                                                     "type": "string",
-                                                     "pattern": "^[0-9a-f]{12}$"}}],
-                                        _with({"_method": {"enum": ["retry", "delete"]}}),
-                                        "Retry (err → que) or delete a whole failure group",
-                                        {"type": "array"}),
+        "/q/{name}/groups/{key}": {
+            **_get([QUEUE, GROUP_KEY, OFFSET], HTML, "A failure group's page: its reason, "
+                   "example and messages (HTML, 25 a page)", "text/html"),
+            **_post([QUEUE, GROUP_KEY], _with({"_method": {"enum": ["retry", "delete"]}}),
+                    "Retry (err → que) or delete a whole failure group", {"type": "array"})},
         **openapi_search.paths(QUEUE, _get, _post, _with),
     }
 
@@ -341,7 +356,7 @@ def _message_paths() -> dict[str, Any]:
                 "name": "offset", "in": "query", "required": False,
                 "schema": {"type": "integer", "minimum": 0, "maximum": 2**62}}],
             "responses": _answers({"type": "object", "required": [
-                "data", "offset", "state", "status", "ended"]})}},
+                "data", "offset", "state", "status", "progress", "ended"]})}},
         "/q/{name}/{mid}/log/{file}": _get([*qm, {"name": "file", "in": "path",
                                                    "required": True, "schema": NAME}],
                                            TEXT, "A job log file (Range honoured)",

@@ -3,30 +3,37 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import falcon
 
 from rqsys import config
-from rqsys.errors import ConfigError, NotFound, RQError
+from rqsys.errors import ConfigError, RQError
 from rqsys.observe import timeline
 from rqsys.store import STATES
 from rqsys.web import dashboard as observing
-from rqsys.web import logs, msgpage, pools, queuepage, timeshtml
+from rqsys.web import failures, logs, msgpage, pools, queuepage, timeshtml
 from rqsys.web.context import Web
-from rqsys.web.html import badge, e, link, page, post_button, query, table
+from rqsys.web.html import badge, e, link, post_button, query, render, table
 
 FORM_FIELDS = ("dest", "src", "param1", "param2", "param3", "param4", "due", "max_count",
                "orig_msg_id", "force_remote", "priority", "timeout", "retry_max", "tags",
                "unique_key", "unique_for", "after", "after_policy")
+# the form's inputs that are not text: (input type, what it takes)
+FIELD_TYPES = {
+    "due": ("datetime-local", "when it may run, in UTC (empty: now)"),
+    "max_count": ("number", "runs before it ends in err (RQ's default: 15)"),
+    "priority": ("number", "lower runs first (default 0)"),
+    "timeout": ("number", "seconds a run may take"),
+    "retry_max": ("number", "retries after a failure"),
+    "unique_for": ("number", "seconds the unique key holds"),
+    "force_remote": ("checkbox", "relay it even when dest is this host"),
+    "tags": ("text", "words, by commas or spaces"),
+    "after": ("text", "message URLs it runs after, by spaces"),
+}
 # the admin operations a queue's state offers: what changes it, and nothing that does not
 ADMIN_BUTTONS = {"UP": ("pause", "down"), "PAUSE": ("resume", "down"), "DOWN": ("up",)}
-
-
-def _render(web: Web, resp: falcon.Response, title: str, crumbs: list[tuple[str, str]],
-            body: str) -> None:
-    trail = " / ".join(link(href, text) for href, text in crumbs)
-    page(resp, web.prefix, str(web.sysconfig["host"]), title, trail, body)
 
 
 # ---------------------------------------------------------------- dashboard
@@ -37,8 +44,8 @@ def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
     body = "<h1>Queues</h1>" + (table(headers, rows, numeric=range(2, 3 + len(STATES))) if rows else
                                 '<p class="muted">No queues yet.</p>')
     unreachable = sum(row[1] == badge("?") for row in rows)
-    live = live_block("dashboard", body + observing.groups_section(web, names))
-    _render(web, resp, "Queues", [], live + pools.section(web) + _operational(unreachable))
+    live = live_block("dashboard", body + failures.section(web, names))
+    render(web, resp, "Queues", [], live + pools.section(web) + _operational(unreachable))
 
 
 def live_block(name: str, html: str, every: int = 5) -> str:
@@ -85,8 +92,10 @@ def queue_page(web: Web, req: falcon.Request, resp: falcon.Response, name: str) 
             f'<p class="muted">{e(got["status"])}</p>'
             f'<div class="actions">{new}'
             f"{_admin_buttons(web, name, web.queue_path(name), got['admin'])}</div>"
-            + queuepage.body(web, req, name, got["counts"]))
-    _render(web, resp, f"Queue {name}", [(web.queue_path(name), name)], body)
+            + queuepage.body(web, req, name, got["counts"])
+            + (live_block("groups", failures.section(web, [name], None))
+               if got["counts"].get("err") else ""))
+    render(web, resp, f"Queue {name}", [(web.queue_path(name), name)], body)
 
 
 # ---------------------------------------------------------------- message page
@@ -95,18 +104,23 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
     msg_id, state = msg["msg_id"], msg["state"]
     fields = [[e(k), f"<code>{e(json.dumps(v))}</code>"] for k, v in sorted(msg.items())
               if k not in ("_attachments", "status", "status_text", "state", "_timeline",
-                           *timeline.TIME_FIELDS)]
+                           "progress", "last_lines", *timeline.TIME_FIELDS)]
+    output = _logs(web, queue, msg_id, state)
+    live = live_block("message", f'<p>Status: <span class="mono" id="msg-status">'
+                      f'{e(msg.get("status", ""))}</span> '
+                      f'{msgpage.progress_bar(msg.get("progress"))}</p>'
+                      + _after_line(msg) + msgpage.actions(web, queue, msg_id, state)
+                      + msgpage.why_failed(web, queue, msg))
+    history = live_block("history", timeshtml.section(msg)
+                         + msgpage.runs(msg.get("_timeline") or []))
     body = (f'<h1>Message <span class="mono">{e(msg_id)}</span> '
             f'<span id="msg-state" class="badge {e(state)}">{e(state)}</span></h1>'
-            + live_block("message", f'<p>Status: <span class="mono" id="msg-status">'
-                         f'{e(msg.get("status", ""))}</span></p>' + _after_line(msg)
-                         + msgpage.actions(web, queue, msg_id, state)
-                         + timeshtml.section(msg) + msgpage.runs(msg.get("_timeline") or []))
+            + (live + output + history if state == "run" else live + history)  # tail up top
             + "<h2>Fields</h2>" + table(["Field", "Value"], fields)
             + _attachments(web, queue, msg_id, msg["_attachments"])
-            + _logs(web, queue, msg_id, state))
+            + ("" if state == "run" else output))
     crumbs = [(web.queue_path(queue), queue), (web.msg_path(queue, msg_id), msg_id)]
-    _render(web, resp, f"Message {msg_id}", crumbs, body)
+    render(web, resp, f"Message {msg_id}", crumbs, body)
 
 
 def _after_line(msg: dict[str, Any]) -> str:
@@ -148,19 +162,25 @@ def _size(path: Any) -> int:
 
 
 # ---------------------------------------------------------------- new message form
-def new_message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: str) -> None:
-    if not web.layout.queue_dir(queue).is_dir():
-        raise NotFound(f"no queue named {queue}")
+def new_message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: str,
+                     kept: dict[str, Any] | None = None, error: str = "") -> None:
+    """The form (``kept``: what was typed, shown again with ``error`` beside
+    the field it names, or above the form when it names none)."""
+    web.existing(queue)
     form, warning = _load_form(web, queue)
     shown_default = form.get("default", "shown") != "hidden"
-    inputs = "".join(_form_field(f, form.get(f"mesg_{f}"), shown_default) for f in FORM_FIELDS)
+    wrong = _field_named(error)
+    if error and not wrong:
+        warning += f'<p class="error" id="form-error" role="alert">{e(error)}</p>'
+    inputs = "".join(_form_field(f, form.get(f"mesg_{f}"), shown_default, kept,
+                                 error if f == wrong else "") for f in FORM_FIELDS)
     body = (f"<h1>New message for {e(queue)}</h1>" + warning
             + f'<form class="newmsg" method="post" '
               f'action="{e(web.path("q", queue, "new_message"))}">'
             + '<input type="hidden" name="x_format" value="html">' + inputs
             + '<div class="submit"><button class="primary" id="send">Send</button></div></form>')
     crumbs = [(web.queue_path(queue), queue), (web.path("q", queue, "new_message"), "new")]
-    _render(web, resp, f"New message for {queue}", crumbs, body)
+    render(web, resp, f"New message for {queue}", crumbs, body)
 
 
 def _load_form(web: Web, queue: str) -> tuple[dict[str, Any], str]:
@@ -173,14 +193,36 @@ def _load_form(web: Web, queue: str) -> tuple[dict[str, Any], str]:
         return {}, f'<p class="error">form.json ignored: {e(exc)}</p>'
 
 
-def _form_field(field: str, spec: dict[str, Any] | None, shown_default: bool) -> str:
+def _field_named(error: str) -> str:
+    """The form field an error names (``mesg_due must be…``, ``due: …``), or ""."""
+    found = re.search(r"\b(?:mesg_)?(" + "|".join(FORM_FIELDS) + r")\b", error)
+    return found.group(1) if found else ""
+
+
+def _form_field(field: str, spec: dict[str, Any] | None, shown_default: bool,
+                kept: dict[str, Any] | None, error: str) -> str:
     name = f"mesg_{field}"
     if spec is None and not shown_default:
         return ""
     spec = spec or {}
-    value = e(spec.get("value", ""))
+    value = kept.get(name, "") if kept is not None else spec.get("value", "")
     if spec.get("hidden"):
-        return f'<input type="hidden" name="{name}" value="{value}">'
-    help_text = f'<div class="help">{e(spec["help"])}</div>' if spec.get("help") else ""
+        return f'<input type="hidden" name="{name}" value="{e(value)}">'
+    kind, hint = FIELD_TYPES.get(field, ("text", ""))
+    help_text = spec.get("help") or hint
+    said = f'<div class="help" id="{name}-help">{e(help_text)}</div>' if help_text else ""
+    wrong = (f'<div class="field-error" id="{name}-error">{e(error)}</div>'
+             if error else "")
+    described = " ".join(f"{name}-{part}" for part, on in (("help", said), ("error", wrong))
+                         if on)
+    attrs = (f' aria-describedby="{described}"' if described else "") + (
+        ' aria-invalid="true"' if error else "")
+    if kind == "checkbox":
+        checked = " checked" if str(value).lower() in ("1", "true", "on", "yes") else ""
+        control = f'<input type="checkbox" id="{name}" name="{name}" value="1"{checked}{attrs}>'
+    else:
+        step = {"number": ' step="any"', "datetime-local": ' step="1"'}.get(kind, "")
+        control = (f'<input type="{kind}" id="{name}" name="{name}" value="{e(value)}"'
+                   f"{step}{attrs}>")
     return (f'<label for="{name}">{e(spec.get("label", field))}</label>'
-            f'<input type="text" id="{name}" name="{name}" value="{value}">{help_text}')
+            f"{control}{wrong}{said}")

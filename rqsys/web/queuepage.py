@@ -43,32 +43,36 @@ def body(web: Web, req: falcon.Request, name: str, counts: dict[str, int]) -> st
     offset = req.get_param_as_int("offset", min_value=0, default=0)
     done = req.get_param("done")
     flash = f'<p class="flash" id="bulk-done">{e(done)}</p>' if done else ""
+    searching = any(fields[f] for f in FIELDS if f not in ("sort", "desc"))
     try:
-        listing = _listing(web, name, state, fields, offset)
+        listing, matched = _listing(web, name, state, fields, offset)
     except BadRequest as exc:
-        listing = f'<p class="error" id="search-error">{e(exc)}</p>'
+        listing, matched = f'<p class="error" id="search-error">{e(exc)}</p>', None
     live = ('<div id="live-queue" class="live" data-refresh="5">'
-            + _tabs(web, name, state, counts, fields) + listing + "</div>")
+            + _tabs(web, name, state, matched if searching and matched else counts, fields)
+            + listing + "</div>")
     return flash + _search_form(web, name, state, fields) + live
 
 
-def _listing(web: Web, name: str, state: str, fields: dict[str, str], offset: int) -> str:
+def _listing(web: Web, name: str, state: str, fields: dict[str, str],
+             offset: int) -> tuple[str, dict[str, int] | None]:
+    """The listing's HTML, and how many match in each state (None: not a search)."""
     if state in ("que", "run") and not any(fields[f] for f in FIELDS):
-        return _plain_listing(web, name, state, offset)  # que in run order; run is live
+        return _plain_listing(web, name, state, offset), None  # que in run order; run: live
     args = searchquery.from_params(lambda f: fields.get(f) or None)
-    args.update(state=state, offset=offset, limit=PAGE_SIZE)
+    args.update(state=state, offset=offset, limit=PAGE_SIZE, by_state=True)
     try:
         got = web.call(name, "search", **args)
     except BadRequest:
         raise
     except RQError as exc:
-        return f'<p class="error">search unavailable: {e(exc)}</p>'
+        return f'<p class="error">search unavailable: {e(exc)}</p>', None
     note = ('<p class="muted">The search index is being rebuilt: some messages may be '
             "missing.</p>") if got.get("partial") else ""
     rows = [_index_row(web, name, state, row) for row in got["rows"]]
     return (note + _table(web, name, state, fields, rows)
             + _pager(web, name, state, fields, offset, got["total"], got["more"])
-            + _bulk(web, name, state, fields, got["total"], got["more"]))
+            + _bulk(web, name, state, fields, got["total"], got["more"])), got["states"]
 
 
 def _index_row(web: Web, name: str, state: str, row: dict[str, Any]) -> list[str]:

@@ -12,12 +12,12 @@ from typing import Any
 import falcon
 
 from rqsys import config
-from rqsys.errors import BadRequest, NotFound, RQError, SpawnError, Unavailable
+from rqsys.errors import BadRequest, RQError, SpawnError, TooLarge, Unavailable
 from rqsys.message import split_method
 from rqsys.run.spawn import script_argv
 from rqsys.store import ADMIN_OPERS, QUEUE_NAME_RE, STATES, check_queue_name
 from rqsys.web import body, pages
-from rqsys.web.answers import Forbidden, ok
+from rqsys.web.answers import Forbidden, ok, status_for
 from rqsys.web.context import Resource, Web, split_suffix
 
 CREATE_METHODS: dict[str, dict[str, Any]] = {
@@ -89,9 +89,7 @@ class QueueResource(Resource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         name, suffix = split_suffix(name)
-        check_queue_name(name)
-        if suffix and not self.web.layout.queue_dir(name).is_dir():
-            raise NotFound(f"no queue named {name}")
+        self.web.existing(name)
         if suffix == ".json":
             resp.media = queue_summary(self.web, name)
         elif suffix == ".txt":
@@ -163,6 +161,16 @@ class NewMessage(Resource):
         check_queue_name(name)
         pairs = body.read_pairs(req)
         params = dict(pairs)
+        try:
+            self._create(req, resp, name, params, pairs)
+        except (BadRequest, TooLarge) as exc:
+            if params.get("x_format") != "html":
+                raise
+            resp.status = status_for(exc)  # the form again, as typed, the error by its field
+            pages.new_message_page(self.web, req, resp, name, params, str(exc))
+
+    def _create(self, req: falcon.Request, resp: falcon.Response, name: str,
+                params: dict[str, Any], pairs: body.Pairs) -> None:
         outer = str(params.get("_method") or "commit")  # rqsys < 0.2 sent it beside mesg
         msg, method = split_method(body.message_from(params, pairs), outer)
         if method not in CREATE_METHODS:

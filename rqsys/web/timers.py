@@ -9,7 +9,7 @@ import falcon
 
 from rqsys.timers.listing import list_timers, when
 from rqsys.web.context import Resource
-from rqsys.web.html import e, link, page, table
+from rqsys.web.html import e, link, render, table
 
 
 class Timers(Resource):
@@ -22,8 +22,7 @@ class Timers(Resource):
         body = "<h1>Timers</h1>" + (
             table(["Timer", "Schedule", "Destination", "Next run", "Last run", "Last message",
                    "State"], rows) if rows else '<p class="muted">No timers.</p>')
-        crumbs = link(self.web.path("timers"), "timers")
-        page(resp, self.web.prefix, str(self.web.sysconfig["host"]), "Timers", crumbs, body)
+        render(self.web, resp, "Timers", [(self.web.path("timers"), "timers")], body)
 
     def _row(self, t: dict[str, Any]) -> list[str]:
         if "error" in t:

@@ -11,7 +11,7 @@ from rqsys.observe import timeline
 from rqsys.web.html import e, table
 
 TIME_COLUMNS = ["Created", "Started", "Ended", "Waited", "Ran"]
-SHOWN_KEYS = ("t", "ev", "text")  # the other keys of a line are shown as its details
+SHOWN_KEYS = ("t", "ev", "text", "folded", "earlier")  # the others: shown as its details
 
 
 def when(at: Any) -> str:
@@ -45,11 +45,27 @@ def section(msg: dict[str, Any]) -> str:
     events = msg.get("_timeline") or []
     if not events:
         return "<h2>Times</h2>" + times + '<p class="muted">No timeline recorded.</p>'
-    rows = [[e(when(item.get("t"))), e(item.get("ev", "")),
-             f'<span class="mono">{e(item.get("text", ""))}</span>',
+    rows = [[e(when(item.get("t"))), e(item.get("ev", "")), _text(item),
              f'<span class="mono">{e(_details(item))}</span>'] for item in events]
     return ("<h2>Times</h2>" + times + '<h2 id="timeline">Timeline</h2>'
             + table(["Time", "Event", "Text", "Details"], rows))
+
+
+def _text(item: dict[str, Any]) -> str:
+    """An event's text; a fold of status lines as "N status lines, last: …",
+    opening on the ones before it that were kept."""
+    text = f'<span class="mono">{e(item.get("text", ""))}</span>'
+    folded = item.get("folded")
+    if not isinstance(folded, int) or folded < 2:
+        return text
+    earlier = item.get("earlier") or []
+    items = "".join(f'<li><span class="muted">{e(when(line.get("t")))}</span> '
+                    f'<span class="mono">{e(line.get("text", ""))}</span></li>'
+                    for line in earlier)
+    more = folded - 1 - len(earlier)
+    before = f'<li class="muted">{more:,} earlier not kept</li>' if more > 0 else ""
+    return (f'<details class="fold"><summary>{folded:,} status lines, last: {text}</summary>'
+            f"<ol>{before}{items}</ol></details>")
 
 
 def _details(item: dict[str, Any]) -> str:

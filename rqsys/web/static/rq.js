@@ -73,6 +73,8 @@ function startTail(pre) {
     if (stateEl) stateEl.textContent = answer.ended ? "ended: " + answer.state : "live: " + answer.state;
     const status = document.getElementById("msg-status");
     if (status && answer.status !== undefined) status.textContent = answer.status;
+    const bar = document.getElementById("msg-progress");
+    if (bar && answer.progress) bar.value = answer.progress.fraction;
     const badge = document.getElementById("msg-state");
     if (badge) { badge.textContent = answer.state; badge.className = "badge " + answer.state; }
     if (answer.ended) {

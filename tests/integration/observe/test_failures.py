@@ -134,6 +134,79 @@ def test_http_groups_and_group_action(layout, make_queue, daemon):
     assert client.simulate_get("/q/q/groups.json").json == []
 
 
+PYTHON_SCRIPT = """
+import os, sys
+print("\\x1b[1mloading rows\\x1b[0m", flush=True)
+if os.environ["RQ_PARAM1"] == "value":
+    raise ValueError(f"bad row {os.environ['RQ_PARAM2']}")
+{}["x"]
+"""
+
+
+def test_why_a_python_script_failed_is_its_exception_not_only_how_it_exited(
+        layout, make_queue, daemon):
+    # Given a Python script failing with ValueError twice (two rows) and KeyError once
+    make_queue("q", PYTHON_SCRIPT, shebang=f"#!{sys.executable}")
+    proc = daemon("q")
+    rows = _errs(proc, ("value", "7"), ("value", "12"))
+    key = _errs(proc, ("key", "1"))[0]
+    # Then each keeps RQ's status text and the last lines it wrote
+    got = proc.call("get", msg_id=rows[0])
+    assert got["status"].startswith("PROCESS EXITED IMPROPERLY - MOVING TO ERR - Completion "
+                                     "was  but exit status was pid ")
+    assert got["last_lines"][0] == "loading rows"  # escapes dropped, as a terminal shows it
+    assert got["last_lines"][1] == "Traceback (most recent call last):"
+    assert got["last_lines"][-1] == "ValueError: bad row 7"
+    # and the groups are the two exceptions, the row number folded
+    first = proc.call("groups")["groups"]
+    assert [(g["reason"].split(" — ")[0], g["count"]) for g in first] == [
+        ("ValueError: bad row N", 2), ("KeyError: 'x'", 1)]
+    # and after a restart, built again from err/, they are the same groups
+    proc.stop()
+    proc = daemon("q")
+    again = proc.call("groups")["groups"]
+    assert [(g["key"], g["count"], g["last_line"]) for g in again] == [
+        (g["key"], g["count"], g["last_line"]) for g in first]
+    page = proc.call("groups", group=first[0]["key"], offset=1, limit=1)
+    assert page["total"] == 2 and page["ids"] == sorted(rows)[1:]
+    with pytest.raises(NotFound, match="no failure group 0123456789ab"):
+        proc.call("groups", group="0123456789ab")
+    # and rq statusmesg --verbose shows them, the plain one stays RQ's one line
+    plain = rq(layout, "statusmesg", "--msg_id", key)
+    assert plain.returncode == 0 and plain.stdout.count("\n") == 1
+    verbose = rq(layout, "statusmesg", "--msg_id", key, "--verbose").stdout.splitlines()
+    assert verbose[0] == plain.stdout.strip() and verbose[1] == "last lines:"
+    assert verbose[-1] == "  KeyError: 'x'"
+
+
+def test_the_console_shows_why_it_failed_and_each_group_has_a_page(layout, make_queue,
+                                                                     daemon):
+    make_queue("q", PYTHON_SCRIPT, shebang=f"#!{sys.executable}")
+    proc = daemon("q")
+    rows = _errs(proc, ("value", "8"), ("value", "9"))
+    hostile = _errs(proc, ("value", "<b>7</b>"))[0]
+    layout.config_file.write_text(json.dumps({"host": "h.example", "port": 3333}))
+    client = web_client(layout)
+    shown = client.simulate_get(f"/q/q/{hostile}.json").json
+    assert shown["last_lines"][-1] == "ValueError: bad row <b>7</b>"
+    assert shown["progress"] is None
+    html = client.simulate_get(f"/q/q/{hostile}").text
+    why = html[html.index('id="why-failed"'):]
+    assert "ValueError: bad row &lt;b&gt;7&lt;/b&gt;" in why and "<b>7" not in html
+    assert f'href="/q/q/{hostile}/log/stdio.log"' in why
+    groups = client.simulate_get("/q/q/groups.json").json
+    queue_page = client.simulate_get("/q/q?state=done").text
+    for group in groups:  # the queue page lists its groups, each linked to its page
+        assert f'href="/q/q/groups/{group["key"]}"' in queue_page
+    assert groups[0]["count"] == 2
+    page = client.simulate_get(f"/q/q/groups/{groups[0]['key']}")
+    assert page.status_code == 200 and "ValueError: bad row N —" in page.text
+    assert all(f'href="/q/q/{msg_id}"' in page.text for msg_id in rows)
+    assert client.simulate_get("/q/q/groups/0123456789ab").status_code == 404
+    assert client.simulate_get("/q/q/groups/nothex").status_code == 400
+    assert client.simulate_get("/q/nosuch/groups/0123456789ab").status_code == 404
+
+
 # ---------------------------------------------------------------- built off the loop
 def _err_on_disk(store, msg_id, status, msg='{"dest": "q"}'):
     """A message in err/ as a run leaves it (written here, not through a daemon)."""

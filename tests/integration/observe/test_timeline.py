@@ -55,7 +55,7 @@ def test_done_run_leaves_created_start_status_exit_and_end(layout, make_queue, d
     assert got["created_at"] == created["t"] <= got["started_at"] == started["t"]
     assert got["ended_at"] == done["t"] >= got["started_at"]
     assert got["wait_s"] == pytest.approx(started["t"] - created["t"], abs=0.002)
-    assert got["run_s"] == ended["run_s"] and got["timeline"] == events
+    assert got["run_s"] == ended["run_s"] and got["timeline"] == timeline.shown(events, 200)
 
 
 def test_err_by_signal_and_resend_runs_are_told(layout, make_queue, daemon):

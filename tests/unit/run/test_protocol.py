@@ -3,7 +3,7 @@
 import pytest
 
 from rqsys.errors import ProtocolError
-from rqsys.run.protocol import MAX_TEXT, Command, parse_line
+from rqsys.run.protocol import MAX_TEXT, Command, parse_line, progress
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
@@ -45,3 +45,17 @@ def test_long_text_is_cut_but_the_command_counts():
 
 def test_invalid_utf8_is_replaced():
     assert parse_line(b"run caf\xe9").text == "caf\ufffd"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("45% rows", {"fraction": 0.45}),
+    ("1.5 % warming", {"fraction": 0.015}),
+    ("3/10 files", {"fraction": 0.3, "done": 3, "total": 10}),
+    ("  7 / 8", {"fraction": 0.875, "done": 7, "total": 8}),
+    ("100%", {"fraction": 1.0}),
+    # not progress: nonsense or not at the start
+    ("101%", None), ("3/0", None), ("5/3", None), ("12.5/100", None), ("loading 5%", None),
+    ("", None), ("-5%", None),
+])
+def test_progress_of_a_run_text(text, expected):
+    assert progress(text) == expected

@@ -1,0 +1,44 @@
+"""Unit tests of a timeline as shown: status lines folded, the landmarks never left out."""
+
+from __future__ import annotations
+
+from rqsys.observe.timeline import FOLD_KEEPS, shown
+
+
+def _ev(kind, t, text=""):
+    return {"t": t, "ev": kind, **({"text": text} if text else {})}
+
+
+def test_consecutive_status_lines_fold_into_their_last():
+    events = [_ev("created", 0), _ev("started", 1),
+              *[_ev("status", 2 + n, f"{n}/137") for n in range(137)],
+              _ev("exit", 200), _ev("done", 201, "ok")]
+    got = shown(events, 200)
+    assert [e["ev"] for e in got] == ["created", "started", "status", "exit", "done"]
+    fold = got[2]
+    assert fold["folded"] == 137 and fold["text"] == "136/137" and fold["t"] == 138
+    assert [e["text"] for e in fold["earlier"]] == [f"{n}/137" for n in range(116, 136)]
+    assert len(fold["earlier"]) == FOLD_KEEPS
+    assert "folded" not in events[2]  # the events read are not changed
+
+
+def test_status_lines_apart_are_folded_apart_and_one_alone_is_not_marked():
+    events = [_ev("status", 1, "a"), _ev("status", 2, "b"), _ev("timeout", 3),
+              _ev("status", 4, "c")]
+    got = shown(events, 200)
+    assert [(e["ev"], e.get("folded")) for e in got] == [("status", 2), ("timeout", None),
+                                                          ("status", None)]
+
+
+def test_over_the_limit_the_oldest_others_go_never_a_landmark():
+    events = [_ev("created", 0)]
+    for run in range(150):  # each run: started, a resend between two status lines... ends
+        events += [_ev("started", 10 * run + 1), _ev("status", 10 * run + 2, "x"),
+                   _ev("exit", 10 * run + 3), _ev("resend", 10 * run + 4)]
+    events.append(_ev("err", 9999, "gave up"))
+    got = shown(events, 200)
+    kinds = [e["ev"] for e in got]
+    assert kinds.count("started") == 150 and kinds.count("exit") == 150
+    assert kinds[0] == "created" and kinds[-1] == "err"
+    assert len(got) == 302  # the landmarks alone are more than the limit: all kept
+    assert shown(events[:41], 30)[-1] == events[40]  # the newest others kept
