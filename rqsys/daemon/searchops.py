@@ -27,7 +27,7 @@ from rqsys.errors import BadRequest, RQError, StoreError
 from rqsys.search import query
 from rqsys.search.index import SearchIndex
 from rqsys.store import QUEUE_NAME_RE, QueueStore
-from rqsys.wire.schema import request
+from rqsys.wire.schema import MSG_ID, request
 
 LANE = "search"
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -35,6 +35,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "bulk": request(("action",), action={"title": "bulk action", "enum": list(query.ACTIONS)},
                     dest={"title": "dest (queue to move to)", "type": "string",
                           "pattern": QUEUE_NAME_RE.pattern},
+                    ids={"title": "ids (the chosen messages)", "type": "array",
+                         "items": MSG_ID, "minItems": 1, "maxItems": query.MAX_LIMIT},
                     **query.SCHEMA),
 }
 Finish = Callable[[int, int, "BaseException | None"], None]  # (done, passed over, error)
@@ -89,11 +91,12 @@ class SearchOps:
                     lambda got: r.answer({"ok": True, "partial": partial, **got}), r)
 
     def bulk_op(self, r: Request) -> None:
-        """Retry, delete or move (to ``dest``) all that match, in steps;
-        answered with how many were acted on and passed over, once all of it
-        is durable."""
+        """Retry, delete or move (to ``dest``) all that match, or the chosen
+        ``ids`` (in ``state``: those no longer in it are passed over), in
+        steps; answered with how many were acted on and passed over, once all
+        of it is durable."""
         args = dict(r.args)
-        action, dest = args.pop("action"), args.pop("dest", "")
+        action, dest, chosen = args.pop("action"), args.pop("dest", ""), args.pop("ids", None)
         if (action == "move") != bool(dest) or dest == self.ctx.name:
             raise BadRequest("dest: name another queue to move to (with action move only)")
         if action == "retry" and args.get("state", "err") != "err":
@@ -114,4 +117,7 @@ class SearchOps:
                 self.mover.run(ids, dest, args.get("state", ""), finish)
             else:
                 self.batches.run(ids, action, finish, args.get("state", ""))
+        if chosen is not None:
+            found(list(dict.fromkeys(chosen)))  # once each, as chosen
+            return
         self._query(lambda db: query.all_ids(db, args), found, r)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from functools import cache
-from html import escape
+from html import escape, unescape
 from importlib import resources
 from string import Template
 from urllib.parse import urlencode
@@ -50,27 +51,37 @@ def badge(text: object) -> str:
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]],
           numeric: range = range(0)) -> str:
-    """A table of ready HTML cells; the ``numeric`` columns are right-aligned."""
+    """A table of ready HTML cells; the ``numeric`` columns are right-aligned.  On
+    a phone each row is a card, each cell labelled by its column (``data-label``)."""
+    headers = list(headers)
+    labels = [e(unescape(TAGS.sub("", h)).strip()) for h in headers]
     head = "".join(_cell("th", h, i in numeric) for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(_cell("td", c, i in numeric) for i, c in enumerate(row))
+    body = "".join("<tr>" + "".join(_cell("td", c, i in numeric, labels[i] if i < len(labels)
+                                          else "") for i, c in enumerate(row))
                    + "</tr>" for row in rows)
     return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
-            "</table></div>")  # scrolls sideways on a phone instead of squeezing
+            "</table></div>")
 
 
-def _cell(tag: str, html: str, num: bool) -> str:
-    return f'<{tag} class="num">{html}</{tag}>' if num else f"<{tag}>{html}</{tag}>"
+TAGS = re.compile(r"<[^>]*>")
+
+
+def _cell(tag: str, html: str, num: bool, label: str = "") -> str:
+    attrs = (' class="num"' if num else "") + (f' data-label="{label}"' if label else "")
+    return f"<{tag}{attrs}>{html}</{tag}>"
 
 
 def post_button(action: str, label: str, fields: dict[str, str], danger: bool = False,
-                confirm: str = "") -> str:
-    """A one-button form posting ``fields`` (hidden) to ``action``."""
+                confirm: str = "", said: str = "") -> str:
+    """A one-button form posting ``fields`` (hidden) to ``action`` (``said``:
+    what a screen reader says of the button, when ``label`` alone is unclear)."""
     hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
                      for k, v in fields.items())
     onsubmit = f' onsubmit="return confirm(\'{e(confirm)}\')"' if confirm else ""
     cls = ' class="danger"' if danger else ""
+    aria = f' aria-label="{e(said)}"' if said else ""
     return (f'<form method="post" action="{e(action)}"{onsubmit}>{hidden}'
-            f"<button{cls}>{e(label)}</button></form>")
+            f"<button{cls}{aria}>{e(label)}</button></form>")
 
 
 def query(base: str, **params: object) -> str:

@@ -19,7 +19,8 @@ from rqsys.run import protocol
 from rqsys.store import ATTACH_NAME_RE, ENDED_STATES
 from rqsys.web.context import Resource, Web, queue_and_id
 
-TAIL_CHUNK = 64 * 1024
+TAIL_CHUNK = 1024 * 1024  # a poll's most: a 5 MiB log is five polls
+TAIL_START = 256 * 1024  # a page opens on the log's last this much ("load all": the rest)
 LOOKUPS = 3
 
 
@@ -127,22 +128,26 @@ def _limited(stream: Any, remaining: int) -> Any:
 class Tail(Resource):
     """``GET /q/<q>/<id>/tail.json?offset=N``: new output of ``job/stdio.log``.
 
-    Answers ``{"data", "offset", "state", "status", "progress", "ended"}`` (``progress``:
-    ``rqsys.run.protocol.progress`` of a running one's status); the page polls it until
-    ``ended`` is true (the message left ``run``/``que`` and all was read).
+    Answers ``{"data", "from", "offset", "size", "state", "status", "progress",
+    "ended"}`` (``data``: the log from byte ``from`` to ``offset``; ``size``: the
+    log's; ``progress``: ``rqsys.run.protocol.progress`` of a running one's
+    status); the page polls it until ``ended`` is true (the
+    message left ``run``/``que`` and all was read).  ``?last=N`` instead of
+    an offset: from the start of the first line in the log's last N bytes.
     """
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
         offset = req.get_param_as_int("offset", min_value=0, max_value=MAX_OFFSET, default=0)
+        last = req.get_param_as_int("last", min_value=1, max_value=MAX_OFFSET)
         try:
             fd, state = open_job_file(self.web, queue, msg_id, "stdio.log")
         except NotFound:
             state = self.web.store(queue).find(msg_id)
-            answer = {"data": "", "offset": offset, "state": state,
+            answer = {"data": "", "from": offset, "offset": offset, "size": 0, "state": state,
                       "ended": state in ENDED_STATES}
         else:
-            answer = _read_tail(fd, offset, state)
+            answer = _read_tail(fd, offset if last is None else _line_start(fd, last), state)
         status = self.web.store(queue).read_status(state, msg_id)
         resp.media = dict(answer, status=status,
                           progress=protocol.progress(status) if state == "run" else None)
@@ -151,9 +156,19 @@ class Tail(Resource):
 MAX_OFFSET = 2**62  # what a file offset holds (larger was a 500 at the seek)
 
 
+def _line_start(fd: int, last: int) -> int:
+    """Where the first line of the log's last ``last`` bytes begins (0: it is all)."""
+    start = os.fstat(fd).st_size - last
+    if start <= 0:
+        return 0
+    newline = os.pread(fd, min(last, 64 * 1024), start).find(b"\n")
+    return start + newline + 1 if newline >= 0 else start
+
+
 def _read_tail(fd: int, offset: int, state: str) -> dict[str, Any]:
     with os.fdopen(fd, "rb") as stream:
-        if offset < os.fstat(fd).st_size:  # past the end: nothing new (a seek there can fail)
+        size = os.fstat(fd).st_size
+        if offset < size:  # past the end: nothing new (a seek there can fail)
             stream.seek(offset)
             data = stream.read(TAIL_CHUNK)
         else:
@@ -161,8 +176,9 @@ def _read_tail(fd: int, offset: int, state: str) -> dict[str, Any]:
     at_end = len(data) < TAIL_CHUNK
     if not at_end:
         data = _whole_utf8(data)
-    return {"data": data.decode("utf-8", "replace"), "offset": offset + len(data),
-            "state": state, "ended": at_end and state in ENDED_STATES}
+    return {"data": data.decode("utf-8", "replace"), "from": offset,
+            "offset": offset + len(data), "size": max(size, offset + len(data)), "state": state,
+            "ended": at_end and state in ENDED_STATES}
 
 
 def _whole_utf8(data: bytes) -> bytes:

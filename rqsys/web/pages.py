@@ -68,19 +68,29 @@ def _dashboard_row(web: Web, name: str) -> list[str]:
     except RQError as exc:
         return [link(qpath, name), badge("?"), *["" for _ in STATES],
                 *observing.stat_cells(None), f'<span class="error">{e(exc)}</span>', ""]
-    counts = [link(query(qpath, state=s), got["counts"].get(s, 0)) for s in STATES]
-    new = link(web.path("q", name, "new_message"), "new message", "button")
+    counts = [_count(query(qpath, state=s), got["counts"].get(s, 0), s) for s in STATES]
+    new = (f'<a href="{e(web.path("q", name, "new_message"))}" class="button" '
+           f'aria-label="new message for {e(name)}">new message</a>')
     return [link(qpath, name), badge(got["admin"]), *counts,
             *observing.stat_cells(observing.stats_of(web, name)), e(got["status"]),
             f'<div class="actions">{new}'
             f'{_admin_buttons(web, name, web.path(""), got["admin"])}</div>']
 
 
+def _count(href: str, n: int, state: str) -> str:
+    """A state's count: a link to that tab when there is something to see (one
+    tab stop fewer a row for each empty state), said as what it counts."""
+    if not n:
+        return '<span class="muted">0</span>'
+    return f'<a href="{e(href)}" aria-label="{n:,} in {e(state)}">{n:,}</a>'
+
+
 def _admin_buttons(web: Web, name: str, back: str, admin: str) -> str:
     """The buttons that change the queue's admin state from ``admin`` (a paused
     queue offers resume, not pause again)."""
     action = web.path("q", name, "adminoper")
-    return "".join(post_button(action, op, {op: "1", "back": back}, danger=op == "down")
+    return "".join(post_button(action, op, {op: "1", "back": back}, danger=op == "down",
+                               said=f"{op} queue {name}")
                    for op in ADMIN_BUTTONS.get(admin, ("up", "pause", "down")))
 
 
@@ -149,9 +159,13 @@ def _logs(web: Web, queue: str, msg_id: str, state: str) -> str:
     if said and state in msgpage.ENDED:
         return "<h2>Output</h2>" + said  # not an empty box
     return ("<h2>Output</h2>" + (f"<p>{listing}</p>" if listing else said)
-            + f'<p class="tailstate" id="tail-state">loading…</p>'
-            f'<pre class="tail" id="tail" data-url="{e(tail_url)}" '
-            f'data-initial="{e(state)}"></pre>')
+            + '<p class="tailstate" id="tail-state" role="status" aria-live="polite">'
+            "loading…</p>"
+            '<p class="tailmore" id="tail-more" hidden><span></span> '
+            '<button type="button">Load all</button></p>'
+            f'<div class="tail" id="tail" data-url="{e(tail_url)}" '
+            f'data-vendor="{e(web.path("static", "vendor"))}" data-initial="{e(state)}" '
+            'role="log" aria-label="the message\'s output"></div>')
 
 
 def _size(path: Any) -> int:

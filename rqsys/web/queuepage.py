@@ -78,7 +78,8 @@ def _listing(web: Web, name: str, state: str, fields: dict[str, str],
 def _index_row(web: Web, name: str, state: str, row: dict[str, Any]) -> list[str]:
     times = {"created_at": row["created"], "started_at": row["started"],
              "ended_at": row["ended"], "wait_s": row["wait_s"], "run_s": row["run_s"]}
-    return [link(web.msg_path(name, row["id"]), row["id"]), e(row["params"]),
+    return [*_pick(state, row["id"]), link(web.msg_path(name, row["id"]), row["id"]),
+            e(row["params"]),
             _tag_links(web, name, state, row["tags"]), e(row["status"]),
             *timeshtml.time_cells(times)]
 
@@ -93,7 +94,7 @@ def _plain_listing(web: Web, name: str, state: str, offset: int) -> str:
         except (NotFound, StoreError):
             continue  # moved on since it was listed
         params = " ".join(str(msg[k]) for k in ("param1", "param2") if msg.get(k))
-        rows.append([link(web.msg_path(name, msg_id), msg_id), e(params),
+        rows.append([*_pick(state, msg_id), link(web.msg_path(name, msg_id), msg_id), e(params),
                      _tag_links(web, name, state, msg.get("tags") or []),
                      e(store.read_status(state, msg_id)),
                      *timeshtml.row_times(store.msg_dir(state, msg_id), msg)])
@@ -106,9 +107,34 @@ def _table(web: Web, name: str, state: str, fields: dict[str, str],
            rows: list[list[str]]) -> str:
     if not rows:
         return f'<p class="muted" id="no-messages">No messages in {e(state)} match.</p>'
-    heads = ["Message", "Params", "Tags", "Status",
+    pick_all = ('<input type="checkbox" class="pick-all" aria-label="choose all on this page">'
+                if state != "run" else "")
+    heads = [*([pick_all] if pick_all else []), "Message", "Params", "Tags", "Status",
              *(_sort_link(web, name, state, fields, col) for col in timeshtml.TIME_COLUMNS)]
-    return table(heads, rows)
+    return table(heads, rows) + (_chosen(web, name, state, fields) if pick_all else "")
+
+
+def _pick(state: str, msg_id: str) -> list[str]:
+    """A row's box for the chosen-rows actions (none for run: destroyed one at a time)."""
+    if state == "run":
+        return []
+    return [f'<input type="checkbox" class="pick" name="id" value="{e(msg_id)}" form="chosen" '
+            f'aria-label="choose {e(msg_id)}">']
+
+
+def _chosen(web: Web, name: str, state: str, fields: dict[str, str]) -> str:
+    """The actions on the rows ticked on this page (the boxes belong to this form)."""
+    search = {f: fields[f] for f in FIELDS if fields[f]}
+    hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">' for k, v in
+                     {"state": state, "back": query(web.queue_path(name), state=state,
+                                                    **search)}.items())
+    retry = ('<button name="action" value="retry">Retry chosen</button>'
+             if state == "err" else "")
+    return (f'<form id="chosen" class="actions chosen" method="post" '
+            f'action="{e(web.path("q", name, "bulk"))}">{hidden}{retry}'
+            '<button name="action" value="delete" class="danger">Delete chosen</button>'
+            + _queue_select(web, name, "dest-chosen", "Move chosen to")
+            + "</form>")
 
 
 def _sort_link(web: Web, name: str, state: str, fields: dict[str, str], column: str) -> str:
@@ -189,12 +215,22 @@ def _bulk(web: Web, name: str, state: str, fields: dict[str, str], total: int,
 
 def _move_form(web: Web, name: str, action: str, count: str, hidden: dict[str, str]) -> str:
     """Move all matching to another queue (a select of the others)."""
+    select = _queue_select(web, name, "dest-all", f"Move all {count} matching to", "move")
+    if not select:
+        return ""
+    fields = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
+                     for k, v in hidden.items())
+    return f'<form method="post" action="{e(action)}" class="move">{fields}{select}</form>'
+
+
+def _queue_select(web: Web, name: str, ident: str, label: str, button_id: str = "") -> str:
+    """A move button and the other queues to choose from (none chosen until the
+    user picks one: the first by name is no default); "" when there is none."""
     others = [q for q in web.layout.queue_names() if q != name]
     if not others:
         return ""
-    fields = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
-                     for k, v in {"action": "move", **hidden}.items())
     options = "".join(f'<option value="{e(q)}">{e(q)}</option>' for q in others)
-    return (f'<form method="post" action="{e(action)}" class="move">{fields}'
-            f'<button id="move">Move all {e(count)} matching to</button> '
-            f'<select name="dest" aria-label="queue to move to">{options}</select></form>')
+    button = f' id="{button_id}"' if button_id else ""
+    return (f'<button name="action" value="move"{button}>{e(label)}</button> '
+            f'<select name="dest" id="{ident}" required aria-label="queue to move to">'
+            f'<option value="">choose a queue…</option>{options}</select>')

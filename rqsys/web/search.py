@@ -12,7 +12,7 @@ import falcon
 from rqsys.errors import BadRequest
 from rqsys.search import query as searchquery
 from rqsys.search.query import ACTIONS
-from rqsys.store import check_queue_name
+from rqsys.store import check_msg_id, check_queue_name
 from rqsys.web import body
 from rqsys.web.answers import redirect, safe_back
 from rqsys.web.context import Resource, Web
@@ -49,12 +49,14 @@ class SearchJSON(Resource):
 
 
 class BulkAction(Resource):
-    """``action=retry|delete|move`` (``dest=Q`` to move to) and a search's fields:
+    """``action=retry|delete|move`` (``dest=Q`` to move to) and a search's fields,
+    or ``id=`` the chosen messages (repeated, with their ``state``):
     ``["ok", {"matched", "count", "passed_over"}]``, or a 303 to ``back``."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         check_queue_name(name)
-        params = body.read_params(req)
+        pairs = body.read_pairs(req)
+        params = dict(pairs)
         action = params.get("action", "")
         if action not in ACTIONS:
             raise BadRequest(f"action must be one of {', '.join(ACTIONS)}, "
@@ -63,6 +65,8 @@ class BulkAction(Resource):
         args = searchquery.from_params(text)
         if text("dest"):
             args["dest"] = text("dest")
+        if "id" in params:
+            args["ids"] = chosen_ids(pairs)
         with QueueClient(self.web.layout, name, timeout=BULK_TIMEOUT) as client:
             got = client.call("bulk", action=action, **args)
         result = {k: got[k] for k in ("action", "matched", "count", "passed_over")}
@@ -72,3 +76,11 @@ class BulkAction(Resource):
             redirect(resp, back + ("&" if "?" in back else "?") + urlencode({"done": said}))
         else:
             resp.media = ["ok", result]
+
+
+def chosen_ids(pairs: body.Pairs) -> list[str]:
+    """The ``id`` fields, each a message id (at most ``MAX_LIMIT``: a page's)."""
+    ids = [check_msg_id(str(value)) for key, value in pairs if key == "id"]
+    if len(ids) > searchquery.MAX_LIMIT:
+        raise BadRequest(f"at most {searchquery.MAX_LIMIT} chosen messages, not {len(ids)}")
+    return ids

@@ -1,42 +1,16 @@
-// rqsys web UI: the live tail of a message's job/stdio.log, with ANSI colours.
-// Plain JS, no build step. Polls tail.json?offset=N until the message ends.
+// rqsys web UI: a message's output in a terminal (xterm.js, vendor/), the live parts of
+// a page, and the light/dark choice.  Plain JS, no build step.
 "use strict";
 
-const SGR_RE = /\x1b\[([0-9;]*)m/g;
-const CONTROL_RE = /\x1b\[[0-9;?]*[A-Za-z]/g;
+const TAIL_START = 256 * 1024;  // a page opens on the log's last this much
+const TERMINAL = {
+  convertEol: true, disableStdin: true, scrollback: 100000, fontSize: 13,
+  fontFamily: 'ui-monospace, "DejaVu Sans Mono", monospace', cursorInactiveStyle: "none",
+  theme: { background: "#14171f", foreground: "#d8dde8", cursor: "#14171f" },
+};
 
-function applySgr(style, codes) {
-  for (const code of codes.length ? codes : [0]) {
-    if (code === 0) { style.fg = null; style.bg = null; style.bold = false; }
-    else if (code === 1) style.bold = true;
-    else if (code === 22) style.bold = false;
-    else if (code >= 30 && code <= 37) style.fg = code;
-    else if (code >= 90 && code <= 97) style.fg = code - 60;
-    else if (code === 39) style.fg = null;
-    else if (code >= 40 && code <= 47) style.bg = code;
-    else if (code === 49) style.bg = null;
-  }
-}
-
-function spanFor(text, style) {
-  const span = document.createElement("span");
-  span.textContent = text.replace(CONTROL_RE, "");  // textContent: never parsed as HTML
-  const classes = [];
-  if (style.fg) classes.push("ansi-" + style.fg);
-  if (style.bg) classes.push("ansi-bg-" + style.bg);
-  if (style.bold) classes.push("ansi-bold");
-  if (classes.length) span.className = classes.join(" ");
-  return span;
-}
-
-function renderAnsi(target, text, style) {
-  let last = 0;
-  for (const match of text.matchAll(SGR_RE)) {
-    if (match.index > last) target.appendChild(spanFor(text.slice(last, match.index), style));
-    applySgr(style, match[1].split(";").filter((s) => s !== "").map(Number));
-    last = match.index + match[0].length;
-  }
-  if (last < text.length) target.appendChild(spanFor(text.slice(last), style));
+function mib(bytes) {
+  return bytes >= 1048576 ? (bytes / 1048576).toFixed(1) + " MiB" : Math.ceil(bytes / 1024) + " KiB";
 }
 
 function offerReload(stateEl) {
@@ -46,31 +20,65 @@ function offerReload(stateEl) {
   stateEl.append(" · ", link);
 }
 
-function startTail(pre) {
-  const url = pre.dataset.url;
+// The log polled from tail.json into a terminal: it parses colours (16, 256, truecolor),
+// bold, underline, inverse, \r and escapes split across polls as a terminal does, drops
+// OSC titles, and writes in time slices of its own (a large poll never freezes the page).
+// Each poll waits for the previous one's text to be written.
+function startTail(box) {
+  const url = box.dataset.url;
   const stateEl = document.getElementById("tail-state");
-  const style = { fg: null, bg: null, bold: false };
-  let offset = 0;
+  const term = new Terminal(TERMINAL);
+  const fit = new FitAddon.FitAddon();
+  term.loadAddon(fit);
+  term.open(box);
+  fit.fit();
+  new ResizeObserver(() => fit.fit()).observe(box);
+  box.rqTerm = term;  // the browser tests read what it shows
+  let offset = 0, from = "last", round = 0, polling = false;
+
+  function say(text) { if (stateEl) stateEl.textContent = text; }
+
+  function offerAll(skipped, size) {
+    const bar = document.getElementById("tail-more");
+    if (!bar || skipped <= 0) return;
+    bar.hidden = false;
+    bar.querySelector("span").textContent =
+      "Showing the last " + mib(size - skipped) + " of " + mib(size) + ".";
+    bar.querySelector("button").onclick = () => {
+      bar.hidden = true;
+      round += 1;  // an answer on its way is for the round before: dropped
+      offset = 0;
+      from = "start";
+      term.reset();
+      if (!polling) poll();
+    };
+  }
+
   async function poll() {
+    polling = true;
+    const mine = round;
+    const query = from === "last" ? "?last=" + TAIL_START : "?offset=" + offset;
     let answer;
     try {
-      const resp = await fetch(url + "?offset=" + offset, { headers: { Accept: "application/json" } });
+      const resp = await fetch(url + query, { headers: { Accept: "application/json" } });
       if (!resp.ok) throw new Error("HTTP " + resp.status);
       answer = await resp.json();
     } catch (err) {
-      if (stateEl) stateEl.textContent = "tail error: " + err.message + " (retrying)";
+      say("tail error: " + err.message + " (retrying)");
       setTimeout(poll, 2000);
       return;
     }
-    if (answer.data) {
-      const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-      renderAnsi(pre, answer.data, style);
-      if (atBottom) pre.scrollTop = pre.scrollHeight;
-    }
+    if (mine !== round) { poll(); return; }
+    if (from === "last") offerAll(answer.from, answer.size);
+    from = "offset";
+    if (answer.data) await new Promise((done) => term.write(answer.data, done));
     offset = answer.offset;
-    pre.dataset.offset = String(offset);
-    pre.dataset.state = answer.state;
-    if (stateEl) stateEl.textContent = answer.ended ? "ended: " + answer.state : "live: " + answer.state;
+    box.dataset.offset = String(offset);
+    box.dataset.state = answer.state;
+    const over = ["done", "err", "relayed"].includes(answer.state);
+    say(answer.ended ? "ended: " + answer.state
+        : over ? "ended: " + answer.state + " (showing the rest of its output)"
+        : "live: " + answer.state);
     const status = document.getElementById("msg-status");
     if (status && answer.status !== undefined) status.textContent = answer.status;
     const bar = document.getElementById("msg-progress");
@@ -78,26 +86,51 @@ function startTail(pre) {
     const badge = document.getElementById("msg-state");
     if (badge) { badge.textContent = answer.state; badge.className = "badge " + answer.state; }
     if (answer.ended) {
-      pre.dataset.ended = "true";
-      if (stateEl && pre.dataset.initial !== answer.state) offerReload(stateEl);
+      polling = false;
+      box.dataset.ended = "true";
+      if (stateEl && box.dataset.initial !== answer.state) offerReload(stateEl);
       return;
     }
-    setTimeout(poll, answer.data ? 200 : 700);
+    setTimeout(poll, answer.data ? 50 : 700);
   }
   poll();
 }
 
-document.querySelectorAll("pre.tail[data-url]").forEach(startTail);
+function loaded(tag, attrs) {
+  return new Promise((ok, failed) => {
+    const node = Object.assign(document.createElement(tag), attrs);
+    node.onload = ok;
+    node.onerror = () => failed(new Error("cannot load " + (attrs.src || attrs.href)));
+    document.head.append(node);
+  });
+}
+
+// The terminal is loaded only on a page that shows output.
+const tails = document.querySelectorAll("#tail[data-url]");
+if (tails.length) {
+  const vendor = tails[0].dataset.vendor;
+  Promise.all([loaded("link", { rel: "stylesheet", href: vendor + "/xterm.css" }),
+               loaded("script", { src: vendor + "/xterm.js" })])
+    .then(() => loaded("script", { src: vendor + "/addon-fit.js" }))
+    .then(() => tails.forEach(startTail))
+    .catch((err) => {
+      const stateEl = document.getElementById("tail-state");
+      if (stateEl) stateEl.textContent = "the terminal did not load (" + err.message +
+        "): the output is in the log files above";
+    });
+}
 
 // Live parts of a page (<div class="live" data-refresh="5" id="live-...">): fetched again
 // every few seconds and swapped in place, so the dashboard and queue page stay current
-// without a reload.  Skipped while the user is typing or the tab is hidden.
+// without a reload.  Skipped while the user is typing or choosing, or the tab is hidden.
+// An unchanged page costs a 304 (the browser sends the ETag of its copy).
 function startLive(block) {
   const every = Math.max(2, Number(block.dataset.refresh) || 5) * 1000;
   async function refresh() {
-    const typing = document.activeElement && block.contains(document.activeElement) &&
+    const busy = document.activeElement && block.contains(document.activeElement) &&
       /INPUT|SELECT|TEXTAREA/.test(document.activeElement.tagName);
-    if (!document.hidden && !typing) {
+    const chosen = block.querySelector("input.pick:checked");
+    if (!document.hidden && !busy && !chosen) {
       try {
         const resp = await fetch(window.location.href, { headers: { Accept: "text/html" } });
         if (resp.ok) {
@@ -114,3 +147,30 @@ function startLive(block) {
 }
 
 document.querySelectorAll(".live[data-refresh][id]").forEach(startLive);
+
+// The light/dark choice: the system's until the user picks one, then theirs (kept by
+// this browser; theme.js applies it before the page is drawn).
+const themeButton = document.getElementById("theme");
+if (themeButton) {
+  const dark = () => document.documentElement.dataset.theme === "dark" ||
+    (!document.documentElement.dataset.theme && matchMedia("(prefers-color-scheme: dark)").matches);
+  const show = () => {
+    themeButton.setAttribute("aria-pressed", String(dark()));
+    themeButton.textContent = dark() ? "Light theme" : "Dark theme";
+  };
+  themeButton.addEventListener("click", () => {
+    const next = dark() ? "light" : "dark";
+    document.documentElement.dataset.theme = next;
+    try { localStorage.setItem("rq-theme", next); } catch (err) { /* private mode */ }
+    show();
+  });
+  show();
+}
+
+// Chosen rows: "all on this page" ticks every row's box; the bulk forms send the ticked ids.
+document.addEventListener("change", (event) => {
+  const all = event.target.closest("input.pick-all");
+  if (!all) return;
+  const table = all.closest("table");
+  if (table) table.querySelectorAll("input.pick").forEach((box) => { box.checked = all.checked; });
+});

@@ -186,3 +186,47 @@ def test_search_finds_across_queues_and_states_and_tabs_count_the_matches(layout
     long = client.simulate_get("/search.json", params={"q": "x" * 501})
     assert long.status_code == 400 and long.json == ["fail", "q: at most 500 characters"]
     assert 'action="/search" role="search"' in page  # the header's box on every page
+
+
+def test_chosen_rows_are_retried_deleted_or_moved_and_only_those(layout, make_queue, daemon):
+    make_queue("a", SEARCH_SCRIPT)
+    make_queue("b", SEARCH_SCRIPT)
+    a = daemon("a")
+    daemon("b").call("adminoper", oper="pause")
+    layout.config_file.write_text(json.dumps({"host": "h.example", "port": 3333}))
+    client = web_client(layout)
+    errs = [send(a, param1=f"h{n}", param2="bad") for n in range(4)]
+    dones = [send(a, param1=f"d{n}") for n in range(3)]
+    for msg_id in errs + dones:
+        settle(a, msg_id)
+    def err_tab():
+        return client.simulate_get("/q/a", params={"state": "err"}).text
+    wait_for(lambda: all(f'value="{msg_id}" form="chosen"' in err_tab() for msg_id in errs))
+    page = err_tab()
+    assert '<option value="">choose a queue…</option>' in page  # no queue chosen for you
+
+    def bulk(body):
+        return client.simulate_post("/q/a/bulk", body=body, headers={
+            "Content-Type": "application/x-www-form-urlencoded"})
+
+    # delete two chosen done ones (and one named twice): only those go
+    got = bulk(f"action=delete&state=done&id={dones[0]}&id={dones[1]}&id={dones[0]}")
+    assert got.json == ["ok", {"action": "delete", "matched": 2, "count": 2,
+                               "passed_over": 0}]
+    assert a.call("counts")["counts"]["done"] == 1
+    # move one chosen err to b, retry another; one in done is passed over by the retry
+    assert bulk(f"action=move&state=err&dest=b&id={errs[0]}").json[1]["count"] == 1
+    got = bulk(f"action=retry&state=err&id={errs[1]}&id={dones[2]}")
+    assert got.json[1]["matched"] == 2 and got.json[1]["count"] == 1
+    settle(a, errs[1])
+    assert a.call("status", msg_id=errs[2])["state"] == "err"
+    assert a.call("counts")["counts"]["err"] == 3  # errs 1 (failed again), 2 and 3
+    # bad choices: a clear 400, nothing done
+    for body, why in ((f"action=delete&state=err&id=../../etc", "invalid message id"),
+                      ("action=retry&state=done&id=" + errs[2], "applies to err messages"),
+                      ("action=delete&state=err&" + "&".join(
+                          f"id=20260101.0000.00.000.{n}" for n in range(1001)),
+                       "at most 1000 chosen messages")):
+        refused = bulk(body)
+        assert refused.status_code == 400 and why in refused.json[1], refused.json
+    assert a.call("counts")["counts"]["err"] == 3
