@@ -222,7 +222,7 @@ def test_chosen_rows_are_retried_deleted_or_moved_and_only_those(layout, make_qu
     assert a.call("status", msg_id=errs[2])["state"] == "err"
     assert a.call("counts")["counts"]["err"] == 3  # errs 1 (failed again), 2 and 3
     # bad choices: a clear 400, nothing done
-    for body, why in ((f"action=delete&state=err&id=../../etc", "invalid message id"),
+    for body, why in (("action=delete&state=err&id=../../etc", "invalid message id"),
                       ("action=retry&state=done&id=" + errs[2], "applies to err messages"),
                       ("action=delete&state=err&" + "&".join(
                           f"id=20260101.0000.00.000.{n}" for n in range(1001)),
