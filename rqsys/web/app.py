@@ -63,9 +63,10 @@ class OpenAPI(Resource):
 def create_app(layout: Layout, sysconfig: dict[str, Any],
                connections: Connections | None = None) -> falcon.App:
     web = Web(layout, sysconfig, connections or Connections(layout))
-    middleware: list[Any] = [hostnames.KnownHost(sysconfig), paths.HidePaths(layout),
-                             auth.BasicAuth(sysconfig.get("basic_auth")),
-                             csrf.SameOrigin(), framing.NoFraming(), etags.ETags()]
+    # ETags first: its process_response runs last, on the body the others have made
+    middleware: list[Any] = [etags.ETags(), hostnames.KnownHost(sysconfig),
+                             paths.HidePaths(layout), auth.BasicAuth(sysconfig.get("basic_auth")),
+                             csrf.SameOrigin(), framing.NoFraming()]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
     errors = answers.Errors(web)
