@@ -28,7 +28,7 @@ from rqsys.fdclose import FdBatch
 from rqsys.observe.events import EventLog
 from rqsys.observe.failures import FailureGroups
 from rqsys.observe.stats import QueueStats, id_time
-from rqsys.observe.statseries import series
+from rqsys.observe.statseries import SPANS, series
 from rqsys.observe.statsfile import StatsFile
 from rqsys.observe.timeline import Timeline
 from rqsys.store import QueueStore
@@ -36,7 +36,7 @@ from rqsys.wire.schema import MSG_ID, request
 
 GROUP = {"title": "failure group", "type": "string", "pattern": "^[0-9a-f]{12}$"}
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "stats": request(),
+    "stats": request(span={"title": "span", "enum": list(SPANS)}),
     "groups": request(group=GROUP, offset={"title": "offset", "type": "integer", "minimum": 0},
                       limit={"title": "limit", "type": "integer", "minimum": 1,
                              "maximum": 1000}),
@@ -172,7 +172,8 @@ class Observer:
 
     def stats_op(self, r: Request) -> Reply:
         """The queue's numbers: now (depths, in flight, admin, oldest queued),
-        since ever (totals, histograms, starts) and lately (windows, days)."""
+        since ever (totals, histograms, starts) and lately (windows, days, and
+        the series: the sparklines', or with ``span`` that one in full)."""
         return {"ok": True, "queue": self.ctx.name, "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started, 3),
                 "counts": self.ledger.counts(), "admin": self.ctx.refresh_admin(),
@@ -181,7 +182,7 @@ class Observer:
                 "fsync_s": self.file.fsync_s, "loop": self.clock.report(),
                 **self.copies.report(),
                 **self.stats.report(),
-                "series": series(self.stats)}
+                "series": series(self.stats, span=r.args.get("span"))}
 
     def _oldest_queued(self) -> float | None:
         """Age of the oldest queued message (ids are creation times): O(que)."""

@@ -8,8 +8,9 @@ hour, day and week are summed when asked (``window``).  Nothing walks a
 directory.  Histograms have fixed log buckets: bucket ``i`` holds values up
 to ``BOUNDS[i]`` seconds (1 ms doubling up to about 36 hours, then +Inf).
 
-Wait time is from the message's creation (its id is its creation time) or
-its due time, if later, to its first start; run time is each run's.
+Wait time is from when the message last entered the que (its creation, its
+id being its creation time; or a retry or resend since: ``REQUEUED``) or its
+due time, if later, to the start that followed; run time is each run's.
 Persistence (``rqsys.observe.statsfile``) keeps the totals across restarts.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 BOUNDS = [0.001 * 2 ** i for i in range(28)]  # 1 ms .. 37 h; one more bucket: +Inf
 ENDED = ("done", "err", "relayed")
+REQUEUED = ("retried", "retry", "resend")  # back in the que: its next wait starts here
 COUNTED = ("created", *ENDED, "resend", "retry")  # what a slot counts
 MINUTES, HOURS = 60, 24 * 7  # the slots kept: the last hour by minute, the week by hour
 WINDOWS = {"hour": 3600, "day": 86400, "week": 7 * 86400}
@@ -184,13 +186,16 @@ class QueueStats:
 
 
 def observed(kind: str, msg_id: str, fields: dict[str, Any], now: float,
-             at: float | None = None) -> dict[str, Any] | None:
+             at: float | None = None, enqueued: float | None = None) -> dict[str, Any] | None:
     """What an event adds to the stats, as one small record (a journal line);
-    ``at``: ``now`` to the ms when the caller has it (``rqsys.observe.stamps``)."""
+    ``at``: ``now`` to the ms when the caller has it (``rqsys.observe.stamps``);
+    ``enqueued``: when a started message was last put back in the que (None: a
+    first run waited from its creation, a later one is not a wait counted)."""
     if kind in COUNTED:
         return {"k": kind, "t": round(now, 3) if at is None else at}
-    if kind == "started" and fields.get("RQ_RUN") == 1:
-        since = max(id_time(msg_id), float(fields.get("RQ_DUE") or 0))
+    if kind == "started" and (enqueued is not None or fields.get("RQ_RUN") == 1):
+        entered = id_time(msg_id) if enqueued is None else enqueued
+        since = max(entered, float(fields.get("RQ_DUE") or 0))
         return {"k": "wait", "t": round(now, 3) if at is None else at,
                 "v": round(max(0.0, now - since), 4)}
     if kind == "exit" and "RQ_RUN_S" in fields:

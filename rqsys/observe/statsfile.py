@@ -29,7 +29,7 @@ from typing import Any
 from rqsys.background import Background
 from rqsys.observe import stamps
 from rqsys.observe.events import listening
-from rqsys.observe.stats import QueueStats, observed
+from rqsys.observe.stats import REQUEUED, QueueStats, observed
 from rqsys.store import durable
 
 SNAPSHOT, JOURNAL, OLD = "stats.json", "stats.log", "stats.log.old"
@@ -50,6 +50,7 @@ class StatsFile:
         self._closed = False
         self._next_save = time.monotonic() + SAVE_INTERVAL
         self.fsync_s: float | None = None  # how long the last snapshot's fsyncs took
+        self.requeued: dict[str, float] = {}  # retried or resent since this start: when
 
     def load(self) -> None:
         """Read the snapshot, apply the journals after it, count this start."""
@@ -72,9 +73,17 @@ class StatsFile:
         durable.write_file_durably(self.qdir / SNAPSHOT, data)
         (self.qdir / OLD).unlink(missing_ok=True)
 
-    @listening(*QueueStats.kinds)  # what ``observed`` counts
+    @listening(*QueueStats.kinds, *REQUEUED, "deleted")  # what ``observed`` counts, and
     def sink(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
-        event = observed(kind, msg_id, fields, time.time(), stamps.now()[0])
+        """when a message went back to the que (its next wait starts there)."""
+        now, enqueued = time.time(), None
+        if kind in REQUEUED:
+            self.requeued[msg_id] = now
+        elif kind == "started":
+            enqueued = self.requeued.pop(msg_id, None)
+        elif kind == "deleted":
+            self.requeued.pop(msg_id, None)
+        event = observed(kind, msg_id, fields, now, stamps.now()[0], enqueued)
         if event is not None:
             self._count(event)
 

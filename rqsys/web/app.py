@@ -37,6 +37,7 @@ from rqsys.web import (
     paths,
     queues,
     searchall,
+    trends,
 )
 from rqsys.web.bulk import NewMessages
 from rqsys.web.connections import Connections
@@ -95,6 +96,7 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/config.json", queues.QueueConfig(web), {}),
         (q + "/{name}/done.json", queues.DoneList(web), {}),
         (q + "/{name}/stats.json", metrics.QueueStatsJSON(web), {}),
+        (q + "/{name}/trends", trends.Trends(web), {}),
         (q + "/{name}/groups.json", failures.GroupsJSON(web), {}),
         (q + "/{name}/groups/{key}", failures.Group(web), {}),
         (web.path("metrics"), metrics.Metrics(web), {}),

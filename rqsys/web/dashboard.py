@@ -7,6 +7,7 @@ from typing import Any
 
 from rqsys.errors import RQError
 from rqsys.web import timeshtml
+from rqsys.web.charts import bucket_range
 from rqsys.web.context import Web
 from rqsys.web.html import e
 from rqsys.web.sparkline import sparkline
@@ -37,7 +38,8 @@ def stat_cells(stats: dict[str, Any] | None) -> list[str]:
 
 def _spark(values: list[Any], what: str, cls: str, unit: str = "") -> str:
     known = [v for v in values if v is not None]
-    last = f"{known[-1]:g}{unit}" if known else "none"
-    peak = f"{max(known):g}{unit}" if known else "none"
+    say = bucket_range if unit else (lambda v: f"{v:g}")
+    last = say(known[-1]) if known else "none"
+    peak = say(max(known)) if known else "none"
     title = f"{what}: latest {last}, peak {peak}"
     return sparkline(values, title, cls) + f'<span class="sparknum">{e(last)}</span>'

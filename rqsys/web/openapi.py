@@ -168,8 +168,11 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _answers(ok_schema: dict[str, Any], ctype: str = "application/json",
              ok_status: str = "200") -> dict[str, Any]:
-    """The OK answer, 303 after a form post, and RQ's ``["fail", why]`` errors."""
-    fail = {"description": "failure: [\"fail\", why]", "content": _json(FAIL)}
+    """The OK answer, 303 after a form post, and RQ's ``["fail", why]`` errors (a
+    page of the console instead for a browser, and the form again, with the
+    error by its field, for the new-message form's ``x_format=html``)."""
+    fail = {"description": "failure: [\"fail\", why] (text/html: for a browser)",
+            "content": {**_json(FAIL), "text/html": {"schema": {"type": "string"}}}}
     return {ok_status: {"description": "success", "content": {ctype: {"schema": ok_schema}}},
             "303": {"description": "redirect to back"},
             "400": fail, "401": fail, "404": fail, "405": fail, "416": fail, "503": fail,
@@ -261,7 +264,7 @@ def _observe_paths() -> dict[str, Any]:
                    "example and messages (HTML, 25 a page)", "text/html"),
             **_post([QUEUE, GROUP_KEY], _with({"_method": {"enum": ["retry", "delete"]}}),
                     "Retry (err → que) or delete a whole failure group", {"type": "array"})},
-        **openapi_search.paths(QUEUE, _get, _post, _with),
+        **openapi_search.paths(QUEUE, _get, _post, _with, HTML),
     }
 
 
@@ -336,6 +339,10 @@ def _queue_paths() -> dict[str, Any]:
         "/timers.json": _get([], {"type": "array", "items": TIMER},
                              "Timers: schedule, next and last run, last message and its state"),
         "/timers": _get([], HTML, "Timers (HTML)", "text/html"),
+        "/q/{name}/trends": _get([QUEUE, {"name": "range", "in": "query", "required": False,
+                                          "schema": {"enum": ["1h", "24h", "7d"]}}],
+                                 HTML, "A queue's trends (HTML): ended per interval, wait "
+                                 "and run p50/p95/p99, charted", "text/html"),
         "/new_queue": _post([], _new_queue_form(), "Create a queue (allow_new_queue): RQ's "
                                            "queue[...] form fields or plain ones"),
     }

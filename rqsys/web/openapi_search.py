@@ -1,5 +1,6 @@
-"""The OpenAPI paths of searching a queue and acting on all that match
-(``/q/<q>/search.json``, ``/q/<q>/bulk``), merged into ``rqsys.web.openapi``."""
+"""The OpenAPI paths of searching a queue and acting on all that match, or on
+chosen ones (``/q/<q>/search.json``, ``/q/<q>/bulk``), and of searching all
+queues (``/search``, ``/search.json``), merged into ``rqsys.web.openapi``."""
 
 from __future__ import annotations
 
@@ -33,9 +34,21 @@ FOUND = {"type": "object", "required": ["rows", "total", "more", "partial"], "pr
     "more": {"type": "boolean", "description": "more than total (counted up to 10,000)"},
     "partial": {"type": "boolean", "description": "the index is being rebuilt"}}}
 
+SEARCH_Q = {"name": "q", "in": "query", "required": False,
+            "schema": {"type": "string", "maxLength": 500},
+            "description": "words found in params, status or tags (all of them)"}
+SEARCH_ALL = {"type": "object", "required": ["queues", "rows", "errors"], "properties": {
+    "queues": {"type": "object", "description": "queue -> state -> matches (queues with "
+               "none left out)", "additionalProperties": {
+                   "type": "object", "additionalProperties": {"type": "integer"}}},
+    "rows": {"type": "array", "items": {"type": "object", "required": ["queue", "id", "state"]}},
+    "errors": {"type": "object", "additionalProperties": {"type": "string"},
+               "description": "queues whose daemon did not answer, and why"}}}
+
 
 def paths(queue: dict[str, Any], get: Callable[..., Any], post: Callable[..., Any],
-          form: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+          form: Callable[[dict[str, Any]], dict[str, Any]], html: dict[str, Any]
+          ) -> dict[str, Any]:
     query = [{"name": k, "in": "query", "schema": v} for k, v in FILTERS.items()]
     query += [{"name": "offset", "in": "query", "schema": {"type": "string",
                                                            "pattern": "^[0-9]{1,9}$"}},
@@ -48,7 +61,17 @@ def paths(queue: dict[str, Any], get: Callable[..., Any], post: Callable[..., An
         "/q/{name}/bulk": post([queue], form({"action": {"enum": ["retry", "delete", "move"]},
                                               "dest": {"type": "string",
                                                        "description": "move: the queue"},
+                                              "id": {"type": "string", "description":
+                                                     "a chosen message (repeated, at most "
+                                                     f"{MAX_LIMIT}): these instead of a "
+                                                     "search's, those no longer in state "
+                                                     "passed over"},
                                               **FILTERS}),
                                "Retry, delete or move (to dest) every message matching a "
-                               "search, by the daemon in steps", {"type": "array"}),
+                               "search, or the chosen ones, by the daemon in steps",
+                               {"type": "array"}),
+        "/search": get([SEARCH_Q], html, "Search across queues and states (HTML)",
+                       "text/html"),
+        "/search.json": get([SEARCH_Q], SEARCH_ALL, "Search across queues and states: each "
+                            "queue's matches by state, the newest 25 of all"),
     }

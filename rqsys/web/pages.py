@@ -97,7 +97,8 @@ def _admin_buttons(web: Web, name: str, back: str, admin: str) -> str:
 # ---------------------------------------------------------------- queue page
 def queue_page(web: Web, req: falcon.Request, resp: falcon.Response, name: str) -> None:
     got = web.call(name, "counts")
-    new = link(web.path("q", name, "new_message"), "New message", "button primary")
+    new = (link(web.path("q", name, "new_message"), "New message", "button primary")
+           + link(web.path("q", name, "trends"), "Trends", "button"))
     body = (f"<h1>Queue {e(name)} {badge(got['admin'])}</h1>"
             f'<p class="muted">{e(got["status"])}</p>'
             f'<div class="actions">{new}'

@@ -100,6 +100,7 @@ def test_every_page_in_both_themes_and_widths_is_accessible_and_fits(
     pages = {"dashboard": "/", "queue": "/q/etl?state=err", "message-err": f"/q/etl/{failed[0]}",
              "message-run": f"/q/etl/{running}", "group": f"/q/etl/groups/{group}",
              "search": "/search?q=db01", "new-message": "/q/etl/new_message",
+             "trends": "/q/etl/trends?range=1h",
              "timers": "/timers", "not-found": "/q/nosuch"}
     shots = tmp_path / "screenshots"
     shots.mkdir()

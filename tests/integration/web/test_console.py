@@ -4,6 +4,7 @@ message is, its timeline folded, and its live tail near the top of its page."""
 from __future__ import annotations
 
 import json
+import time
 
 from conftest import wait_for, web_client
 from daemon_util import send, settle
@@ -230,3 +231,35 @@ def test_chosen_rows_are_retried_deleted_or_moved_and_only_those(layout, make_qu
         refused = bulk(body)
         assert refused.status_code == 400 and why in refused.json[1], refused.json
     assert a.call("counts")["counts"]["err"] == 3
+
+
+def test_trends_chart_each_range_and_a_retry_waits_from_its_retry(layout, make_queue, daemon):
+    make_queue("q", """
+        [ -e "$RQ_MSG_DIR/../../../fixed" ] && { echo "done fixed" >&3; exit 0; }
+        echo "err not yet" >&3
+    """)
+    proc = daemon("q")
+    layout.config_file.write_text(json.dumps({"host": "h.example", "port": 3333}))
+    client = web_client(layout)
+    msg_id = send(proc)
+    settle(proc, msg_id)
+    time.sleep(1.2)  # in err for a while: not a wait in the que
+    (layout.queue_dir("q") / "fixed").write_text("")
+    proc.call("retry", msg_id=msg_id)
+    assert settle(proc, msg_id)["state"] == "done"
+    waits = proc.call("stats")["windows"]["hour"]["wait"]
+    assert waits["count"] == 2 and waits["p99"] <= 0.512  # not the 1.2 s it sat in err
+    for shown, slots in (("1h", 60), ("24h", 24), ("7d", 168)):
+        page = client.simulate_get("/q/q/trends", params={"range": shown})
+        assert page.status_code == 200
+        assert page.text.count('<svg class="chart"') == 3 and 'role="img"' in page.text
+        assert f'href="/q/q/trends?range={shown}" class="on" aria-current="page"' in page.text
+        got = proc.call("stats", span={"1h": "hour", "24h": "day", "7d": "week"}[shown])
+        series = next(iter(got["series"].values()))
+        assert len(series["done"]) == slots and sum(series["done"]) == 1
+        assert sum(series["err"]) == 1 and len(series["wait_p99"]) == slots
+    summary = client.simulate_get("/q/q/trends").text
+    assert "done: latest 1, peak 1" in summary and "ms" in summary  # a range, not 0.001
+    bad = client.simulate_get("/q/q/trends", params={"range": "3y"})
+    assert bad.status_code == 400 and "range must be one of 1h, 24h, 7d" in bad.json[1]
+    assert client.simulate_get("/q/nosuch/trends").status_code == 404
