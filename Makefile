@@ -12,7 +12,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 
 # Running: a venv, and compilers and headers for the cffi spawn helper and
 # systemd-python (built from source by pip), scdoc for the man pages.
-RUN_DEBS  := python3-venv python3-dev gcc libc6-dev libsystemd-dev pkg-config scdoc
+RUN_DEBS  := python3-venv python3-dev gcc libc6-dev libsystemd-dev pkg-config scdoc man-db
 # Building the .deb (debian/control's Build-Depends) and checking it.
 DEB_DEBS  := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all-dev \
              python3-cffi python3-setuptools python3-wheel scdoc lintian
@@ -34,7 +34,7 @@ DEB_SKIP := --exclude=__pycache__ --exclude='*.so' --exclude=_rqspawn.c --exclud
 # environment (a venv or pyenv first on PATH would build for another Python).
 DEB_ENV  := env -i HOME="$$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-.PHONY: install install-test run test test-fast lint bench bench-ab deb conformance test-powercut test-crashpoints test-pool-1000 clean
+.PHONY: install install-test run man vendor-js test test-fast lint bench bench-ab deb conformance test-powercut test-crashpoints test-pool-1000 clean
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/build_spawn.py
@@ -51,12 +51,31 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	@$(PIP) install -e '.[test]'
 	@touch $@
 
-run: install
+run: install man
 	@mkdir -p $(ROOT)
 	@echo "rqsys: web UI on http://localhost:$(PORT)/ - Ctrl-C stops it (log: $(ROOT)/serve.log)"
 	@echo "rqsys: in another shell, for rq: export RQ_ROOT=$(ROOT) PATH=$(CURDIR)/$(VENV)/bin:\$$PATH"
+	@echo "rqsys: and for man rq: export MANPATH=$(CURDIR)/build/man:"
 	@$(VENV)/bin/rqsys serve --root $(ROOT) --scandir $(CURDIR)/scandir-examples \
 	  --port $(PORT) >>$(ROOT)/serve.log 2>&1 || { tail -n 20 $(ROOT)/serve.log; exit 1; }
+
+# The man pages, for man rq after make run (the .deb installs its own).
+MAN_PAGES := build/man/man1/rq.1 build/man/man5/rqsys.json.5 \
+             build/man/man7/rq-queue-script.7 build/man/man8/rqsys.8
+man: $(MAN_PAGES)
+
+build/man/man1/%.1: man/%.1.scd
+	@mkdir -p $(@D) && scdoc < $< > $@
+build/man/man5/%.5: man/%.5.scd
+	@mkdir -p $(@D) && scdoc < $< > $@
+build/man/man7/%.7: man/%.7.scd
+	@mkdir -p $(@D) && scdoc < $< > $@
+build/man/man8/%.8: man/%.8.scd
+	@mkdir -p $(@D) && scdoc < $< > $@
+
+# The console's JavaScript libraries, from npm (kept in the checkout: see .ci/vendor-js).
+vendor-js:
+	bash .ci/vendor-js
 
 lint: install-test
 	$(VENV)/bin/ruff check rqsys tests bench

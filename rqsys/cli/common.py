@@ -52,6 +52,34 @@ def check_verb(prog: str, argv: list[str], verbs: Iterable[str]) -> None:
             raise SystemExit(RET_USAGE)
 
 
+def queue_argument(parser: argparse.ArgumentParser) -> None:
+    """The queue a verb acts on, given the same way in every verb: ``QUEUE`` or
+    ``--queue QUEUE`` (RQ's spelling); ``one_queue`` checks one was given."""
+    parser.add_argument("queue", nargs="?", metavar="QUEUE", help="the queue")
+    parser.add_argument("--queue", dest="queue_option", metavar="QUEUE",
+                        help="the queue (the same as QUEUE)")
+
+
+def one_queue(prog: str, args: argparse.Namespace) -> None:
+    """``args.queue`` from ``QUEUE`` or ``--queue``: a usage error (exit 2) when
+    neither or two different ones were given."""
+    given = {q for q in (args.queue, args.queue_option) if q}
+    if len(given) != 1:
+        said = "two queues" if given else "no queue"
+        print(f"{prog} {args.verb}: {said}: name one, as QUEUE or --queue QUEUE",
+              file=sys.stderr)
+        raise SystemExit(RET_USAGE)
+    args.queue = given.pop()
+
+
+def say_failure(prog: str, why: object) -> None:
+    """RQ's ``fail <why>`` on stdout (what scripts read), and ``prog: why`` on
+    stderr for logs; once, not twice, when both are the same terminal."""
+    print(f"fail {why}", flush=True)
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        print(f"{prog}: {why}", file=sys.stderr)
+
+
 def existing_root(root: str | None) -> Layout:
     """The layout of the state directory a client verb reads (``--root``, else
     $RQ_ROOT, else /var/lib/rq); NotFound naming it and how to set it when it is

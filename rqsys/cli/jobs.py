@@ -9,6 +9,7 @@ import os
 import sys
 from typing import IO, Any
 
+from rqsys.cli.common import queue_argument
 from rqsys.errors import BadRequest
 from rqsys.search import query
 from rqsys.store import STATES, Layout
@@ -17,7 +18,7 @@ from rqsys.wire.client import QueueClient, queue_for_dest
 
 
 def ls_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--queue", required=True)
+    queue_argument(parser)
     parser.add_argument("--state", default="que", choices=list(STATES),
                         help="que (run order), run, or the others newest first (default que)")
     parser.add_argument("--tag", help="only messages carrying this tag")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.cli import send
-from rqsys.cli.common import RET_FAIL, RET_OK, RET_UNAVAILABLE
+from rqsys.cli.common import RET_FAIL, RET_OK, RET_UNAVAILABLE, queue_argument
 from rqsys.cli.follow import Follow, describe, verdict_code
 from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.message import split_message_url
@@ -182,7 +182,7 @@ def cmd_retry(layout: Layout, args: argparse.Namespace) -> int:
 
 
 def _add_groups(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("queue", help="queue name")
+    queue_argument(parser)
     parser.add_argument("--json", action="store_true", help="one JSON list")
 
 
@@ -225,7 +225,7 @@ def takes(args: argparse.Namespace) -> bool:
 
 
 def _add_stats(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("queue", help="queue name")
+    queue_argument(parser)
     parser.add_argument("--json", action="store_true", help="the daemon's whole answer")
 
 

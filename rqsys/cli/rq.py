@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.cli import jobs, observe
+from rqsys.cli import debug, jobs, observe
 from rqsys.cli.common import (  # the RET_ codes: rq's too (rqsys.cli.rq.RET_FAIL)
     RET_FAIL,
     RET_OK,
@@ -21,8 +21,11 @@ from rqsys.cli.common import (  # the RET_ codes: rq's too (rqsys.cli.rq.RET_FAI
     after_verb,
     check_verb,
     existing_root,
+    one_queue,
     parser_verbs,
+    queue_argument,
     root_option,
+    say_failure,
 )
 from rqsys.cli.send import (
     add_msg_options,
@@ -186,7 +189,7 @@ def rq_parser() -> argparse.ArgumentParser:
         elif verb == "pools":
             pass
         elif verb == "adminoper":
-            sub.add_argument("--queue", required=True)
+            queue_argument(sub)
             sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))
         else:
             sub.add_argument("--msg_id", required=True, help="short id or full message URL")
@@ -197,6 +200,9 @@ def rq_parser() -> argparse.ArgumentParser:
             sub.add_argument("--pathname", required=True, help="the file to attach")
             sub.add_argument("--name", help="attachment name (default: the file's name)")
     observe.add_verbs(verbs, [after_verb()])
+    text = "make a message's run again in a scratch directory, to run it or look into it"
+    debug.add_options(verbs.add_parser("debug", help=text, description=text,
+                                       parents=[after_verb()]))
     return parser
 
 
@@ -205,19 +211,21 @@ def rq_main(argv: list[str] | None = None) -> int:
     parser = rq_parser()
     check_verb("rq", argv, parser_verbs(parser))
     args = parser.parse_args(argv)
+    if hasattr(args, "queue_option"):
+        one_queue("rq", args)
     try:
         layout = existing_root(args.root)
         if observe.takes(args):
             return observe.run(layout, args)
+        if args.verb == "debug":
+            return debug.cmd_debug(layout, args)
         if getattr(args, "bulk", None):  # its own lines: one per message
             return jobs.send_bulk(layout, args, message_from(args))
         print(f"ok {RQ_VERBS[args.verb][0](layout, args)}")
     except Unavailable as exc:
-        print(f"fail {exc}")
-        print(f"rq: {exc}", file=sys.stderr)
+        say_failure("rq", exc)
         return RET_UNAVAILABLE
     except RQError as exc:
-        print(f"fail {exc}")
-        print(f"rq: {exc}", file=sys.stderr)
+        say_failure("rq", exc)
         return RET_FAIL
     return RET_OK

@@ -164,6 +164,11 @@ def test_make_run_prints_its_url_and_the_rq_root_line_and_serves(tmp_path: Path)
                         f"(log: {tmp_path}/serve.log)\n")
         assert make.stdout.readline() == (f"rqsys: in another shell, for rq: export "
                                           f"RQ_ROOT={tmp_path} PATH={PROJECT}/.venv/bin:$PATH\n")
+        manpath = make.stdout.readline()
+        assert manpath == f"rqsys: and for man rq: export MANPATH={PROJECT}/build/man:\n"
+        found = subprocess.run(["man", "-w", "rq"], capture_output=True, text=True,
+                               env={**os.environ, "MANPATH": f"{PROJECT}/build/man:"})
+        assert found.stdout == f"{PROJECT}/build/man/man1/rq.1\n", found.stderr
         wait_for(lambda: _answers(f"http://localhost:{port}/"), 30, "the web UI to answer")
     finally:
         os.killpg(make.pid, signal.SIGINT)  # what Ctrl-C does: the whole group
