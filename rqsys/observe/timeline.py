@@ -242,16 +242,23 @@ def shown(events: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     the newest ``FOLD_KEEPS``); then, over ``limit``, the oldest other events
     left out, never a ``created``, ``started``, ``exit`` or an end."""
     folded: list[dict[str, Any]] = []
-    for item in events:
-        last = folded[-1] if folded else None
-        if item.get("ev") == "status" and last is not None and last.get("ev") == "status":
-            earlier = last.pop("earlier", [])
-            count = last.pop("folded", 1)
-            earlier.append({"t": last.get("t"), "text": last.get("text", "")})
-            item = dict(item, folded=count + 1, earlier=earlier[-FOLD_KEEPS:])
-            folded[-1] = item
+    run: list[dict[str, Any]] = []  # consecutive status lines, not yet folded
+
+    def fold() -> None:
+        if len(run) > 1:
+            earlier = [{"t": e.get("t"), "text": e.get("text", "")}
+                       for e in run[-FOLD_KEEPS - 1:-1]]
+            folded.append(dict(run[-1], folded=len(run), earlier=earlier))
         else:
+            folded.extend(run)
+        run.clear()
+    for item in events:
+        if item.get("ev") == "status":
+            run.append(item)
+        else:
+            fold()
             folded.append(item)
+    fold()
     if len(folded) <= limit:
         return folded
     others = [n for n, item in enumerate(folded) if item.get("ev") not in KEPT]
