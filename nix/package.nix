@@ -62,6 +62,7 @@ py.buildPythonApplication {
       py.croniter
       py.prometheus-client
       py.jeepney
+      py.jinja2
       py.systemd
     ]
     ++ lib.optionals needsAsyncore [ py.pyasyncore ]

@@ -17,6 +17,7 @@ let
     "croniter"
     "prometheus-client"
     "jeepney"
+    "jinja2"
     "systemd"
     "pyasyncore"
   ];

@@ -22,7 +22,7 @@ from rqsys.errors import (
     Unavailable,
 )
 from rqsys.web.context import Web
-from rqsys.web.html import e, link, render
+from rqsys.web.html import render
 
 
 class Forbidden(RQError):
@@ -86,11 +86,7 @@ class Errors:
             resp.media = ["fail", why]
             return
         title = status.split(" ", 1)[-1] if " " in status else status
-        back = "go back to the form (it keeps what you typed) or " if req.method == "POST" else ""
-        body = (f'<h1 id="error-title">{e(title)}</h1>'
-                f'<p class="error" id="error" role="alert">{e(why)}</p>'
-                f'<p>You can {back}return to {link(self.web.path(""), "the queues")}.</p>')
-        render(self.web, resp, title, [], body)
+        render(self.web, resp, "error.html", title, [], why=why, posted=req.method == "POST")
 
 
 def ok(req: falcon.Request, resp: falcon.Response, value: Any, params: dict[str, str],

@@ -1,10 +1,11 @@
 """Server-made SVG line charts with axes, for a queue's trends page, and how a
 latency bucket is said (its bounds are powers of two: a range, not a number).
 
-A chart is an ``<svg role="img">`` titled and described in words (latest and
-peak of each line), its numbers beside it in a table a screen reader can
-read; counts on a linear axis from 0, latencies on a log axis (they span
-milliseconds to hours).  Nothing runs in the browser.
+A chart is an ``<svg role="img">`` (``macros.html``'s ``chart``) titled and
+described in words (latest and peak of each line), its numbers beside it in
+a table a screen reader can read; counts on a linear axis from 0, latencies
+on a log axis (they span milliseconds to hours).  Here its geometry is
+computed; nothing runs in the browser.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-
-from rqsys.web.html import e
+from typing import Any
 
 WIDTH, HEIGHT = 720, 230
 LEFT, RIGHT, TOP, BOTTOM = 64, 14, 14, 34
@@ -44,69 +44,54 @@ def bucket_range(upper: float | None) -> str:
 
 
 def chart(ident: str, title: str, start: float, step: int, lines: list[Series],
-          latency: bool = False) -> str:
-    """One chart: ``lines`` (name, one value a slot or None) from ``start``,
-    ``step`` seconds a slot."""
+          latency: bool = False) -> dict[str, Any]:
+    """One chart's geometry and words (``macros.html``'s ``chart``): ``lines``
+    (name, one value a slot or None) from ``start``, ``step`` seconds a slot."""
     count = max((len(values) for _name, values in lines), default=0)
     known = [v for _name, values in lines for v in values if v is not None]
     scale = _LogScale(known) if latency else _LinearScale(known)
-    said = "; ".join(_summary(name, values, latency) for name, values in lines)
-    parts = [f'<svg class="chart" id="{e(ident)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-             f'aria-labelledby="{e(ident)}-t {e(ident)}-d">'
-             f'<title id="{e(ident)}-t">{e(title)}</title><desc id="{e(ident)}-d">{e(said)}</desc>']
-    parts += scale.axis(latency)
-    parts += _x_axis(start, step, count)
-    for n, (_name, values) in enumerate(lines):
-        parts += [f'<polyline class="s{n}" points="{points}"/>'
-                  for points in _runs(values, scale, count)]
-    legend = "".join(f'<span class="k{n}">━ {e(name)}</span>' for n, (name, _v) in enumerate(lines))
-    return (f'<figure class="chart"><figcaption><strong>{e(title)}</strong> '
-            f'<span class="legend">{legend}</span></figcaption>{"".join(parts)}</svg>'
-            f"{_numbers(ident, start, step, lines, latency)}</figure>")
+    say = bucket_range if latency else _count
+    return {"ident": ident, "title": title, "width": WIDTH, "height": HEIGHT, "left": LEFT,
+            "right": WIDTH - RIGHT, "bottom": HEIGHT - BOTTOM,
+            "said": "; ".join(_summary(name, values, say) for name, values in lines),
+            "y_ticks": [{"y": round(scale.y(value), 1), "label": label}
+                        for value, label in scale.ticks()],
+            "x_ticks": _x_ticks(start, step, count),
+            "lines": [{"name": name, "runs": _runs(values, scale, count)}
+                      for name, values in lines],
+            "rows": [{"when": _when(start + i * step, step),
+                      "cells": [say(values[i]) if values[i] is not None else ""
+                                 for _name, values in lines]}
+                     for i in range(count)
+                     if any(values[i] not in (None, 0) for _name, values in lines)]}
 
 
-def _summary(name: str, values: Sequence[float | None], latency: bool) -> str:
+def _count(value: float | None) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def _summary(name: str, values: Sequence[float | None], say: Any) -> str:
     known = [v for v in values if v is not None]
     if not known:
         return f"{name}: none"
-    say = bucket_range if latency else (lambda v: f"{v:g}")
     return f"{name}: latest {say(known[-1])}, peak {say(max(known))}"
-
-
-def _numbers(ident: str, start: float, step: int, lines: list[Series], latency: bool) -> str:
-    """The chart's numbers, folded away (for a screen reader, or to copy)."""
-    say = bucket_range if latency else (lambda v: "" if v is None else f"{v:g}")
-    count = max((len(values) for _name, values in lines), default=0)
-    head = "".join(f"<th>{e(name)}</th>" for name, _values in lines)
-    rows = "".join(
-        f"<tr><td>{e(_when(start + i * step, step))}</td>"
-        + "".join(f"<td>{e(say(values[i]) if values[i] is not None else '')}</td>"
-                  for _name, values in lines) + "</tr>"
-        for i in range(count) if any(values[i] is not None and values[i] != 0
-                                     for _name, values in lines))
-    return (f'<details><summary>the numbers</summary><div class="scroll"><table '
-            f'id="{e(ident)}-numbers"><thead><tr><th>from (UTC)</th>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table></div></details>")
 
 
 def _when(at: float, step: int) -> str:
     return time.strftime("%a %H:%M" if step >= 3600 else "%H:%M", time.gmtime(at))
 
 
-def _x_axis(start: float, step: int, count: int) -> list[str]:
+def _x_ticks(start: float, step: int, count: int) -> list[dict[str, Any]]:
     """Time labels under the plot (UTC), at the ends and between."""
     if count < 2:
         return []
-    parts = [f'<line class="grid" x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" '
-             f'y2="{HEIGHT - BOTTOM}"/>']
+    ticks = []
     for k in range(X_TICKS):
         i = round(k * (count - 1) / (X_TICKS - 1))
-        x = _x(i, count)
         anchor = "start" if k == 0 else "end" if k == X_TICKS - 1 else "middle"
-        parts.append(f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="{anchor}">'
-                     f"{e(_when(start + i * step, step))}</text>")
-    parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 4}" text-anchor="end">UTC</text>')
-    return parts
+        ticks.append({"x": round(_x(i, count), 1), "anchor": anchor,
+                      "label": _when(start + i * step, step)})
+    return ticks
 
 
 def _x(i: int, count: int) -> float:
@@ -137,15 +122,6 @@ class _Scale:
 
     def ticks(self) -> list[tuple[float, str]]:
         raise NotImplementedError
-
-    def axis(self, latency: bool) -> list[str]:
-        parts = []
-        for value, label in self.ticks():
-            y = self.y(value)
-            parts.append(f'<line class="grid" x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH - RIGHT}" '
-                         f'y2="{y:.1f}"/><text x="{LEFT - 6}" y="{y + 4:.1f}" '
-                         f'text-anchor="end">{e(label)}</text>')
-        return parts
 
 
 class _LinearScale(_Scale):

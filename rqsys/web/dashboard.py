@@ -9,11 +9,7 @@ from rqsys.errors import RQError
 from rqsys.web import timeshtml
 from rqsys.web.charts import bucket_range
 from rqsys.web.context import Web
-from rqsys.web.html import e
 from rqsys.web.sparkline import sparkline
-
-HEADERS = ["Oldest queued", "Ended / min (1 h)", "Ended / h (24 h)", "Wait p50 (1 h)",
-           "Run p50 (24 h)"]
 
 
 def stats_of(web: Web, name: str) -> dict[str, Any] | None:
@@ -23,23 +19,24 @@ def stats_of(web: Web, name: str) -> dict[str, Any] | None:
         return None  # the counts cell says why
 
 
-def stat_cells(stats: dict[str, Any] | None) -> list[str]:
-    """The dashboard row's extra cells (empty when the daemon did not answer)."""
+def stat_cells(stats: dict[str, Any] | None) -> dict[str, Any]:
+    """The dashboard row's ``oldest`` and ``sparks`` (None when the daemon did not answer)."""
     if stats is None or "series" not in stats:
-        return ["" for _ in HEADERS]
+        return {"oldest": "", "sparks": None}
     hour, day = stats["series"]["hour"], stats["series"]["day"]
     oldest = stats.get("oldest_queued_s")
-    return [e(timeshtml.seconds(oldest)) if oldest is not None else '<span class="muted">—</span>',
-            _spark(hour["ended"], "ended per minute, last hour", "count"),
-            _spark(day["ended"], "ended per hour, last 24 hours", "count"),
-            _spark(hour["wait_p50"], "median wait per minute, last hour", "latency", "s"),
-            _spark(day["run_p50"], "median run time per hour, last 24 hours", "latency", "s")]
+    return {"oldest": timeshtml.seconds(oldest) if oldest is not None else "",
+            "sparks": [_spark(hour["ended"], "ended per minute, last hour", "count"),
+                       _spark(day["ended"], "ended per hour, last 24 hours", "count"),
+                       _spark(hour["wait_p50"], "median wait per minute, last hour",
+                              "latency", True),
+                       _spark(day["run_p50"], "median run time per hour, last 24 hours",
+                              "latency", True)]}
 
 
-def _spark(values: list[Any], what: str, cls: str, unit: str = "") -> str:
+def _spark(values: list[Any], what: str, cls: str, latency: bool = False) -> dict[str, Any]:
     known = [v for v in values if v is not None]
-    say = bucket_range if unit else (lambda v: f"{v:g}")
+    say = bucket_range if latency else (lambda v: f"{v:g}")
     last = say(known[-1]) if known else "none"
     peak = say(max(known)) if known else "none"
-    title = f"{what}: latest {last}, peak {peak}"
-    return sparkline(values, title, cls) + f'<span class="sparknum">{e(last)}</span>'
+    return sparkline(values, f"{what}: latest {last}, peak {peak}", cls, last)

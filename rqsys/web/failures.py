@@ -12,46 +12,32 @@ from rqsys.errors import BadRequest, NotFound, RQError
 from rqsys.web import body, timeshtml
 from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web
-from rqsys.web.html import e, link, post_button, query, render, table
+from rqsys.web.html import pager, render
 
 GROUPS_SHOWN = 5  # per queue on the dashboard (the queue page lists them all)
 PAGE_SIZE = 25  # a group page's messages
 
 
-def section(web: Web, names: list[str], shown: int | None = GROUPS_SHOWN) -> str:
+def section(web: Web, names: list[str], shown: int | None = GROUPS_SHOWN) -> dict[str, Any]:
     """The largest failure groups of each queue in ``names`` (``shown`` of
-    each; None: all), each linked to its page, with retry and delete."""
+    each; None: all), each linked to its page (``macros.html``'s ``groups``)."""
     rows = []
     for name in names:
         try:
             groups = web.call(name, "groups")["groups"][:shown]
         except RQError:
             continue
-        rows += [_row(web, name, g, len(names) > 1) for g in groups]
-    if not rows:
-        return '<h2 id="groups">Failure groups</h2><p class="muted">No err messages.</p>'
-    heads = ["Queue"] * (len(names) > 1) + ["Reason", "Count", "Last seen", "Actions"]
-    return '<h2 id="groups">Failure groups</h2>' + table(
-        heads, rows, numeric=range(len(heads) - 3, len(heads) - 2))
+        rows += [dict(_row(web, name, g)) for g in groups]
+    return {"rows": rows, "with_queue": len(names) > 1,
+            "back": web.queue_path(names[0]) if len(names) == 1 else web.path("")}
 
 
-def _row(web: Web, name: str, group: dict[str, Any], with_queue: bool) -> list[str]:
-    page = web.path("q", name, "groups", group["key"])
-    said = (f'<div class="mono small">{e(group["last_line"])}</div>'
-            if group.get("last_line") else "")
-    cells = [link(page, group["reason"], "mono") + said, e(f"{group['count']:,}"),
-             e(timeshtml.when(group["last_seen"])),
-             _buttons(web, name, group, web.path(""))]
-    return [link(web.queue_path(name), name), *cells] if with_queue else cells
-
-
-def _buttons(web: Web, name: str, group: dict[str, Any], back: str) -> str:
-    action = web.path("q", name, "groups", group["key"])
-    return ('<div class="actions">'
-            + post_button(action, "retry all", {"_method": "retry", "back": back})
-            + post_button(action, "delete all", {"_method": "delete", "back": back},
-                          danger=True, confirm=f"Delete all {group['count']:,}?")
-            + "</div>")
+def _row(web: Web, name: str, group: dict[str, Any]) -> dict[str, Any]:
+    return {"queue": name, "queue_href": web.queue_path(name),
+            "href": web.path("q", name, "groups", group["key"]), "reason": group["reason"],
+            "last_line": group.get("last_line", ""), "count": group["count"],
+            "example": group["example"], "first_seen": timeshtml.when(group["first_seen"]),
+            "last_seen": timeshtml.when(group["last_seen"])}
 
 
 class GroupsJSON(Resource):
@@ -71,11 +57,12 @@ class Group(Resource):
         self.web.existing(name)
         offset = req.get_param_as_int("offset", min_value=0, default=0)
         got = self.web.call(name, "groups", group=_key(key), offset=offset, limit=PAGE_SIZE)
-        group = got["groups"][0]
         here = self.web.path("q", name, "groups", key)
         crumbs = [(self.web.queue_path(name), name), (here, "failure group")]
-        render(self.web, resp, f"Failure group of {name}", crumbs,
-               _page(self.web, name, group, got["ids"], offset, got["total"]))
+        render(self.web, resp, "group.html", f"Failure group of {name}", crumbs, queue=name,
+               group=_row(self.web, name, got["groups"][0]), total=got["total"],
+               rows=_members(self.web, name, got["ids"]), back=self.web.queue_path(name),
+               page=pager(here, {}, offset, PAGE_SIZE, got["total"]))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str,
                 key: str) -> None:
@@ -88,39 +75,15 @@ class Group(Resource):
         ok(req, resp, got["count"], params, page=self.web.queue_path(name))
 
 
-def _page(web: Web, name: str, group: dict[str, Any], ids: list[str], offset: int,
-          total: int) -> str:
-    store = web.store(name)
-    rows = []
+def _members(web: Web, name: str, ids: list[str]) -> list[dict[str, str]]:
+    store, rows = web.store(name), []
     for msg_id in ids:
         try:
             status = store.read_status("err", msg_id)
         except (NotFound, OSError):
             continue  # retried or deleted since it was listed
-        rows.append([link(web.msg_path(name, msg_id), msg_id, "mono"),
-                     f'<span class="mono">{e(status)}</span>'])
-    said = (f'<p>Last line it wrote: <span class="mono" id="group-line">'
-            f'{e(group["last_line"])}</span></p>' if group.get("last_line") else "")
-    here = web.path("q", name, "groups", group["key"])
-    pager = _pager(here, offset, total)
-    return (f'<h1>Failure group of {e(name)}</h1>'
-            f'<p class="mono" id="group-reason">{e(group["reason"])}</p>{said}'
-            f'<p>Example status: <span class="mono">{e(group["example"])}</span></p>'
-            f'<p class="muted">{total:,} message(s); first seen '
-            f'{e(timeshtml.when(group["first_seen"]))}, last seen '
-            f'{e(timeshtml.when(group["last_seen"]))}</p>'
-            + _buttons(web, name, group, web.queue_path(name))
-            + table(["Message", "Status"], rows) + pager)
-
-
-def _pager(here: str, offset: int, total: int) -> str:
-    parts = [f'<span class="muted">{offset + 1 if total else 0}–'
-             f"{min(offset + PAGE_SIZE, total)} of {total:,}</span>"]
-    if offset > 0:
-        parts.append(link(query(here, offset=max(0, offset - PAGE_SIZE)), "« previous"))
-    if offset + PAGE_SIZE < total:
-        parts.append(link(query(here, offset=offset + PAGE_SIZE), "next »"))
-    return f'<div class="pager">{"".join(parts)}</div>'
+        rows.append({"id": msg_id, "href": web.msg_path(name, msg_id), "status": status})
+    return rows
 
 
 def _key(key: str) -> str:

@@ -1,89 +1,47 @@
-"""Small HTML builders over one page template; every value passes through escape()."""
+"""The console's pages: Jinja2 templates (``rqsys/web/templates``) rendered with
+autoescape, so every value is escaped unless a template says otherwise; and
+the small formatting helpers the pages share."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from functools import cache
-from html import escape, unescape
-from importlib import resources
-from string import Template
+from typing import Any
 from urllib.parse import urlencode
 
 import falcon
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from rqsys.web.context import Web
 
 
 @cache
-def _base() -> Template:
-    text = resources.files("rqsys.web").joinpath("templates", "base.html").read_text()
-    return Template(text)
+def templates() -> Environment:
+    return Environment(loader=PackageLoader("rqsys.web", "templates"), autoescape=True,
+                       undefined=StrictUndefined, trim_blocks=False, lstrip_blocks=False)
 
 
-def e(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
-def page(resp: falcon.Response, root: str, host: str, title: str, crumbs: str,
-         body: str) -> None:
-    """Render the base template (``title``/``host`` are text; ``crumbs``/``body`` HTML)."""
+def render(web: Web, resp: falcon.Response, template: str, title: str,
+           crumbs: list[tuple[str, str]], **context: Any) -> None:
+    """A page of the console: ``template`` with ``context``, in the layout
+    (``title``; ``crumbs``: the (path, text) pairs of the header's trail)."""
     resp.content_type = falcon.MEDIA_HTML
-    resp.text = _base().substitute(title=e(title), root=e(root), host=e(host),
-                                   crumbs=crumbs, body=body)
-
-
-def render(web: Web, resp: falcon.Response, title: str, crumbs: list[tuple[str, str]],
-           body: str) -> None:
-    """A page of the console: ``crumbs`` (path, text) pairs, ``body`` HTML."""
-    trail = " / ".join(link(href, text) for href, text in crumbs)
-    page(resp, web.prefix, str(web.sysconfig["host"]), title, trail, body)
-
-
-def link(href: str, text: object, cls: str = "") -> str:
-    klass = f' class="{e(cls)}"' if cls else ""
-    return f'<a href="{e(href)}"{klass}>{e(text)}</a>'
-
-
-def badge(text: object) -> str:
-    return f'<span class="badge {e(text)}">{e(text)}</span>'
-
-
-def table(headers: Iterable[str], rows: Iterable[Iterable[str]],
-          numeric: range = range(0)) -> str:
-    """A table of ready HTML cells; the ``numeric`` columns are right-aligned.  On
-    a phone each row is a card, each cell labelled by its column (``data-label``)."""
-    headers = list(headers)
-    labels = [e(unescape(TAGS.sub("", h)).strip()) for h in headers]
-    head = "".join(_cell("th", h, i in numeric) for i, h in enumerate(headers))
-    body = "".join("<tr>" + "".join(_cell("td", c, i in numeric, labels[i] if i < len(labels)
-                                          else "") for i, c in enumerate(row))
-                   + "</tr>" for row in rows)
-    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
-            "</table></div>")
-
-
-TAGS = re.compile(r"<[^>]*>")
-
-
-def _cell(tag: str, html: str, num: bool, label: str = "") -> str:
-    attrs = (' class="num"' if num else "") + (f' data-label="{label}"' if label else "")
-    return f"<{tag}{attrs}>{html}</{tag}>"
-
-
-def post_button(action: str, label: str, fields: dict[str, str], danger: bool = False,
-                confirm: str = "", said: str = "") -> str:
-    """A one-button form posting ``fields`` (hidden) to ``action`` (``said``:
-    what a screen reader says of the button, when ``label`` alone is unclear)."""
-    hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
-                     for k, v in fields.items())
-    onsubmit = f' onsubmit="return confirm(\'{e(confirm)}\')"' if confirm else ""
-    cls = ' class="danger"' if danger else ""
-    aria = f' aria-label="{e(said)}"' if said else ""
-    return (f'<form method="post" action="{e(action)}"{onsubmit}>{hidden}'
-            f"<button{cls}{aria}>{e(label)}</button></form>")
+    resp.text = templates().get_template(template).render(
+        root=web.prefix, host=str(web.sysconfig["host"]), title=title, crumbs=crumbs,
+        **context)
 
 
 def query(base: str, **params: object) -> str:
     kept = {k: v for k, v in params.items() if v not in (None, "")}
     return f"{base}?{urlencode(kept)}" if kept else base
+
+
+def pager(base: str, params: dict[str, str], offset: int, size: int, total: int,
+          more: bool = False) -> dict[str, Any]:
+    """A page of ``size`` from ``offset`` of ``total`` (``more``: counted no further):
+    what ``macros.html``'s ``pager`` shows, its links keeping ``params``."""
+    return {"first": offset + 1 if total else 0, "last": min(offset + size, total),
+            "total": f"{total:,}+" if more else f"{total:,}",
+            "previous": query(base, **params, offset=max(0, offset - size)) if offset > 0
+            else "",
+            "next": query(base, **params, offset=offset + size) if offset + size < total
+            else ""}

@@ -14,7 +14,7 @@ from rqsys.errors import BadRequest, NotFound
 from rqsys.observe import timeline
 from rqsys.run import protocol
 from rqsys.store import check_attach_name
-from rqsys.web import body, logs, pages, upload
+from rqsys.web import body, logs, msgpage, upload
 from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web, queue_and_id, split_suffix
 
@@ -50,7 +50,8 @@ class MessageResource(Resource):
         if suffix:
             resp.media = message_json(self.web, queue, msg_id)
         else:
-            pages.message_page(self.web, req, resp, queue, message_json(self.web, queue, msg_id))
+            msgpage.message_page(self.web, req, resp, queue,
+                                 message_json(self.web, queue, msg_id))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)

@@ -1,56 +1,95 @@
-"""The message page's parts that depend on its state and history: the actions
-that can apply to it now, how far along it is, why it failed, each run's
-resource use (from its timeline), and what to say of its output."""
+"""A message's page (template ``message.html``): the actions that can apply to it
+now, how far along it is, why it failed, its times, timeline and runs, its
+fields and attachments, and its output (a terminal while it runs)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from rqsys.web import timeshtml
+import falcon
+
+from rqsys.observe import timeline
+from rqsys.web import logs, timeshtml
 from rqsys.web.context import Web
-from rqsys.web.html import e, link, post_button, table
+from rqsys.web.html import render
 
 ENDED = ("done", "err", "relayed")
+NOT_FIELDS = ("_attachments", "status", "status_text", "state", "_timeline", "progress",
+              "last_lines", *timeline.TIME_FIELDS)  # shown elsewhere on the page
 
 
-def actions(web: Web, queue: str, msg_id: str, state: str) -> str:
+def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: str,
+                 msg: dict[str, Any]) -> None:
+    msg_id, state = msg["msg_id"], msg["state"]
+    crumbs = [(web.queue_path(queue), queue), (web.msg_path(queue, msg_id), msg_id)]
+    render(web, resp, "message.html", f"Message {msg_id}", crumbs, msg_id=msg_id, state=state,
+           status=msg.get("status", ""), progress=progress(msg.get("progress")),
+           after=msg.get("after") or [], actions=actions(web, queue, msg_id, state),
+           why=why_failed(web, queue, msg), msg_times=timeshtml.time_cells(msg),
+           timeline=timeshtml.events(msg.get("_timeline") or []),
+           runs=runs(msg.get("_timeline") or []),
+           fields=[(k, json.dumps(v)) for k, v in sorted(msg.items()) if k not in NOT_FIELDS],
+           attachments=_attachments(web, queue, msg_id, msg["_attachments"]),
+           out=_output(web, queue, msg_id, state))
+
+
+def actions(web: Web, queue: str, msg_id: str, state: str) -> list[dict[str, Any]]:
     """Only what the daemon would do for a message in ``state``."""
     here = mpath = web.msg_path(queue, msg_id)
     back = web.queue_path(queue)
+
+    def button(action: str, label: str, fields: dict[str, str], danger: bool = False,
+               confirm: str = "") -> dict[str, Any]:
+        return {"action": action, "label": label, "fields": fields, "danger": danger,
+                "confirm": confirm}
     buttons = []
     if state == "prep":
-        buttons.append(post_button(mpath, "commit", {"_method": "commit", "back": here}))
+        buttons.append(button(mpath, "commit", {"_method": "commit", "back": here}))
     if state == "err":  # runs again as it was, in place (same id)
-        buttons.append(post_button(mpath, "retry", {"_method": "retry", "back": here}))
+        buttons.append(button(mpath, "retry", {"_method": "retry", "back": here}))
     if state == "que":
-        buttons.append(post_button(mpath + "/run_now", "run now", {"back": here}))
-    buttons.append(post_button(mpath + "/clone", "clone", {"x_format": "html"}))
+        buttons.append(button(mpath + "/run_now", "run now", {"back": here}))
+    buttons.append(button(mpath + "/clone", "clone", {"x_format": "html"}))
     if state == "run":
-        buttons.append(post_button(mpath, "destroy", {"_method": "destroy", "back": back},
-                                   danger=True, confirm="Destroy this message (kills its script)?"))
+        buttons.append(button(mpath, "destroy", {"_method": "destroy", "back": back}, True,
+                              "Destroy this message (kills its script)?"))
     else:
-        buttons.append(post_button(mpath, "delete", {"_method": "delete", "back": back},
-                                   danger=True, confirm="Delete this message?"))
-    return f'<div class="actions" id="msg-actions">{"".join(buttons)}</div>'
+        buttons.append(button(mpath, "delete", {"_method": "delete", "back": back}, True,
+                              "Delete this message?"))
+    return buttons
 
 
-def runs(events: list[dict[str, Any]]) -> str:
+def progress(said: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How far along a running message says it is (its ``N%`` or ``N/M`` status)."""
+    if not said:
+        return None
+    fraction = float(said["fraction"])
+    text = (f"{said['done']:,}/{said['total']:,}" if "total" in said
+            else f"{fraction * 100:.0f}%")
+    return {"value": f"{fraction:g}", "said": text}
+
+
+def why_failed(web: Web, queue: str, msg: dict[str, Any]) -> dict[str, Any] | None:
+    """The err panel: RQ's status text and the last lines the run wrote."""
+    if msg["state"] != "err":
+        return None
+    return {"status": msg.get("status_text", ""), "lines": msg.get("last_lines") or [],
+            "log": web.path("q", queue, msg["msg_id"], "log", "stdio.log")}
+
+
+def runs(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per run: when, where, how it ended and what it used (``wait4``)."""
-    rows: list[dict[str, Any]] = []
+    found: list[dict[str, Any]] = []
     for item in events:
         if item.get("ev") == "started":
-            rows.append({"start": item})
-        elif item.get("ev") == "exit" and rows and "exit" not in rows[-1]:
-            rows[-1]["exit"] = item
-    if not rows:
-        return ""
-    return '<h2 id="runs">Runs</h2>' + table(
-        ["Run", "Started", "Host / pid", "Ended by", "Ran", "User CPU", "System CPU",
-         "Peak RSS"], [_run_row(n, row) for n, row in enumerate(rows, 1)],
-        numeric=range(4, 8))
+            found.append({"start": item})
+        elif item.get("ev") == "exit" and found and "exit" not in found[-1]:
+            found[-1]["exit"] = item
+    return [_run(n, row) for n, row in enumerate(found, 1)]
 
 
-def _run_row(n: int, row: dict[str, Any]) -> list[str]:
+def _run(n: int, row: dict[str, Any]) -> dict[str, Any]:
     start, end = row["start"], row.get("exit", {})
     if "signal" in end:
         how = f"signal {end['signal']}"
@@ -59,45 +98,42 @@ def _run_row(n: int, row: dict[str, Any]) -> list[str]:
     else:
         how = "running" if not end else "?"
     rss = end.get("maxrss_kb")
-    return [e(start.get("run", n)), e(timeshtml.when(start.get("t"))),
-            e(f"{start.get('host', '')} / {start.get('pid', start.get('handed', ''))}"), e(how),
-            e(timeshtml.seconds(end.get("run_s"))), e(timeshtml.seconds(end.get("utime_s"))),
-            e(timeshtml.seconds(end.get("stime_s"))),
-            e(f"{rss / 1024:.1f} MiB" if isinstance(rss, int | float) else "")]
+    return {"run": start.get("run", n), "started": timeshtml.when(start.get("t")),
+            "where": f"{start.get('host', '')} / {start.get('pid', start.get('handed', ''))}",
+            "how": how, "ran": timeshtml.seconds(end.get("run_s")),
+            "user": timeshtml.seconds(end.get("utime_s")),
+            "system": timeshtml.seconds(end.get("stime_s")),
+            "rss": f"{rss / 1024:.1f} MiB" if isinstance(rss, int | float) else ""}
+
+
+def _attachments(web: Web, queue: str, msg_id: str,
+                 found: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"name": name, "href": web.path("q", queue, msg_id, "attach", name),
+             "size": info["size"], "md5": info["md5"]} for name, info in sorted(found.items())]
+
+
+def _output(web: Web, queue: str, msg_id: str, state: str) -> dict[str, Any]:
+    files = logs.job_files(web, queue, state, msg_id)
+    job = web.store(queue).msg_dir(state, msg_id) / "job"
+    empty = all(_size(job / f) == 0 for f in files)
+    return {"files": [{"name": f, "href": web.path("q", queue, msg_id, "log", f)}
+                      for f in files],
+            "said": no_output(state, files, empty), "ended": state in ENDED,
+            "tail_url": web.path("q", queue, msg_id, "tail.json"),
+            "vendor": web.path("static", "vendor")}
 
 
 def no_output(state: str, files: list[str], empty: bool) -> str:
     """What the Output section says instead of an empty box ("" when there is output)."""
     if state in ENDED and (not files or empty):
-        return '<p class="muted" id="no-output">No output: the script wrote nothing.</p>'
+        return "No output: the script wrote nothing."
     if state in ("que", "prep") and not files:
-        return '<p class="muted" id="no-output">No output yet: it has not run.</p>'
+        return "No output yet: it has not run."
     return ""
 
 
-def progress_bar(progress: dict[str, Any] | None, ident: str = "msg-progress") -> str:
-    """How far along a running message says it is (its ``N%`` or ``N/M`` status)."""
-    if not progress:
-        return ""
-    fraction = float(progress["fraction"])
-    said = (f"{progress['done']:,}/{progress['total']:,}" if "total" in progress
-            else f"{fraction * 100:.0f}%")
-    return (f'<span class="progress"><progress id="{e(ident)}" max="1" value="{fraction:g}" '
-            f'aria-label="progress {e(said)}"></progress> <span class="num">{e(said)}</span>'
-            "</span>")
-
-
-def why_failed(web: Web, queue: str, msg: dict[str, Any]) -> str:
-    """The err panel: RQ's status text and the last lines the run wrote, linked
-    to its whole log."""
-    if msg["state"] != "err":
-        return ""
-    lines = msg.get("last_lines") or []
-    log = web.path("q", queue, msg["msg_id"], "log", "stdio.log")
-    said = (f'<pre class="lastlines" id="last-lines">{e(chr(10).join(lines))}</pre>'
-            f'<p>{link(log, "the whole output")}</p>' if lines
-            else '<p class="muted">The run wrote nothing before it ended.</p>')
-    return ('<section class="why" id="why-failed" aria-labelledby="why-title">'
-            '<h2 id="why-title">Why it failed</h2>'
-            f'<p class="mono" id="err-status">{e(msg.get("status_text", ""))}</p>'
-            f"{said}</section>")
+def _size(path: Any) -> int:
+    try:
+        return int(path.stat().st_size)
+    except OSError:
+        return 0

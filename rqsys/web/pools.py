@@ -9,8 +9,6 @@ imports NATS; a host without pool queues gets no pool metrics and no section.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from importlib import resources
-from string import Template
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -18,7 +16,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from rqsys.errors import RQError
 from rqsys.pool.report import pool_queues
 from rqsys.web.context import Web
-from rqsys.web.html import e, link, table
 
 FIGURES = (  # the pool answer's field, metric name, help, table heading
     ("depth", "rqsys_pool_messages", "messages in the pool's stream", "Depth"),
@@ -76,26 +73,22 @@ class PoolsCollector:
         yield from (up, *families, per_host, alive)
 
 
-def section(web: Web) -> str:
-    """The dashboard's pool section ("" without pool queues)."""
+def section(web: Web) -> dict[str, Any] | None:
+    """The dashboard's pool section (``pools.html``; None without pool queues)."""
     answers = ask(web)
     if not answers:
-        return ""
-    rows = [_row(queue, pool, got) for queue, pool, got in answers]
-    headers = ["Pool", "Queue", *(h for *_x, h in FIGURES), "In flight per host"]
-    text = resources.files("rqsys.web").joinpath("templates", "pools.html").read_text()
-    return Template(text).substitute(
-        table=table(headers, rows, numeric=range(2, 2 + len(FIGURES))),
-        doc=link(web.path("metrics"), "/metrics"))
+        return None
+    return {"heads": [h for *_x, h in FIGURES], "metrics": web.path("metrics"),
+            "rows": [_row(queue, pool, got) for queue, pool, got in answers]}
 
 
-def _row(queue: str, pool: str, got: dict[str, Any] | RQError) -> list[str]:
+def _row(queue: str, pool: str, got: dict[str, Any] | RQError) -> dict[str, Any]:
     if isinstance(got, RQError):
-        return [e(pool), e(queue), f'<span class="error">{e(got)}</span>',
-                *("" for _ in FIGURES[1:]), ""]
-    hosts = ", ".join(f"{e(h)} {load['in_flight']}" + _quiet(load)
+        return {"pool": pool, "queue": queue, "error": str(got)}
+    hosts = ", ".join(f"{h} {load['in_flight']}" + _quiet(load)
                       for h, load in (got.get("hosts") or {}).items())
-    return [e(pool), e(queue), *(e(got[field]) for field, *_r in FIGURES), hosts]
+    return {"pool": pool, "queue": queue, "error": "", "hosts": hosts,
+            "figures": [got[field] for field, *_r in FIGURES]}
 
 
 def _quiet(load: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from rqsys.errors import BadRequest, RQError, SpawnError, TooLarge, Unavailable
 from rqsys.message import split_method
 from rqsys.run.spawn import script_argv
 from rqsys.store import ADMIN_OPERS, QUEUE_NAME_RE, STATES, check_queue_name
-from rqsys.web import body, pages
+from rqsys.web import body, newform, pages
 from rqsys.web.answers import Forbidden, ok, status_for
 from rqsys.web.context import Resource, Web, split_suffix
 
@@ -155,7 +155,7 @@ class NewMessage(Resource):
     ``mesg[field]`` form or our ``mesg_*`` fields; GET: the form."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        pages.new_message_page(self.web, req, resp, check_queue_name(name))
+        newform.new_message_page(self.web, req, resp, check_queue_name(name))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         check_queue_name(name)
@@ -167,7 +167,7 @@ class NewMessage(Resource):
             if params.get("x_format") != "html":
                 raise
             resp.status = status_for(exc)  # the form again, as typed, the error by its field
-            pages.new_message_page(self.web, req, resp, name, params, str(exc))
+            newform.new_message_page(self.web, req, resp, name, params, str(exc))
 
     def _create(self, req: falcon.Request, resp: falcon.Response, name: str,
                 params: dict[str, Any], pairs: body.Pairs) -> None:

@@ -16,7 +16,7 @@ from rqsys.errors import BadRequest, RQError
 from rqsys.store import STATES
 from rqsys.web import timeshtml
 from rqsys.web.context import Resource, Web
-from rqsys.web.html import badge, e, link, query, render, table
+from rqsys.web.html import query, render
 
 SHOWN = 25  # the newest matches shown, of all queues
 MAX_TEXT = 500
@@ -34,8 +34,10 @@ class SearchAll(Resource):
         if req.path.endswith(".json"):
             resp.media = found
             return
-        render(self.web, resp, f"Search {text}" if text else "Search",
-               [(self.web.path("search"), "search")], _page(self.web, text, found))
+        render(self.web, resp, "search.html", f"Search {text}" if text else "Search",
+               [(self.web.path("search"), "search")], text=text, found=found,
+               action=self.web.path("search"), states=STATES,
+               counts=_counts(self.web, text, found), rows=_rows(self.web, found))
 
 
 def search_all(web: Web, text: str) -> dict[str, Any]:
@@ -59,34 +61,17 @@ def search_all(web: Web, text: str) -> dict[str, Any]:
             "rows": rows[:SHOWN], "errors": errors}
 
 
-def _page(web: Web, text: str, found: dict[str, Any]) -> str:
-    form = (f'<form class="search" method="get" action="{e(web.path("search"))}" '
-            'role="search"><input type="search" name="q" id="search-all" '
-            f'value="{e(text)}" aria-label="search all queues" '
-            'placeholder="words in params, status or tags"> '
-            '<button class="primary">Search</button></form>')
-    if not text:
-        return "<h1>Search all queues</h1>" + form
-    errors = "".join(f'<p class="error">{e(name)}: {e(why)}</p>'
-                     for name, why in found["errors"].items())
-    if not found["queues"]:
-        return (f"<h1>Search all queues</h1>{form}{errors}"
-                f'<p class="muted" id="no-matches">Nothing matches {e(text)} in any queue.</p>')
-    counts = [[link(web.queue_path(name), name),
-               *(_count(web, name, state, text, n.get(state, 0)) for state in STATES)]
-              for name, n in found["queues"].items()]
-    rows = [[link(web.queue_path(row["queue"]), row["queue"]),
-             link(web.msg_path(row["queue"], row["id"]), row["id"], "mono"),
-             badge(row["state"]), e(row["params"]), f'<span class="mono">{e(row["status"])}'
-             "</span>", e(timeshtml.when(row["created"]))] for row in found["rows"]]
-    return (f"<h1>Search all queues</h1>{form}{errors}"
-            '<h2 id="matches-by-queue">Matches by queue and state</h2>'
-            + table(["Queue", *STATES], counts, numeric=range(1, 1 + len(STATES)))
-            + '<h2 id="newest">Newest matches</h2>'
-            + table(["Queue", "Message", "State", "Params", "Status", "Created"], rows))
+def _counts(web: Web, text: str, found: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per queue, each state's matches, linked to that tab with the search kept."""
+    return [{"name": name, "href": web.queue_path(name),
+             "cells": [{"state": state, "n": n.get(state, 0),
+                        "href": query(web.queue_path(name), state=state, text=text)}
+                       for state in STATES]}
+            for name, n in found["queues"].items()]
 
 
-def _count(web: Web, name: str, state: str, text: str, n: int) -> str:
-    if not n:
-        return '<span class="muted">0</span>'
-    return link(query(web.queue_path(name), state=state, text=text), f"{n:,}")
+def _rows(web: Web, found: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"queue": row["queue"], "queue_href": web.queue_path(row["queue"]),
+             "id": row["id"], "href": web.msg_path(row["queue"], row["id"]),
+             "state": row["state"], "params": row["params"], "status": row["status"],
+             "created": timeshtml.when(row["created"])} for row in found["rows"]]

@@ -9,7 +9,7 @@ import falcon
 
 from rqsys.timers.listing import list_timers, when
 from rqsys.web.context import Resource
-from rqsys.web.html import e, link, render, table
+from rqsys.web.html import render
 
 
 class Timers(Resource):
@@ -18,17 +18,14 @@ class Timers(Resource):
         if req.path.endswith(".json"):
             resp.media = entries
             return
-        rows = [self._row(t) for t in entries]
-        body = "<h1>Timers</h1>" + (
-            table(["Timer", "Schedule", "Destination", "Next run", "Last run", "Last message",
-                   "State"], rows) if rows else '<p class="muted">No timers.</p>')
-        render(self.web, resp, "Timers", [(self.web.path("timers"), "timers")], body)
+        render(self.web, resp, "timers.html", "Timers", [(self.web.path("timers"), "timers")],
+               timers=[self._row(t) for t in entries])
 
-    def _row(self, t: dict[str, Any]) -> list[str]:
+    def _row(self, t: dict[str, Any]) -> dict[str, Any]:
         if "error" in t:
-            return [e(t["name"]), f'<span class="error">{e(t["error"])}</span>', "", "", "", "",
-                    ""]
-        last_link = link(self.web.msg_path(t["last_queue"], t["last_msg_id"]),
-                         t["last_msg_id"]) if t.get("last_msg_id") else "-"
-        return [e(t["name"]), e(t["schedule"]), e(t["dest"]), e(when(t["next"])),
-                e(when(t["last"])), last_link, e(t.get("last_state", "-"))]
+            return {"name": t["name"], "error": t["error"]}
+        last = t.get("last_msg_id")
+        return {"name": t["name"], "error": "", "schedule": t["schedule"], "dest": t["dest"],
+                "next": when(t["next"]), "last": when(t["last"]), "msg_id": last or "",
+                "href": self.web.msg_path(t["last_queue"], last) if last else "",
+                "state": t.get("last_state", "-")}

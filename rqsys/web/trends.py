@@ -10,8 +10,8 @@ import falcon
 
 from rqsys.errors import BadRequest
 from rqsys.web.charts import bucket_range, chart
-from rqsys.web.context import Resource, Web
-from rqsys.web.html import e, query, render, table
+from rqsys.web.context import Resource
+from rqsys.web.html import query, render
 
 RANGES = {"1h": ("hour", "minute"), "24h": ("day", "hour"), "7d": ("week", "hour")}
 WINDOW = {"1h": "hour", "24h": "day", "7d": "week"}  # the stats' window of the same length
@@ -28,41 +28,33 @@ class Trends(Resource):
         span, slot = RANGES[shown]
         stats = self.web.call(name, "stats", span=span)
         here = self.web.path("q", name, "trends")
-        render(self.web, resp, f"Trends of {name}",
-               [(self.web.queue_path(name), name), (here, "trends")],
-               _body(self.web, name, shown, slot, stats))
+        render(self.web, resp, "trends.html", f"Trends of {name}",
+               [(self.web.queue_path(name), name), (here, "trends")], queue=name,
+               ranges=_ranges(here, shown), window=_window(stats["windows"][WINDOW[shown]]),
+               charts=_charts(stats["series"][span], slot))
 
 
-def _body(web: Web, name: str, shown: str, slot: str, stats: dict[str, Any]) -> str:
-    span = RANGES[shown][0]
-    got = stats["series"][span]
+def _charts(got: dict[str, Any], slot: str) -> list[dict[str, Any]]:
     start, step = got["start"], got["step"]
-    window = stats["windows"][WINDOW[shown]]
-    charts = (chart("ended", f"Ended per {slot}", start, step,
-                    [("done", got["done"]), ("err", got["err"])])
-              + chart("wait", "Wait: from entering the que (created, retried or resent) "
-                      "to starting", start, step,
-                      [(p, got[f"wait_{p}"]) for p in ("p50", "p95", "p99")], latency=True)
-              + chart("run", "Run time", start, step,
-                      [(p, got[f"run_{p}"]) for p in ("p50", "p95", "p99")], latency=True))
-    return (f"<h1>Trends of {e(name)}</h1>" + _ranges(web, name, shown)
-            + "<h2>Over the range</h2>" + _window_table(window) + charts)
+    return [chart("ended", f"Ended per {slot}", start, step,
+                  [("done", got["done"]), ("err", got["err"])]),
+            chart("wait", "Wait: from entering the que (created, retried or resent) to "
+                  "starting", start, step,
+                  [(p, got[f"wait_{p}"]) for p in ("p50", "p95", "p99")], latency=True),
+            chart("run", "Run time", start, step,
+                  [(p, got[f"run_{p}"]) for p in ("p50", "p95", "p99")], latency=True)]
 
 
-def _ranges(web: Web, name: str, shown: str) -> str:
-    here = web.path("q", name, "trends")
-    links = "".join(
-        f'<a href="{e(query(here, range=key))}"'
-        + (' class="on" aria-current="page"' if key == shown else "") + f">{e(label)}</a>"
-        for key, label in (("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d")))
-    return f'<nav class="tabs" aria-label="range" id="ranges">{links}</nav>'
+def _ranges(here: str, shown: str) -> list[dict[str, Any]]:
+    return [{"href": query(here, range=key), "label": label, "on": key == shown}
+            for key, label in (("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d"))]
 
 
-def _window_table(window: dict[str, Any]) -> str:
-    """Counts and percentiles over the range, each percentile as its bucket's range."""
-    counts = [e(f"{window.get(k, 0):,}") for k in ("created", "done", "err", "relayed")]
-    marks = [bucket_range(window[what].get(p))
+def _window(window: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """Counts and percentiles over the range (head, value, numeric), each
+    percentile as its bucket's range."""
+    counts = [(head, f"{window.get(key, 0):,}", True) for head, key in (
+        ("Created", "created"), ("Done", "done"), ("Err", "err"), ("Relayed", "relayed"))]
+    marks = [(f"{what.title()} {p}", bucket_range(window[what].get(p)), False)
              for what in ("wait", "run") for p in ("p50", "p95", "p99")]
-    return table(["Created", "Done", "Err", "Relayed", "Wait p50", "Wait p95", "Wait p99",
-                  "Run p50", "Run p95", "Run p99"], [[*counts, *(e(m) for m in marks)]],
-                 numeric=range(0, 4))
+    return counts + marks

@@ -93,7 +93,7 @@ def test_new_message_form_honours_form_json(layout, make_queue, tmp_path):
     assert page.status_code == 200
     html = page.text
     assert "Frequency &lt;of&gt; run" in html and "Tell the script" in html
-    assert '<input type="hidden" name="mesg_param2" value="secret&quot;value">' in html
+    assert '<input type="hidden" name="mesg_param2" value="secret&#34;value">' in html
     assert 'name="mesg_src" value="web form"' in html
     assert 'name="mesg_dest"' not in html and 'name="mesg_param3"' not in html
 
