@@ -81,7 +81,7 @@ class Errors:
 
     def fail(self, req: falcon.Request, resp: falcon.Response, status: str, why: str) -> None:
         resp.status = status
-        if not wants_html(req) or resp.status == falcon.HTTP_401:  # 401: the browser asks
+        if not wants_html(req) or falcon.http_status_to_code(status) == 401:  # the browser asks
             resp.content_type = falcon.MEDIA_JSON
             resp.media = ["fail", why]
             return

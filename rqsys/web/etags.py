@@ -28,8 +28,8 @@ class ETags:
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: Any,
                          req_succeeded: bool) -> None:
-        if (req.method not in TAGGED or not req_succeeded or resp.status_code != 200
-                or resp.stream is not None):
+        if (req.method not in TAGGED or not req_succeeded or resp.stream is not None
+                or falcon.http_status_to_code(resp.status) != 200):  # (falcon 3: no status_code)
             return
         body = resp.render_body()
         if body is None:
