@@ -12,7 +12,7 @@ import falcon
 from rqsys.observe import timeline
 from rqsys.web import logs, timeshtml
 from rqsys.web.context import Web
-from rqsys.web.html import render
+from rqsys.web.html import query, render
 
 ENDED = ("done", "err", "relayed")
 NOT_FIELDS = ("_attachments", "status", "status_text", "state", "_timeline", "progress",
@@ -31,7 +31,9 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
            runs=runs(msg.get("_timeline") or []),
            fields=[(k, json.dumps(v)) for k, v in sorted(msg.items()) if k not in NOT_FIELDS],
            attachments=_attachments(web, queue, msg_id, msg["_attachments"]),
-           out=_output(web, queue, msg_id, state))
+           out=_output(web, queue, msg_id, state),
+           attach_action=query(web.path("q", queue, msg_id, "attach", "new"),
+                               back=web.msg_path(queue, msg_id)) if state == "prep" else "")
 
 
 def actions(web: Web, queue: str, msg_id: str, state: str) -> list[dict[str, Any]]:

@@ -48,7 +48,8 @@ def new_message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue
     action = web.path("q", queue, "new_message")
     render(web, resp, "new_message.html", f"New message for {queue}",
            [(web.queue_path(queue), queue), (action, "new")], queue=queue, action=action,
-           form_warning=warning, error="" if wrong else error, inputs=inputs)
+           form_warning=warning, error="" if wrong else error, inputs=inputs,
+           prep=(kept or {}).get("_method") == "prep")
 
 
 def _load_form(web: Web, queue: str) -> tuple[dict[str, Any], str]:

@@ -359,11 +359,15 @@ def _message_paths() -> dict[str, Any]:
                                                  "minItems": 1, "maxItems": 1},
                                            "A message's state"),
         "/q/{name}/{mid}/tail.json": {"get": {
-            "summary": "New output of job/stdio.log from offset", "parameters": [*qm, {
+            "summary": "Output of job/stdio.log from offset (at most 1 MiB), or from the "
+                       "first line of its last N bytes", "parameters": [*qm, {
                 "name": "offset", "in": "query", "required": False,
-                "schema": {"type": "integer", "minimum": 0, "maximum": 2**62}}],
+                "schema": {"type": "integer", "minimum": 0, "maximum": 2**62}}, {
+                "name": "last", "in": "query", "required": False,
+                "schema": {"type": "integer", "minimum": 1, "maximum": 2**62}}],
             "responses": _answers({"type": "object", "required": [
-                "data", "offset", "state", "status", "progress", "ended"]})}},
+                "data", "from", "offset", "size", "state", "status", "progress",
+                "ended"]})}},
         "/q/{name}/{mid}/log/{file}": _get([*qm, {"name": "file", "in": "path",
                                                    "required": True, "schema": NAME}],
                                            TEXT, "A job log file (Range honoured)",

@@ -263,3 +263,31 @@ def test_trends_chart_each_range_and_a_retry_waits_from_its_retry(layout, make_q
     bad = client.simulate_get("/q/q/trends", params={"range": "3y"})
     assert bad.status_code == 400 and "range must be one of 1h, 24h, 7d" in bad.json[1]
     assert client.simulate_get("/q/nosuch/trends").status_code == 404
+
+
+def test_the_form_sends_a_message_with_a_file_through_prep(layout, make_queue, daemon):
+    make_queue("q", 'echo "done read $(cat "$RQ_MSG_DIR/../attach/rows.csv")" >&3\n')
+    proc = daemon("q")
+    layout.config_file.write_text(json.dumps({"host": "h.example", "port": 3333}))
+    client = web_client(layout)
+    assert 'name="_method" value="prep"' in client.simulate_get("/q/q/new_message").text
+    sent = client.simulate_post("/q/q/new_message", headers=FORM,
+                                body="x_format=html&mesg_param1=x&_method=prep")
+    assert sent.status_code == 303
+    page_path = sent.headers["location"]
+    msg_id = page_path.rsplit("/", 1)[1]
+    assert proc.call("state", msg_id=msg_id)["state"] == "prep"
+    page = client.simulate_get(page_path, headers=BROWSER).text
+    action = f"/q/q/{msg_id}/attach/new?back=%2Fq%2Fq%2F{msg_id}"
+    assert f'enctype="multipart/form-data" action="{action}"' in page.replace("&amp;", "&")
+    boundary = "b0undary"
+    upload = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"filedata\"; "
+              f"filename=\"rows.csv\"\r\nContent-Type: text/csv\r\n\r\na,b\r\n"
+              f"--{boundary}--\r\n")
+    path, query = action.split("?")
+    attached = client.simulate_post(path, query_string=query, body=upload, headers={
+        **BROWSER, "Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert attached.status_code == 303 and attached.headers["location"] == page_path
+    assert "rows.csv" in client.simulate_get(page_path).text
+    client.simulate_post(page_path, headers=FORM, body=f"_method=commit&back={page_path}")
+    assert settle(proc, msg_id)["status"] == "read a,b"
