@@ -97,10 +97,11 @@ def test_every_page_in_both_themes_and_widths_is_accessible_and_fits(
     running = send(proc, param1="slow")
     wait_for(lambda: proc.call("status", msg_id=running)["status"] == "40/40 rows")
     group = proc.call("groups")["groups"][0]["key"]
+    prep = proc.call("create", msg={"param1": "ok"}, state="prep")["msg_id"]
     pages = {"dashboard": "/", "queue": "/q/etl?state=err", "message-err": f"/q/etl/{failed[0]}",
              "message-run": f"/q/etl/{running}", "group": f"/q/etl/groups/{group}",
              "search": "/search?q=db01", "new-message": "/q/etl/new_message",
-             "trends": "/q/etl/trends?range=1h",
+             "trends": "/q/etl/trends?range=1h", "message-prep": f"/q/etl/{prep}",
              "timers": "/timers", "not-found": "/q/nosuch"}
     shots = tmp_path / "screenshots"
     shots.mkdir()
