@@ -132,7 +132,7 @@ def _row(view: QueueView, state: str, msg_id: str) -> dict[str, Any] | None:
         msg = view.read_msg(state, msg_id)
     except RQError:
         return None  # it moved on since it was listed
-    times = timeline.times(timeline.read(view.msg_dir(state, msg_id)),
+    times = timeline.times(timeline.read_folded(view.msg_dir(state, msg_id)),
                            float(msg.get("due") or 0))
     return {"msg_id": msg_id, "state": state, **times,
             "status": view.read_status(state, msg_id),

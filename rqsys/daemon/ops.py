@@ -85,7 +85,7 @@ class Ops:
         msg = dict(worker.msg) if worker else self.store.read_msg(state, msg_id)
         status = worker.status if worker else self.store.read_status(state, msg_id)
         self.log.flush()  # this turn's timeline lines too (they are written once a turn)
-        events = timeline.read(self.store.msg_dir(state, msg_id))
+        events = timeline.read_folded(self.store.msg_dir(state, msg_id))
         return {"ok": True, "msg": msg, "state": state, "status": status,
                 "url": self.ctx.url(msg_id), "attachments": self._attachments(state, msg_id),
                 **timeline.times(events, float(msg.get("due") or 0)),

@@ -96,7 +96,7 @@ def add(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str) -> Non
             state = view.find(msg_id)
         msg = view.read_msg(state, msg_id)
         status = view.read_status(state, msg_id)
-        times = timeline.times(timeline.read(view.msg_dir(state, msg_id)),
+        times = timeline.times(timeline.read_folded(view.msg_dir(state, msg_id)),
                                float(msg.get("due") or 0))
     except (RQError, OSError):
         return

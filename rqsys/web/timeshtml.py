@@ -36,7 +36,8 @@ def time_cells(times: dict[str, Any]) -> dict[str, str]:
 
 def row_times(msg_dir: Path, msg: dict[str, Any]) -> dict[str, str]:
     """A listed message's time columns, from its timeline file."""
-    return time_cells(timeline.times(timeline.read(msg_dir), float(msg.get("due") or 0)))
+    return time_cells(timeline.times(timeline.read_folded(msg_dir),
+                                     float(msg.get("due") or 0)))
 
 
 def events(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -35,7 +35,10 @@ def test_series_counts_ends_per_minute_and_hour():
 
 
 def test_sparkline_scales_to_the_peak_and_escapes_its_title():
-    svg = sparkline([0, 2, None, 4], 'ended <per> "minute"')
+    from rqsys.web.html import templates
+
+    spark = sparkline([0, 2, None, 4], 'ended <per> "minute"')
+    svg = templates().get_template("macros.html").module.spark(spark)
     assert svg.count("<polyline") == 1 and "&lt;per&gt;" in svg and "<per>" not in svg
     points = svg.split('class="line" points="')[1].split('"')[0].split()
     ys = [float(p.split(",")[1]) for p in points]

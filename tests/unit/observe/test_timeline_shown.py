@@ -42,3 +42,22 @@ def test_over_the_limit_the_oldest_others_go_never_a_landmark():
     assert kinds[0] == "created" and kinds[-1] == "err"
     assert len(got) == 302  # the landmarks alone are more than the limit: all kept
     assert shown(events[:41], 30)[-1] == events[40]  # the newest others kept
+
+
+def test_reading_folded_is_folding_what_was_read(tmp_path):
+    import json
+
+    from rqsys.observe import timeline
+
+    events = [_ev("created", 0), _ev("started", 1),
+              *[_ev("status", 2 + n, f"{n}/500") for n in range(500)],
+              _ev("timeout", 600), _ev("status", 601, "alone"), _ev("exit", 602),
+              *[_ev("status", 700 + n, f"again {n}") for n in range(3)], _ev("err", 800, "x")]
+    lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
+    (tmp_path / timeline.FILE).write_text(lines + '{"t":900,"ev":"sta')  # a torn last line
+    folded = timeline.read_folded(tmp_path)
+    assert folded == shown(timeline.read(tmp_path), 10_000)
+    assert [e["ev"] for e in folded] == ["created", "started", "status", "timeout", "status",
+                                         "exit", "status", "err"]
+    assert folded[2]["folded"] == 500 and "folded" not in folded[4]
+    assert timeline.times(folded) == timeline.times(timeline.read(tmp_path))
