@@ -11,7 +11,8 @@ import falcon
 from rqsys.errors import BadRequest, NotFound, RQError, StoreError
 from rqsys.search import query as searchquery
 from rqsys.store import STATES
-from rqsys.web import timeshtml
+from rqsys.run import protocol
+from rqsys.web import msgpage, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import pager, query
 
@@ -105,11 +106,13 @@ def _plain_listing(web: Web, name: str, state: str, offset: int) -> dict[str, An
             msg = store.read_msg(state, msg_id)
         except (NotFound, StoreError):
             continue  # moved on since it was listed
+        status = store.read_status(state, msg_id)
         rows.append({"id": msg_id, "href": web.msg_path(name, msg_id),
                      "params": " ".join(str(msg[k]) for k in ("param1", "param2")
                                         if msg.get(k)),
-                     "tags": _tags(web, name, state, msg.get("tags") or []),
-                     "status": store.read_status(state, msg_id),
+                     "tags": _tags(web, name, state, msg.get("tags") or []), "status": status,
+                     "progress": msgpage.progress(protocol.progress(status))
+                     if state == "run" else None,
                      "times": timeshtml.row_times(store.msg_dir(state, msg_id), msg)})
     return _shaped(web, name, state, dict.fromkeys(FIELDS, ""), rows, offset, got["total"],
                    False) | {"bulk": None}

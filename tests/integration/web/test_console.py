@@ -33,6 +33,8 @@ def test_a_running_message_shows_how_far_along_and_its_timeline_folded(layout, m
     assert tail["progress"] == {"fraction": 0.45}
     page = client.simulate_get(f"/q/q/{msg_id}").text
     assert '<progress id="msg-progress" max="1" value="0.45"' in page
+    run_tab = client.simulate_get("/q/q", params={"state": "run"}).text
+    assert '<progress max="1" value="0.45" aria-label="progress 45%">' in run_tab
     # and its tail comes before its timeline, which folds the 301 status lines into one
     assert page.index('id="tail"') < page.index('id="timeline"')
     assert "301 status lines, last: " in page
