@@ -172,7 +172,8 @@ def test_metrics_and_dashboard_show_the_pool(pool: Pool) -> None:
         assert 0 <= got[("rqsys_pool_host_in_flight", (("host", addr), ("pool", "e2e")))] <= 2
     # And the dashboard of a host has the pool's section with the same figures
     page = pool.lab.run("a", ["curl", "-sS", "--max-time", "30", pool.hosts["a"].url]).stdout
-    assert '<section class="pools" id="pools">' in page and "<td>e2e</td>" in page
+    assert '<section class="pools" id="pools">' in page
+    assert '<td data-label="Pool">e2e</td><td data-label="Queue">pq</td>' in page
     wait_for(lambda: settled(pool.hosts["a"]), 60, "the 5 done")
 
 
