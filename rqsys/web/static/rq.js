@@ -20,6 +20,17 @@ function offerReload(stateEl) {
   stateEl.append(" · ", link);
 }
 
+// A poll's text handed to the terminal in slices: it draws its queue of writes a few ms
+// at a time between frames, but cannot split one long write.
+const SLICE = 16 * 1024;
+function written(term, data) {
+  return new Promise((done) => {
+    for (let at = 0; at < data.length; at += SLICE) {
+      term.write(data.slice(at, at + SLICE), at + SLICE >= data.length ? done : undefined);
+    }
+  });
+}
+
 // The log polled from tail.json into a terminal: it parses colours (16, 256, truecolor),
 // bold, underline, inverse, \r and escapes split across polls as a terminal does, drops
 // OSC titles, and writes in time slices of its own (a large poll never freezes the page).
@@ -71,7 +82,7 @@ function startTail(box) {
     if (mine !== round) { poll(); return; }
     if (from === "last") offerAll(answer.from, answer.size);
     from = "offset";
-    if (answer.data) await new Promise((done) => term.write(answer.data, done));
+    if (answer.data) await written(term, answer.data);
     offset = answer.offset;
     box.dataset.offset = String(offset);
     box.dataset.state = answer.state;
