@@ -76,8 +76,16 @@ def say_failure(prog: str, why: object) -> None:
     """RQ's ``fail <why>`` on stdout (what scripts read), and ``prog: why`` on
     stderr for logs; once, not twice, when both are the same terminal."""
     print(f"fail {why}", flush=True)
-    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+    if not _one_terminal():
         print(f"{prog}: {why}", file=sys.stderr)
+
+
+def _one_terminal() -> bool:
+    try:
+        return (os.isatty(1) and os.isatty(2)
+                and os.path.samestat(os.fstat(1), os.fstat(2)))
+    except OSError:
+        return False
 
 
 def existing_root(root: str | None) -> Layout:

@@ -62,7 +62,7 @@ def cmd_debug(layout: Layout, args: argparse.Namespace) -> int:
     queue, msg_id = find_message(layout, args.msg_id)
     scratch = _scratch(args.dir, msg_id)
     env, argv = _make(layout, queue, msg_id, scratch)
-    print(f"ok {scratch}")
+    print(f"ok {scratch}", flush=True)
     if args.shell:
         os.chdir(scratch / "job")
         shell = os.environ.get("SHELL") or "/bin/sh"
@@ -100,9 +100,11 @@ def _make(layout: Layout, queue: str, msg_id: str,
     (scratch / "msg").write_text(json.dumps(msg, indent=2, sort_keys=True) + "\n")
     _link_attachments(store.attachments(state, msg_id), scratch / "attach")
     runenv = RunEnvironment(ctx)
-    env = {**runenv.shared(), **runenv.of_run(msg_id, msg, program, str(job)),
+    env = {**runenv.shared(), **runenv.of_run(msg_id, msg, argv[-1], str(job)),
            "RQ_DEBUG": "1"}
-    (scratch / "env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
+    fd = os.open(scratch / "env", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:  # the queue's env_vars may hold secrets: yours alone
+        out.write("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
     run_sh = scratch / "run.sh"
     run_sh.write_text(RUN_SH.format(url=ctx.url(msg_id), queue=queue,
                                     argv=shlex.join([program, *argv[1:]])))

@@ -79,9 +79,10 @@ def encode(lines: list[str]) -> bytes:
 def read(msg_dir: Path | str) -> list[str]:
     """A message's kept lines ([] when none were kept)."""
     try:
-        return Path(msg_dir, FILE).read_text("utf-8", "replace").splitlines()
+        text = Path(msg_dir, FILE).read_text("utf-8", "replace")
     except (FileNotFoundError, NotADirectoryError):
         return []
+    return text.split("\n")[:-1]  # as written: \n ends each (not splitlines: U+2028 is text)
 
 
 def read_at(dfd: int, msg_id: str) -> str:
@@ -96,5 +97,5 @@ def read_at(dfd: int, msg_id: str) -> str:
         return ""
     finally:
         os.close(fd)
-    lines = data.decode("utf-8", "replace").splitlines()
+    lines = data.decode("utf-8", "replace").split("\n")[:-1]
     return lines[-1] if lines else ""

@@ -29,7 +29,7 @@ from typing import Any
 from rqsys.background import Background
 from rqsys.observe import stamps
 from rqsys.observe.events import listening
-from rqsys.observe.stats import REQUEUED, QueueStats, observed
+from rqsys.observe.stats import ENDED, REQUEUED, QueueStats, observed
 from rqsys.store import durable
 
 SNAPSHOT, JOURNAL, OLD = "stats.json", "stats.log", "stats.log.old"
@@ -81,7 +81,7 @@ class StatsFile:
             self.requeued[msg_id] = now
         elif kind == "started":
             enqueued = self.requeued.pop(msg_id, None)
-        elif kind == "deleted":
+        elif kind in ("deleted", *ENDED):  # gone, or ended without starting again
             self.requeued.pop(msg_id, None)
         event = observed(kind, msg_id, fields, now, stamps.now()[0], enqueued)
         if event is not None:

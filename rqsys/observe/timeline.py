@@ -240,6 +240,7 @@ STATUS_LINE = b'"ev":"status"'
 
 
 def _fold_lines(run: list[bytes]) -> list[dict[str, Any]]:
+    run = [line for line in run if line.endswith(b"}")]  # a torn line is not counted
     kept = _parsed(run[-FOLD_KEEPS - 1:])
     if len(run) < 2 or not kept:
         return kept
@@ -268,6 +269,7 @@ def _parsed(lines: list[bytes]) -> list[dict[str, Any]]:
 
 KEPT = frozenset({"created", "started", "exit", *ENDS})  # never left out of what is shown
 FOLD_KEEPS = 20  # the newest texts of a fold, kept in it
+LANDMARKS_SHOWN = 1000  # created/started/exit/end events shown at most (the first, the newest)
 
 
 def shown(events: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
@@ -297,7 +299,10 @@ def shown(events: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
         return folded
     others = [n for n, item in enumerate(folded) if item.get("ev") not in KEPT]
     dropped = set(others[:max(0, len(folded) - limit)])
-    return [item for n, item in enumerate(folded) if n not in dropped]
+    kept = [item for n, item in enumerate(folded) if n not in dropped]
+    if len(kept) > LANDMARKS_SHOWN:  # thousands of runs (a resend loop): bounded all the same
+        kept = kept[:1] + kept[-(LANDMARKS_SHOWN - 1):]  # its creation and the newest
+    return kept
 
 
 def times(events: list[dict[str, Any]], due: float = 0.0) -> dict[str, float | None]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import falcon
 
-from rqsys.errors import BadRequest, NotFound, RQError
+from rqsys.errors import BadRequest, RQError
 from rqsys.web import body, timeshtml
 from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web
@@ -78,11 +78,10 @@ class Group(Resource):
 def _members(web: Web, name: str, ids: list[str]) -> list[dict[str, str]]:
     store, rows = web.store(name), []
     for msg_id in ids:
-        try:
-            status = store.read_status("err", msg_id)
-        except (NotFound, OSError):
+        if not store.msg_dir("err", msg_id).is_dir():
             continue  # retried or deleted since it was listed
-        rows.append({"id": msg_id, "href": web.msg_path(name, msg_id), "status": status})
+        rows.append({"id": msg_id, "href": web.msg_path(name, msg_id),
+                     "status": store.read_status("err", msg_id)})
     return rows
 
 

@@ -25,7 +25,9 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
     crumbs = [(web.queue_path(queue), queue), (web.msg_path(queue, msg_id), msg_id)]
     render(web, resp, "message.html", f"Message {msg_id}", crumbs, msg_id=msg_id, state=state,
            status=msg.get("status", ""), progress=progress(msg.get("progress")),
-           after=msg.get("after") or [], actions=actions(web, queue, msg_id, state),
+           after=[(url, str(url).startswith(("http://", "https://")))
+                  for url in msg.get("after") or []],
+           actions=actions(web, queue, msg_id, state),
            why=why_failed(web, queue, msg), msg_times=timeshtml.time_cells(msg),
            timeline=timeshtml.events(msg.get("_timeline") or []),
            runs=runs(msg.get("_timeline") or []),

@@ -9,9 +9,9 @@ from typing import Any
 import falcon
 
 from rqsys.errors import BadRequest, NotFound, RQError, StoreError
+from rqsys.run import protocol
 from rqsys.search import query as searchquery
 from rqsys.store import STATES
-from rqsys.run import protocol
 from rqsys.web import msgpage, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import pager, query
@@ -63,7 +63,8 @@ def _listing(web: Web, name: str, state: str, fields: dict[str, str],
     if state in ("que", "run") and not any(fields[f] for f in FIELDS):
         return _plain_listing(web, name, state, offset), None  # que in run order; run: live
     args = searchquery.from_params(lambda f: fields.get(f) or None)
-    args.update(state=state, offset=offset, limit=PAGE_SIZE, by_state=True)
+    searching = any(fields[f] for f in FIELDS if f not in ("sort", "desc"))
+    args.update(state=state, offset=offset, limit=PAGE_SIZE, by_state=searching)
     try:
         got = web.call(name, "search", **args)
     except BadRequest:
@@ -72,7 +73,7 @@ def _listing(web: Web, name: str, state: str, fields: dict[str, str],
         return {"error": f"search unavailable: {exc}"}, None
     rows = [_index_row(web, name, state, row) for row in got["rows"]]
     return (_shaped(web, name, state, fields, rows, offset, got["total"], got["more"])
-            | {"partial": got.get("partial", False)}), got["states"]
+            | {"partial": got.get("partial", False)}), got.get("states")
 
 
 def _shaped(web: Web, name: str, state: str, fields: dict[str, str], rows: list[Any],

@@ -83,6 +83,7 @@ function startTail(box) {
     if (from === "last") offerAll(answer.from, answer.size);
     from = "offset";
     if (answer.data) await written(term, answer.data);
+    if (mine !== round) { poll(); return; }  // "load all" while this was drawn: start over
     offset = answer.offset;
     box.dataset.offset = String(offset);
     box.dataset.state = answer.state;

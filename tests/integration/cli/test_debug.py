@@ -5,6 +5,7 @@ queue argument and failure lines."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import shutil
@@ -50,6 +51,10 @@ def test_debug_makes_the_run_again_and_leaves_the_message_alone(layout, failed, 
     env = (where / "env").read_text()
     assert "RQ_PARAM1=7\n" in env and f"RQ_MSG_ID={msg_id}\n" in env
     assert f"RQ_MSG_DIR={where}/job\n" in env and "RQ_DEBUG=1\n" in env
+    script = os.path.realpath(json.loads((layout.queue_dir("q") / "config.json").read_text())[
+        "script"])
+    assert f"RQ_REALSCRIPT={script}\n" in env  # the script, as the daemon names it
+    assert (where / "env").stat().st_mode & 0o777 == 0o600  # env_vars may hold secrets
     attached = where / "attach" / "rows.csv"
     assert attached.read_text() == "a,b\n"
     original = next(layout.queue_dir("q").rglob(f"{msg_id}/attach/rows.csv"))

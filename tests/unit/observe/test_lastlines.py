@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rqsys.observe import lastlines
@@ -62,3 +64,16 @@ def test_two_exceptions_are_two_groups_and_numbers_are_folded():
         (2, "ValueError: bad row N"), (1, "KeyError: 'x'")]
     assert listing[0]["last_line"] == "ValueError: bad row 7"
     assert groups.members(group_key(reason_of(IMPROPER, "ValueError: bad row 1"))) == ["a", "b"]
+
+
+def test_lines_read_back_are_the_lines_kept_even_with_unicode_line_breaks(tmp_path):
+    lines = lastlines.from_output("first\nValueError: a\u2028b\x85c\n".encode())
+    assert lines == ["first", "ValueError: a\u2028b\x85c"]
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / lastlines.FILE).write_bytes(lastlines.encode(lines))
+    assert lastlines.read(tmp_path / "m") == lines
+    dfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # the walk after a restart keys the group on the same line as the live event
+        assert lastlines.read_at(dfd, "m") == lines[-1]
+    finally:
+        os.close(dfd)

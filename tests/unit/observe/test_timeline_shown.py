@@ -61,3 +61,19 @@ def test_reading_folded_is_folding_what_was_read(tmp_path):
                                          "exit", "status", "err"]
     assert folded[2]["folded"] == 500 and "folded" not in folded[4]
     assert timeline.times(folded) == timeline.times(timeline.read(tmp_path))
+
+
+def test_a_torn_status_line_is_not_counted_and_landmarks_are_bounded(tmp_path):
+    import json
+
+    from rqsys.observe import timeline
+
+    events = [_ev("created", 0), *[_ev("status", 1 + n, f"{n}") for n in range(3)]]
+    lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in events)
+    (tmp_path / timeline.FILE).write_text(lines + '{"t":9,"ev":"status","text":"4')
+    folded = timeline.read_folded(tmp_path)
+    assert folded == shown(timeline.read(tmp_path), 200) and folded[1]["folded"] == 3
+    many = [_ev("created", 0)] + [_ev("started" if n % 2 else "exit", n) for n in range(1, 3000)]
+    got = shown(many, 200)
+    assert len(got) == timeline.LANDMARKS_SHOWN and got[0]["ev"] == "created"
+    assert got[-1] == many[-1]
