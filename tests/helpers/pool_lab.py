@@ -212,15 +212,32 @@ def kill_on_b(pool: Pool, how: str, count: int = 12) -> tuple[list[str], set[str
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not os.path.exists(f"/proc/{pid}/exe"), 10, "b's daemon dead")
     else:
-        pids = subprocess.run(["ip", "netns", "pids", pool.lab.ns("b")], capture_output=True,
-                              text=True, check=True, timeout=20).stdout.split()
-        assert len(pids) >= 3, pids  # nats-server, rqsys serve, its daemons and scripts
-        for pid in pids:
+        stopped = stop_namespace(pool.lab.ns("b"))
+        assert len(stopped) >= 3, stopped  # nats-server, rqsys serve, its daemons and scripts
+        for pid in stopped:
             with contextlib.suppress(ProcessLookupError):  # a child that died with its parent
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
     killed, ended_on_b = pool.ids("b", "run") & set(ids), pool.ends("b") & set(ids)
     assert killed
     return ids, killed, ended_on_b
+
+
+def stop_namespace(ns: str) -> set[int]:
+    """SIGSTOP every process of a namespace until a listing finds none new (one
+    forked meanwhile, such as a daemon the supervisor restarts, is in the next
+    listing), so that the SIGKILLs after it meet processes that can no longer
+    act: a kill in one pass let a restarted daemon finish a message."""
+    stopped: set[int] = set()
+    while True:
+        listed = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                                check=True, timeout=20).stdout.split()
+        new = {int(pid) for pid in listed} - stopped
+        if not new:
+            return stopped
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= new
 
 
 def check_none_lost(pool: Pool, ids: list[str], killed: set[str], ended_on_b: set[str]
