@@ -22,6 +22,7 @@ from rqsys.daemon.after import After
 from rqsys.daemon.afterwatch import refuse_after_in_pool
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import check_timeout
+from rqsys.daemon.room import check_create
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.daemon.unique import Duplicates, refuse_unique_in_pool
@@ -82,6 +83,7 @@ class Intake:
         msg = new_message(r.args.get("msg"), self.ctx.name)
         self.ctx.check_dest(msg)
         check_timeout(msg, self.ctx.config)
+        check_create(msg, self.ctx.config)  # slots and needs that could never fit
         remote = self.after.normalise(msg) if msg.get("after") else []
         if remote:  # known to their hosts? asked off the loop, then created
             self.after.check_remote(remote, r, lambda: self._create_checked(r, msg, state))

@@ -29,6 +29,7 @@ from rqsys.daemon.intake import Intake
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.observe import Observer
 from rqsys.daemon.outbound import Outbound
+from rqsys.daemon.room import Room
 from rqsys.daemon.runner import Runner
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.server import Handler, Server
@@ -73,7 +74,8 @@ class QueueDaemon:
         self.background = Background()
         self.schedule = Schedule(self.ctx.config["blocking_params"],
                                  self.ctx.config["coalesce_params"],
-                                 Gate.from_config(self.ctx.config))
+                                 Gate.from_config(self.ctx.config), Room(self.ctx.config),
+                                 self.ctx.config["reserve_after"])
         self.ledger = Ledger(self.store, self.schedule, self.log)
         self.transitions = Transitions(
             self.ledger, lambda work, then: self.background.submit(work, then, SYNC),
@@ -313,7 +315,7 @@ class QueueDaemon:
         else:
             self.schedule.reconfigure(Gate.from_config(self.ctx.config),
                                       self.ctx.config["coalesce_params"],
-                                      self.ledger.running.values())
+                                      self.ledger.running.values(), self.ctx.config)
             self.runner.reconfigured()
             self.log.event("daemon", "configuration reloaded")
         self.notifier.send("READY=1")

@@ -178,6 +178,7 @@ class Observer:
                 "uptime_s": round(time.time() - self.started, 3),
                 "counts": self.ledger.counts(), "admin": self.ctx.refresh_admin(),
                 "num_workers": self.ctx.config["num_workers"],
+                "room": self.ledger.schedule.room.usage(),
                 "oldest_queued_s": self._oldest_queued(),
                 "fsync_s": self.file.fsync_s, "loop": self.clock.report(),
                 **self.copies.report(),

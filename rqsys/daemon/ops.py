@@ -63,7 +63,8 @@ class Ops:
     def counts(self, r: Request) -> Reply:
         # RQ: "asking for status is a kick" (its admin files are read again)
         return {"ok": True, "counts": self.ledger.counts(), "admin": self.ctx.refresh_admin(),
-                "num_workers": self.ctx.config["num_workers"], "status": self._status_line()}
+                "num_workers": self.ctx.config["num_workers"], "status": self._status_line(),
+                "room": self.ledger.schedule.room.usage()}
 
     def config(self, r: Request) -> Reply:
         return {"ok": True, "config": self.ctx.config, "admin": self.ctx.refresh_admin()}

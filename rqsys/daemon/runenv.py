@@ -12,6 +12,8 @@ from rqsys.systemd import child_environ
 
 RUN_KEYS = frozenset({"RQ_REALSCRIPT", "RQ_MSG_ID", "RQ_FULL_MSG_ID", "RQ_MSG_DIR", "RQ_COUNT",
                       "RQ_FORCE_REMOTE", "RQ_ORIG_MSG_ID", *(f"RQ_PARAM{n}" for n in range(1, 5))})
+# a queue with GPUs in its budget: each run names the ids it holds (none: empty)
+GPU_KEYS = frozenset({"RQ_GPUS", "CUDA_VISIBLE_DEVICES"})
 
 
 class RunEnvironment:
@@ -40,13 +42,18 @@ class RunEnvironment:
 
     def strings(self) -> QueueEnviron:
         if self._strings is None:
-            self._strings = QueueEnviron(self.shared(), RUN_KEYS)
+            self._strings = QueueEnviron(self.shared(), RUN_KEYS | self._gpu_keys())
         return self._strings
 
-    def of_run(self, msg_id: str, msg: dict[str, Any], real: str, job: str) -> dict[str, str]:
-        """One run's own variables (RUN_KEYS); ``real`` is the resolved script path."""
+    def _gpu_keys(self) -> frozenset[str]:
+        return GPU_KEYS if (self.ctx.config.get("budget") or {}).get("gpus") else frozenset()
+
+    def of_run(self, msg_id: str, msg: dict[str, Any], real: str, job: str,
+               gpus: list[str] | None = None) -> dict[str, str]:
+        """One run's own variables (RUN_KEYS, and GPU_KEYS on a queue with
+        GPUs); ``real`` is the resolved script path."""
         get = msg.get
-        return {
+        run = {
             "RQ_REALSCRIPT": real,
             "RQ_MSG_ID": msg_id, "RQ_FULL_MSG_ID": self.ctx.url(msg_id), "RQ_MSG_DIR": job,
             "RQ_COUNT": str(msg["count"]),
@@ -55,6 +62,9 @@ class RunEnvironment:
             "RQ_PARAM1": str(get("param1", "")), "RQ_PARAM2": str(get("param2", "")),
             "RQ_PARAM3": str(get("param3", "")), "RQ_PARAM4": str(get("param4", "")),
         }
+        if self._gpu_keys():  # empty for a run that holds none: no GPU is visible to it
+            run["RQ_GPUS"] = run["CUDA_VISIBLE_DEVICES"] = ",".join(gpus or ())
+        return run
 
 
 def _version() -> str:

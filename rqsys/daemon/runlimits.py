@@ -36,6 +36,7 @@ from typing import Any
 
 from rqsys.background import Background
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.room import as_limits
 from rqsys.observe.events import EventLog
 from rqsys.run import cgroups, scopes
 from rqsys.run import resources as limits_render
@@ -117,8 +118,10 @@ class RunLimits:
     def for_message(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The run limits of ``msg`` (empty for most queues)."""
         queue_limits = self.ctx.config.get("message_limits")
-        return limits_render.run_limits(queue_limits, msg.get("limits")) \
-            if queue_limits or msg.get("limits") else {}
+        if not (queue_limits or msg.get("limits") or msg.get("needs")):
+            return {}
+        limits = limits_render.run_limits(queue_limits, msg.get("limits"))
+        return limits_render.run_limits(limits, as_limits(msg)) if msg.get("needs") else limits
 
     def gated(self, path: str, argv: list[str]) -> tuple[str, list[str]]:
         """The program and argv of a limited run: through the gate while a scope

@@ -67,9 +67,10 @@ class Runner:
 
     # ------------------------------------------------------------ starting
     def can_start(self) -> bool:
+        room = self.ledger.schedule.room
+        room.outside = self.limits.ending
         return (self.ctx.admin == "UP" and not self.ctx.stopping and self.limits.ready
-                and len(self.workers) + self.limits.ending < self.ctx.config["num_workers"]
-                and self._script_ready())
+                and room.has_free_slot() and self._script_ready())
 
     def next_wait(self) -> float | None:
         """Seconds until a script may start or one must be stopped (its
@@ -115,7 +116,8 @@ class Runner:
             self._conclude(msg_id, msg, Outcome("err", text, kind="timeout"), None)
             return
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
-        run = self.env.of_run(msg_id, msg, argv[-1], job)
+        run = self.env.of_run(msg_id, msg, argv[-1], job,
+                              self.ledger.schedule.room.gpus_of(msg_id))
         limits = self.limits.for_message(msg)
         out = None
         try:

@@ -18,6 +18,17 @@ params, rate limit) or that waits for other messages (``after``) is parked
 under a wait key; one parked message of a key goes back to the ready heap
 each time the key may have room (an end, a start leaving room, the rate
 window's next opening, kept in ``_timed`` and returned by ``next_due``).
+
+A due message its gate lets start but that does not fit the queue's room
+(``rqsys.daemon.room``: slots, budget) is parked under its need; each pop
+tries again one message of every need that fits now (a handful of distinct
+needs, whatever the que's length).  Smaller messages pass it meanwhile —
+a message that cannot fit yet does not hold back one that can — but only
+for ``reserve_after`` seconds (ageing): then the que is *reserved* for the
+longest-waiting need, and nothing of another need starts until one of it
+has started, so a big message is not starved by a stream of small ones.  A
+need that cannot fit the idle queue (a reload shrank it) is never reserved
+for: it waits without blocking anything.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rqsys.daemon.gates import Gate, WaitKey, Wake
+from rqsys.daemon.room import Need, Room, need_of
 from rqsys.message import due_time, param_key
 from rqsys.store.layout import arrival
 
@@ -52,10 +64,15 @@ class Schedule:
     skipped when popped, so every operation stays O(log n).
     """
 
-    def __init__(self, blocking: list[int], coalesce: list[int], gate: Gate | None = None
-                 ) -> None:
+    def __init__(self, blocking: list[int], coalesce: list[int], gate: Gate | None = None,
+                 room: Room | None = None, reserve_after: float = 60.0) -> None:
         self.coalesce = list(coalesce)
         self.gate = gate or Gate.from_config({"blocking_params": blocking})
+        self.room = room or Room({"num_workers": 1 << 30})
+        self.reserve_after = reserve_after
+        self._room_keys: set[WaitKey] = set()  # ("f", need) keys with messages parked
+        self._held_since: dict[str, float] = {}  # id -> when it first did not fit
+        self._waiting: list[tuple[float, str]] = []  # (held since, id): oldest first
         self.msgs: dict[str, Msg] = {}
         self._heap: list[tuple[float, str]] = []  # not due yet when pushed: (due, id)
         self._ready: list[Ready] = []  # due
@@ -99,6 +116,7 @@ class Schedule:
         if woken is not None:  # removed before its turn: the next of its key takes it
             self._wake_one(woken)
         msg = self.msgs.pop(msg_id, None)
+        self._held_since.pop(msg_id, None)
         if msg is not None:
             if self._order is not None:
                 self._unorder(run_key(msg_id, msg))
@@ -117,6 +135,7 @@ class Schedule:
 
     def next_due(self) -> float | None:
         """The earliest due time of a runnable entry, or None."""
+        self._wake_room()  # room may have come free (an end, a scope stopped)
         while self._ready and not self._live_ready(self._ready[0]):
             heapq.heappop(self._ready)
         while self._heap and not self._live(self._heap[0]):
@@ -142,6 +161,8 @@ class Schedule:
         """The next due message its gate lets start, removed from the que
         (``started`` is the caller's to say once it runs)."""
         self._promote(now)
+        self._wake_room()
+        reserved = self._reserved(now)
         while self._ready:
             entry = heapq.heappop(self._ready)
             if not self._live_ready(entry):
@@ -152,9 +173,47 @@ class Schedule:
             if held is not None:
                 self._park(entry, *held)
                 continue
+            need = need_of(self.msgs[msg_id])
+            if not self.room.fits(need) or (reserved is not None and need != reserved):
+                self._park_for_room(entry, need, now)
+                continue
             msg = self.remove(msg_id)
             assert msg is not None
             return msg_id, msg
+        return None
+
+    def _park_for_room(self, entry: Ready, need: Need, now: float) -> None:
+        key = ("f", need)
+        self._park(entry, key, None)
+        self._room_keys.add(key)
+        msg_id = entry[3]
+        if msg_id not in self._held_since and not self.room.fits(need):
+            self._held_since[msg_id] = now
+            heapq.heappush(self._waiting, (now, msg_id))
+
+    def _wake_room(self) -> None:
+        """One parked message of each need that fits now competes again."""
+        for key in list(self._room_keys):
+            if key not in self._parked:
+                self._room_keys.discard(key)
+            elif self.room.fits(key[1]):
+                self._wake_one(key)
+
+    def _reserved(self, now: float) -> Need | None:
+        """The need the que is reserved for: the longest-waiting one's, once it
+        has waited ``reserve_after`` seconds, unless it cannot ever fit."""
+        while self._waiting:
+            since, msg_id = self._waiting[0]
+            if self._held_since.get(msg_id) != since:
+                heapq.heappop(self._waiting)  # started, removed, or held again since
+                continue
+            if now - since < self.reserve_after:
+                return None
+            need = need_of(self.msgs[msg_id])
+            if self.room.ever_fits(need):
+                return need
+            heapq.heappop(self._waiting)  # waits without blocking the others
+            del self._held_since[msg_id]
         return None
 
     def _hold(self, msg_id: str, now: float) -> Wake | None:
@@ -188,12 +247,16 @@ class Schedule:
             else:
                 heapq.heappush(self._timed, (when, key))
 
-    def started(self, msg: Msg, now: float | None) -> None:
-        """``msg`` runs (``now`` None: it ran already, counted again after a reload)."""
+    def started(self, msg_id: str, msg: Msg, now: float) -> list[str]:
+        """``msg_id`` runs: its gate counts it and its share of the room is
+        held; the GPU ids it holds."""
         self._wake(self.gate.started(msg, now))
+        return self.room.take(msg_id, need_of(msg))
 
-    def ended(self, msg: Msg) -> None:
-        """``msg`` no longer runs: a message held by its keys may start."""
+    def ended(self, msg_id: str, msg: Msg) -> None:
+        """``msg_id`` no longer runs: a message held by its keys or waiting
+        for room may start."""
+        self.room.give(msg_id)
         self._wake(self.gate.ended(msg))
 
     def dropped(self, msg: Msg) -> None:
@@ -208,11 +271,14 @@ class Schedule:
         self.after.discard(msg_id)
         self._wake_one(("a", msg_id))
 
-    def reconfigure(self, gate: Gate, coalesce: list[int], running: Iterable[Msg]) -> None:
+    def reconfigure(self, gate: Gate, coalesce: list[int], running: Iterable[Msg],
+                    config: dict[str, Any]) -> None:
         """A reload: a new gate (the running messages counted in it, rate
-        windows kept); every parked message competes again."""
+        windows kept) and room; every parked message competes again."""
         gate.adopt(self.gate)
         self.gate, self.coalesce = gate, list(coalesce)
+        self.room.configure(config)
+        self.reserve_after = float(config.get("reserve_after", 60))
         for msg in running:
             gate.started(msg, None)
         for key in [k for k in self._parked if k[0] != "a"]:

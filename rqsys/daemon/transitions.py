@@ -134,7 +134,7 @@ class Transitions:
             return None
         msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
         self.ledger.running[msg_id] = msg
-        self.ledger.schedule.started(msg, time.time())  # the rate window counts from now
+        self.ledger.schedule.started(msg_id, msg, time.time())  # rate windows count from now
         return msg_id, queued, msg
 
     def take_blank_status(self, msg_id: str) -> bool:
@@ -159,7 +159,7 @@ class Transitions:
         """run → que: its script could not be started; it waits as it was."""
         running = self.ledger.running.pop(msg_id, None)
         guard(running is not None, f"{msg_id} is not running")
-        self.ledger.schedule.ended(running or queued)
+        self.ledger.schedule.ended(msg_id, running or queued)
         self.store.write_status("run", msg_id, why)
         if self.ledger.moved(msg_id, "run", "que"):
             self.ledger.schedule.add(msg_id, queued)
@@ -171,7 +171,7 @@ class Transitions:
         msg = self.ledger.running.pop(msg_id, None)
         guard(msg is not None, f"{msg_id} is not running")
         assert msg is not None
-        self.ledger.schedule.ended(msg)
+        self.ledger.schedule.ended(msg_id, msg)
         ended = self._settle(msg_id, msg, outcome, written)
         url, riders = self.ledger.riders.pop(msg_id, ("", []))
         if self.ledger.is_busy(msg_id):  # on its way back to the que (resend): riders wait for it

@@ -37,12 +37,12 @@ def test_blocking_keys_wait_and_release():
     s.add("b1", msg(param1="b"))
     first = s.pop_ready(1)
     assert first[0] == "a1"
-    s.started(first[1], 1)
+    s.started(first[0], first[1], 1)
     second = s.pop_ready(1)
     assert second[0] == "b1"
-    s.started(second[1], 1)
+    s.started(second[0], second[1], 1)
     assert s.pop_ready(1) is None
-    s.ended(first[1])
+    s.ended(first[0], first[1])
     assert s.pop_ready(1)[0] == "a2"
 
 
@@ -54,11 +54,11 @@ def test_concurrency_limit_two_by_param1():
     started = []
     for _ in range(3):
         started.append(s.pop_ready(1))
-        s.started(started[-1][1], 1)
+        s.started(started[-1][0], started[-1][1], 1)
     assert [i for i, _m in started] == ["a0", "a1", "b"]
     assert s.pop_ready(1) is None
     s.remove("a2")  # a parked one deleted: the next of its key takes its place
-    s.ended(started[0][1])
+    s.ended(started[0][0], started[0][1])
     assert s.pop_ready(1)[0] == "a3"
 
 
@@ -68,7 +68,7 @@ def test_rate_limit_wakes_at_the_window_opening():
         s.add(f"m{n}", msg())
     for now in (100, 101):
         picked = s.pop_ready(now)
-        s.started(picked[1], now)
+        s.started(picked[0], picked[1], now)
     assert s.pop_ready(102) is None
     assert s.next_due() == 110  # the loop's timeout: no polling
     assert s.pop_ready(109.9) is None
@@ -120,15 +120,15 @@ def test_a_reload_counts_the_running_in_the_new_gate_and_keeps_rate_windows():
     for name in ("a", "b", "c"):
         s.add(name, msg(param1="x"))
     running = s.pop_ready(100)
-    s.started(running[1], 100)
+    s.started(running[0], running[1], 100)
     assert s.pop_ready(101) is None  # b parked until 110
     # When the config becomes concurrency 1 by param1, same rate limit
     s.reconfigure(Gate.from_config({"concurrency": {"by": [1], "limit": 1},
                                     "rate_limit": {"limit": 1, "per": 10}}), [],
-                  [running[1]])
+                  [running[1]], {"num_workers": 4})
     # Then b waits (a runs, and the window of its start is kept)
     assert s.pop_ready(105) is None
-    s.ended(running[1])
+    s.ended(running[0], running[1])
     # and once a ended, the window of its start holds b until 110
     assert s.pop_ready(105) is None and s.next_due() == 110
     assert s.pop_ready(110)[0] == "b"
