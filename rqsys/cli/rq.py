@@ -27,6 +27,7 @@ from rqsys.cli.common import (  # the RET_ codes: rq's too (rqsys.cli.rq.RET_FAI
     root_option,
     say_failure,
 )
+from rqsys.cli.follow import Follow
 from rqsys.cli.send import (
     add_msg_options,
     attach,
@@ -110,6 +111,20 @@ def cmd_destroy(layout: Layout, args: argparse.Namespace) -> str:
     return "destroyed"
 
 
+def cmd_cancel(layout: Layout, args: argparse.Namespace) -> str:
+    """err with ``cancelled by <who>``; a running one once it has stopped."""
+    queue, msg_id = find_message(layout, args.msg_id)
+    with QueueClient(layout, queue) as client:
+        stopping = client.call("cancel", msg_id=msg_id).get("stopping")
+    if stopping:
+        follow = Follow(layout, queue, msg_id)
+        try:
+            follow.wait()
+        finally:
+            follow.close()
+    return "cancelled"
+
+
 def cmd_run_now(layout: Layout, args: argparse.Namespace) -> str:
     _msg_call(layout, args, "run_now")
     return "run_now"
@@ -157,6 +172,8 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "clone": (cmd_clone, "copy a message (attachments hard-linked) to que"),
     "delete": (cmd_delete, "delete a message that is not running"),
     "destroy": (cmd_destroy, "kill a running message's scripts and delete it"),
+    "cancel": (cmd_cancel, "a queued message to err; a running one stopped (TERM, KILL after "
+                           "stop_grace), then to err; status 'cancelled by ...'"),
     "run_now": (cmd_run_now, "make a queued message due now"),
     "adminoper": (cmd_adminoper, "set a queue's admin state"),
     "queues": (cmd_queues, "ok N, then one line a queue: name, admin state, counts "

@@ -40,7 +40,7 @@ def table(ops: Ops, intake: Intake) -> dict[str, Handler]:
         "create": intake.create, "attach": intake.attach, "clone": intake.clone,
         "create_many": Bulk(intake).create_many,
         "commit": ops.commit, "run_now": ops.run_now,
-        "delete": ops.delete, "destroy": ops.destroy, "prune": ops.prune,
+        "delete": ops.delete, "destroy": ops.destroy, "cancel": ops.cancel, "prune": ops.prune,
         "adminoper": ops.adminoper, "reload": ops.reload,
     }
 
@@ -90,6 +90,7 @@ class Ops:
         return {"ok": True, "msg": msg, "state": state, "status": status,
                 "url": self.ctx.url(msg_id), "attachments": self._attachments(state, msg_id),
                 **timeline.times(events, float(msg.get("due") or 0)),
+                "cancelled": state == "err" and timeline.cancelled(events),
                 "timeline": timeline.shown(events, tunables.TIMELINE_SHOWN),
                 "last_lines": lastlines.read(self.store.msg_dir(state, msg_id))
                 if state == "err" else []}
@@ -138,6 +139,18 @@ class Ops:
             return None
         self.runner.destroy(worker)
         return {"ok": True, "killed": True}
+
+    def cancel(self, r: Request) -> Reply | None:
+        """A queued message to err, ``cancelled by <who>``, answered once
+        durable; a running one is stopped (TERM to its group, KILL after
+        stop_grace) and ends so: answered at once, ``stopping``."""
+        msg_id, who = r.args["msg_id"], r.args.get("by") or r.peer
+        worker = self.runner.workers.get(msg_id)
+        if worker is not None:
+            self.runner.cancel(worker, who)
+            return {"ok": True, "stopping": True}
+        self.transitions.cancel(msg_id, f"cancelled by {who}", _when_durable(r, {"ok": True}))
+        return None
 
     def prune(self, r: Request) -> None:
         """The cleaner's request: drop done/relayed older than ``days``, acknowledged

@@ -29,7 +29,7 @@ from rqsys.daemon.runenv import RunEnvironment
 from rqsys.daemon.runlimits import Run, RunLimits, explain
 from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
-from rqsys.errors import NotFound, ProtocolError, RQError, SpawnError, Unavailable
+from rqsys.errors import BadRequest, NotFound, ProtocolError, RQError, SpawnError, Unavailable
 from rqsys.fdclose import FdBatch
 from rqsys.observe import lastlines, timeline
 from rqsys.observe.events import EventLog
@@ -331,8 +331,8 @@ class Runner:
 
     def _kill(self, worker: Worker) -> None:
         if self.workers.get(worker.msg_id) is worker:
-            self.log.event("timeout", "still running after stop_grace: SIGKILL", worker.msg_id,
-                           RQ_STATE="run")
+            self.log.event(worker.stop_reason, "still running after stop_grace: SIGKILL",
+                           worker.msg_id, RQ_STATE="run")
             worker.child.signal_group(signal.SIGKILL)
 
     def _webhooks(self, ended: list[Ended]) -> None:
@@ -340,6 +340,17 @@ class Runner:
         for msg_id, msg, outcome in ended:
             if msg.get("post_run_webhook"):
                 self.outbound.webhook(msg_id, msg, outcome)
+
+    def cancel(self, worker: Worker, who: str) -> None:
+        """Stop a running message as a timeout does; it ends in err, ``cancelled by <who>``."""
+        if worker.stop_reason:
+            raise BadRequest(f"message {worker.msg_id} is being stopped already "
+                             f"({worker.stop_reason})")
+        worker.stop_reason, worker.stop_text = "cancel", f"cancelled by {who}"
+        self.log.event("cancel", f"{worker.stop_text}: SIGTERM to its process group",
+                       worker.msg_id, RQ_STATE="run")
+        worker.child.signal_group(signal.SIGTERM)
+        self.deadlines.after(float(self.ctx.config["stop_grace"]), lambda: self._kill(worker))
 
     def destroy(self, worker: Worker) -> None:
         """Kill a running message's whole process group; it is deleted when it exits."""

@@ -16,6 +16,7 @@ changes.
     run  → que                   end           resend, or requeued at stop (rewrite first)
     run  → done | err | relayed  end
     que  → err                   load          unreadable at start (and run → que, recovery)
+    que  → err                   cancel        cancelled (``cancelled by <who>``)
     que  → err                   fail_queued   a message it waits for failed (``after``),
                                                a pool message's file did not arrive whole
     que  → que                   run_now       due now (rewrite first)
@@ -270,6 +271,22 @@ class Transitions:
             return
         self.ledger.tally["err"] += 1
         self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind)
+
+    def cancel(self, msg_id: str, text: str, done: Done) -> None:
+        """que → err, ``text`` its status (a running one is the runner's to
+        stop); ``done`` once durable.  A bulk action under way waits first."""
+        if self.ledger.wait_while_busy(msg_id, lambda: self.cancel(msg_id, text, done), done):
+            return
+        why = self.ledger.busy(msg_id)
+        if why:
+            raise BadRequest(why)
+        state = self.store.find(msg_id)
+        if state != "que" or msg_id not in self.ledger.schedule:
+            raise BadRequest(f"message {msg_id} is in {state}: only a queued or running "
+                             "message can be cancelled")
+        self.fail_queued(msg_id, text, kind="cancel")
+        dirs = [self.store.state_dir("err"), self.store.state_dir("que")]  # destination first
+        self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
 
     # ------------------------------------------------------------ client requests
     def run_now(self, msg_id: str, done: Done) -> None:

@@ -37,6 +37,7 @@ ENDS = ("done", "err", "relayed")
 # the events a timeline keeps (``deleted``: the message is gone, nothing to write to)
 KINDS = frozenset({"created", "started", "status", "exit", "resend", "recovered",
                    "coalesced", "committed", "run_now", "destroy", "retry", "retried", "timeout",
+                   "cancel",
                    "usage", *ENDS})
 # after these a message's run is over: its held file is closed
 RUN_ENDS = frozenset({*ENDS, "resend", "retry", "deleted"})
@@ -303,6 +304,14 @@ def shown(events: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     if len(kept) > LANDMARKS_SHOWN:  # thousands of runs (a resend loop): bounded all the same
         kept = kept[:1] + kept[-(LANDMARKS_SHOWN - 1):]  # its creation and the newest
     return kept
+
+
+def cancelled(events: list[dict[str, Any]]) -> bool:
+    """Whether the message's last end was a cancel (``rq cancel``)."""
+    for item in reversed(events):
+        if item.get("ev") in RUN_ENDS:
+            return item.get("ev") == "err" and item.get("kind") == "cancel"
+    return False
 
 
 def times(events: list[dict[str, Any]], due: float = 0.0) -> dict[str, float | None]:

@@ -40,6 +40,14 @@ DELEGATE = ("Delegate=memory cpu pids", "ProtectControlGroups=no",
             "Environment=RQ_CGROUP_DELEGATED=1")
 
 
+def limits_runs(cfg: dict[str, Any]) -> bool:
+    """Whether a queue limits its runs: ``message_limits``, or a budget of
+    memory or CPUs (each run's needs become its limits); its daemon gets a
+    delegated cgroup subtree for them."""
+    budget = cfg.get("budget") or {}
+    return bool(cfg.get("message_limits") or "memory" in budget or "cpus" in budget)
+
+
 def drop_in(limits: dict[str, Any] | None, delegate: bool = False) -> str:
     """The drop-in text for a queue's ``limits`` (and, with ``delegate``, its
     ``message_limits``); '' when there are none."""

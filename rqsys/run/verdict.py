@@ -50,7 +50,7 @@ class Worker:
     terminal: Command | None = None
     status: str = ""
     on_disk: str | None = None  # what its status file holds now, when known
-    stop_reason: str = ""  # "stopping" (daemon stop), "destroy" or "timeout"
+    stop_reason: str = ""  # "stopping" (daemon stop), "destroy", "timeout" or "cancel"
     stop_text: str = ""  # the status a "timeout" ends with
     rusage: Any = None  # os.wait4's resource usage, once reaped
     _buf: bytearray = field(default_factory=bytearray)
@@ -122,8 +122,8 @@ class Worker:
             return Outcome("deleted", "destroyed")
         if self.stop_reason == "stopping":
             return Outcome("que", "requeued: the queue daemon stopped")
-        if self.stop_reason == "timeout":
-            return Outcome("err", self.stop_text, kind="timeout")
+        if self.stop_reason in ("timeout", "cancel"):  # a cancel is not retried: no "on" has it
+            return Outcome("err", self.stop_text, kind=self.stop_reason)
         if getattr(self.child, "lost", False):  # a relay the relay worker dropped (handoff)
             return Outcome("que", "requeued: the relay worker went away; the next run "
                            "starts the relay script")

@@ -124,7 +124,7 @@ class SystemdEnabler:
             try:
                 cfg = {} if removed or layout is None else config.load_queue_config(layout, name)
                 changed |= resources.sync_drop_in(self.unit_dir, name, cfg.get("limits"),
-                                                      bool(cfg.get("message_limits")))
+                                                      resources.limits_runs(cfg))
             except (RQError, OSError) as exc:
                 self.log.event("err", f"queue {name}: limits drop-in not written: {exc}")
         return changed

@@ -93,6 +93,7 @@ class BasicAuth:
             self._refuse("credentials required")
         if not self.verifier.check(user or "", password):
             self._refuse("wrong user name or password")
+        req.context.user = user
 
     def _refuse(self, why: str) -> None:
         realm = self.realm.replace('"', "'")
@@ -109,3 +110,9 @@ def _credentials(header: str | None) -> tuple[str | None, str]:
         return "", ""
     user, sep, password = decoded.partition(":")
     return (user, password) if sep else ("", "")
+
+
+def actor(req: falcon.Request) -> str:
+    """Who asks over HTTP: the basic-auth user, else ``http <address>``."""
+    user = getattr(req.context, "user", None)
+    return str(user) if user else f"http {req.remote_addr}"

@@ -16,9 +16,10 @@ from rqsys.run import protocol
 from rqsys.store import check_attach_name
 from rqsys.web import body, logs, msgpage, upload
 from rqsys.web.answers import ok
+from rqsys.web.auth import actor
 from rqsys.web.context import Resource, Web, queue_and_id, split_suffix
 
-POST_METHODS = ("delete", "destroy", "commit", "retry")  # retry: err → que, in place
+POST_METHODS = ("delete", "destroy", "commit", "retry", "cancel")  # retry: err → que, in place
 
 
 def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
@@ -33,7 +34,8 @@ def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
                 status=rq_status_text(got["state"], got["status"]),
                 status_text=got["status"], _attachments=attachments, **times,
                 progress=protocol.progress(got["status"]) if running else None,
-                last_lines=got.get("last_lines", []), _timeline=got.get("timeline", []))
+                last_lines=got.get("last_lines", []), cancelled=bool(got.get("cancelled")),
+                _timeline=got.get("timeline", []))
 
 
 def rq_status_text(state: str, text: str) -> str:
@@ -42,7 +44,8 @@ def rq_status_text(state: str, text: str) -> str:
 
 
 class MessageResource(Resource):
-    """``/q/<q>/<id>`` (HTML), ``.json``; POST ``_method`` delete | destroy | commit."""
+    """``/q/<q>/<id>`` (HTML), ``.json``; POST ``_method`` delete | destroy | commit |
+    retry | cancel."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         mid, suffix = split_suffix(mid, (".json",))
@@ -59,7 +62,8 @@ class MessageResource(Resource):
         method = params.get("_method")
         if method not in POST_METHODS:
             raise BadRequest(f"_method must be one of {', '.join(POST_METHODS)}")
-        self.web.call(queue, method, msg_id=msg_id)
+        extra = {"by": actor(req)} if method == "cancel" else {}
+        self.web.call(queue, method, msg_id=msg_id, **extra)
         value = self.web.msg_url(queue, msg_id) if method == "commit" else f"{method}: done"
         ok(req, resp, value, params, page=self.web.queue_path(queue))
 

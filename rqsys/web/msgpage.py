@@ -55,6 +55,9 @@ def actions(web: Web, queue: str, msg_id: str, state: str) -> list[dict[str, Any
     if state == "que":
         buttons.append(button(mpath + "/run_now", "run now", {"back": here}))
     buttons.append(button(mpath + "/clone", "clone", {"x_format": "html"}))
+    if state in ("que", "run"):  # to err, with a record (retried like any err)
+        buttons.append(button(mpath, "cancel", {"_method": "cancel", "back": here}, True,
+                              "Cancel this message (it goes to err)?"))
     if state == "run":
         buttons.append(button(mpath, "destroy", {"_method": "destroy", "back": back}, True,
                               "Destroy this message (kills its script)?"))

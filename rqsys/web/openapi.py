@@ -93,6 +93,7 @@ MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_at
                     "last_lines": {"type": "array", "items": {"type": "string"},
                                    "description": "in err: the last 20 lines (not blank) "
                                    "its failed run wrote, as a terminal shows them"},
+                    "cancelled": {"type": "boolean", "description": "in err by a cancel"},
                     "_attachments": {"type": "object", "additionalProperties": {
                         "type": "object", "required": ["md5", "size"],
                         "properties": {"md5": {"type": "string"},
@@ -108,6 +109,8 @@ SUMMARY = {"type": "object", "required": ["status"],
                           "num_workers": {"type": "integer"},
                           "counts": {"type": "object",
                                      "additionalProperties": {"type": "integer"}}}}
+ROOM = {"type": "object", "additionalProperties": {"type": "object"}, "description": "slots, "
+        "and the budget's memory (bytes), cpus, gpus (ids): used of total, each"}
 WINDOW_TIMES = {"type": "object", "properties": {
     q: {"type": ["number", "null"]} for q in ("p50", "p95", "p99")}}
 STATS = {"type": "object", "required": ["totals", "hist", "windows", "days", "counts"],
@@ -123,7 +126,7 @@ STATS = {"type": "object", "required": ["totals", "hist", "windows", "days", "co
              "days": {"type": "object", "additionalProperties": {"type": "object"}},
              "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
              "starts": {"type": "integer"},
-             "oldest_queued_s": {"type": ["number", "null"]},
+             "oldest_queued_s": {"type": ["number", "null"]}, "room": ROOM,
              "loop": {"type": "object", "description": "the event loop's seconds since the "
                       "daemon started: waiting for events, blocked starting scripts, its "
                       "thread's CPU", "properties": {
@@ -352,9 +355,9 @@ def _message_paths() -> dict[str, Any]:
     qm = [QUEUE, MSG_ID]
     return {
         "/q/{name}/{mid}.json": _get(qm, MESSAGE_JSON, "A message with state and status"),
-        "/q/{name}/{mid}": _post(qm, _with({"_method": {"enum": ["delete", "destroy",
-                                                                  "commit", "retry"]}}),
-                                 "Delete, destroy, commit or retry (err → que) a message"),
+        "/q/{name}/{mid}": _post(qm, _with({"_method": {"enum": [
+            "delete", "destroy", "commit", "retry", "cancel"]}}), "Delete, destroy, commit, "
+            "retry (err → que) or cancel (que or run → err, its script stopped) a message"),
         "/q/{name}/{mid}/state.json": _get(qm, {"type": "array", "items": {"type": "string"},
                                                  "minItems": 1, "maxItems": 1},
                                            "A message's state"),

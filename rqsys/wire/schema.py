@@ -70,6 +70,7 @@ OPS: dict[str, dict[str, Any]] = {
                     tag={"title": "tag", "type": "string", "pattern": TAG_PATTERN}),
     "adminoper": request(("oper",), oper={"title": "admin operation",
                                           "enum": list(ADMIN_OPERS)}),
+    "cancel": request(("msg_id",), msg_id=MSG_ID, by=BY),
     "prune": request(days=DAYS, prep_days={"anyOf": [DAYS, {"type": "null"}]}),
 }
 
