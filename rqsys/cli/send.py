@@ -34,8 +34,26 @@ def message_from(args: argparse.Namespace) -> dict[str, Any]:
         msg["unique_for"] = args.unique_for
     if getattr(args, "tags", None):
         msg["tags"] = args.tags
+    if getattr(args, "slots", None) is not None:
+        msg["slots"] = args.slots
+    if getattr(args, "needs", None):
+        msg["needs"] = needs_of(args.needs)
     msg.update(jobs.after_fields(args))
     return msg
+
+
+def needs_of(words: list[str]) -> dict[str, Any]:
+    """``memory=12G cpus=0.5 gpus=1`` -> the message's ``needs`` (the schema judges them)."""
+    needs: dict[str, Any] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or key not in ("memory", "cpus", "gpus"):
+            raise BadRequest(f"--need {word}: say memory=SIZE, cpus=N or gpus=N")
+        try:
+            needs[key] = value if key == "memory" else (int if key == "gpus" else float)(value)
+        except ValueError:
+            raise BadRequest(f"--need {word}: {value!r} is not a number") from None
+    return needs
 
 
 def created_url(reply: dict[str, Any]) -> str:
@@ -119,6 +137,10 @@ def add_msg_options(parser: argparse.ArgumentParser) -> None:
                         help="-1000 to 1000: among due messages, smaller runs first (default 0)")
     parser.add_argument("--tag", action="append", dest="tags", metavar="TAG",
                         help="a short word to find the message by (repeatable)")
+    parser.add_argument("--slots", type=int, help="worker slots it takes (default 1)")
+    parser.add_argument("--need", action="append", dest="needs", metavar="KEY=VALUE",
+                        help="what it needs of the queue's budget: memory=12G, cpus=4, "
+                        "gpus=1 (repeatable)")
     jobs.add_after_options(parser)
     parser.add_argument("--force_remote", action="store_true", help="send through relay")
     parser.add_argument("--relay-ok", dest="relay_ok", action="store_true",

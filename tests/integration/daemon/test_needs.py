@@ -11,7 +11,7 @@ import time
 
 import pytest
 from conftest import wait_for
-from daemon_util import send, settle
+from daemon_util import rq, send, settle
 
 from rqsys.errors import BadRequest
 
@@ -131,3 +131,34 @@ def test_needs_that_cannot_fit_are_refused_at_create(make_queue, daemon, msg, wo
     with pytest.raises(BadRequest, match=words.replace("(", r"\(").replace(")", r"\)")):
         proc.call("create", msg=msg)
     assert wait_for(lambda: sum(proc.call("counts")["counts"].values()) == 0)
+
+
+def test_rq_sends_slots_and_needs_and_stats_shows_the_room(layout, make_queue, daemon):
+    make_queue("q", 'while [ ! -e "$RQ_MSG_DIR/../../../go" ]; do sleep 0.05; done; '
+               'echo "done $RQ_GPUS" >&3', num_workers=3,
+               budget={"memory": "8G", "cpus": 4, "gpus": ["g0", "g1"]})
+    proc = daemon("q")
+    url = rq(layout, "sendmesg", "--dest", "q", "--slots", "2", "--need", "memory=3G",
+             "--need", "cpus=1.5", "--need", "gpus=1")
+    msg_id = url.rsplit("/", 1)[1]
+    wait_for(lambda: proc.call("status", msg_id=msg_id)["state"] == "run")
+    assert proc.call("get", msg_id=msg_id)["msg"]["needs"] == {"memory": "3G", "cpus": 1.5,
+                                                                "gpus": 1}
+    assert "room: slots 2/3, memory 3G/8G, cpus 1.5/4, gpus g0 of g0,g1" in \
+        rq(layout, "stats", "q").splitlines()
+    (layout.queue_dir("q") / "go").write_text("")
+    assert settle(proc, msg_id) == {"ok": True, "state": "done", "status": "g0"}
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--need", "disk=3G"], "--need disk=3G: say memory=SIZE, cpus=N or gpus=N"),
+    (["--need", "gpus=two"], "--need gpus=two: 'two' is not a number"),
+    (["--need", "memory=9G"], "needs.memory: 9G is more than the queue's budget (8G)"),
+    (["--slots", "4"], "slots: 4 is more than the queue's num_workers (3)"),
+])
+def test_rq_refuses_bad_needs_with_a_clear_line(layout, make_queue, daemon, args, words):
+    make_queue("q", "echo done >&3", num_workers=3, budget={"memory": "8G"})
+    proc = daemon("q")
+    out = rq(layout, "sendmesg", "--dest", "q", *args, code=1)
+    assert words in out
+    assert sum(proc.call("counts")["counts"].values()) == 0
