@@ -17,6 +17,7 @@ from typing import Any
 
 from rqsys.daemon.deadlines import check_timeout
 from rqsys.daemon.intake import Intake
+from rqsys.daemon.room import check_create
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.unique import key_of
 from rqsys.errors import BadRequest, RQError, StoreError
@@ -54,6 +55,7 @@ class Bulk:
             msg = new_message(data, ctx.name)
             ctx.check_dest(msg)
             check_timeout(msg, ctx.config)
+            check_create(msg, ctx.config)  # slots and needs that could never fit
             if key_of(msg) is not None:
                 raise BadRequest("unique_key: not taken in a bulk create; send it alone")
             if msg.get("after") and self.intake.after.normalise(msg):

@@ -162,3 +162,13 @@ def test_rq_refuses_bad_needs_with_a_clear_line(layout, make_queue, daemon, args
     out = rq(layout, "sendmesg", "--dest", "q", *args, code=1)
     assert words in out
     assert sum(proc.call("counts")["counts"].values()) == 0
+
+
+def test_a_bulk_send_refuses_the_one_that_cannot_fit_alone(layout, make_queue, daemon):
+    make_queue("q", "echo done >&3", num_workers=2)
+    proc = daemon("q")
+    got = proc.call("create_many", msgs=[{"slots": 2}, {"slots": 3}, {}])["results"]
+    assert "msg_id" in got[0] and "msg_id" in got[2]
+    assert "slots: 3 is more than the queue's num_workers (2)" in got[1]["error"]
+    for result in (got[0], got[2]):
+        assert settle(proc, result["msg_id"])["state"] == "done"
