@@ -162,6 +162,14 @@ let
         default = true;
         description = "calendar/cron: one message per slot, by a unique key.";
       };
+      overlap = mkOption {
+        type = types.enum [
+          "queue"
+          "skip"
+        ];
+        default = "queue";
+        description = "skip: no message while the timer's last one is queued or running.";
+      };
       msg = mkOption {
         type = types.attrsOf types.str;
         example = {
@@ -218,6 +226,7 @@ let
     pkgs.writeText "rq-timer-${name}.json" (
       builtins.toJSON (
         lib.filterAttrs (_: v: v != null) { inherit (t) period calendar cron msg; }
+        // lib.optionalAttrs (t.overlap != "queue") { inherit (t) overlap; }
         // lib.optionalAttrs (t.period == null) (
           { inherit (t) persistent unique; }
           // lib.filterAttrs (_: v: v != null && v != 0) { inherit (t) timezone jitter; }

@@ -14,10 +14,10 @@ from typing import Any
 from rqsys.cli import send
 from rqsys.cli.common import RET_FAIL, RET_OK, RET_UNAVAILABLE, queue_argument
 from rqsys.cli.follow import Follow, describe, verdict_code
-from rqsys.daemon.room import usage_text
 from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.message import split_message_url
 from rqsys.observe import timeline
+from rqsys.run.resources import room_text
 from rqsys.search import query
 from rqsys.store import Layout, QueueView, check_queue_name
 from rqsys.wire.client import QueueClient, find_message
@@ -42,7 +42,7 @@ def stats_lines(got: dict[str, Any]) -> list[str]:
     totals = got["totals"]
     lines = [f"queue {got['queue']}: {got['admin']}, "
              + ", ".join(f"{s} {n}" for s, n in got["counts"].items()),
-             f"room: {usage_text(got['room'])}",
+             f"room: {room_text(got['room'])}",
              "since ever: " + ", ".join(f"{k} {v}" for k, v in totals.items())]
     for name, win in got["windows"].items():
         lines.append(f"last {name}: done {win['done']}, err {win['err']}, relayed "

@@ -21,6 +21,7 @@ from typing import Any
 
 from rqsys import tunables
 from rqsys.background import PRUNE, SYNC, Background, peer_lane
+from rqsys.batches.ends import BatchEnds
 from rqsys.daemon import observe, ops
 from rqsys.daemon.after import After
 from rqsys.daemon.context import QueueContext
@@ -88,6 +89,7 @@ class QueueDaemon:
         self.closing = FdBatch()  # a turn's ended runs' fds, closed when it ends: neighbours
         self.observer = Observer(self.ctx, self.store, self.transitions, self.background, self.log,
                                  self.clock, self.closing)
+        self.batch_ends = BatchEnds(layout, name, self.background, self.log)
         self.runner = Runner(self.ctx, self.store, self.transitions, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
@@ -118,6 +120,7 @@ class QueueDaemon:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.observer.load()
         self.transitions.load()
+        self.batch_ends.recover(self.store, set(self.schedule.msgs))
         self._warn_unordered_disk()
         self.after.load()
         self.ctx.admin_oper = self.store.admin_state()

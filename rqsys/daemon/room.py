@@ -156,23 +156,3 @@ class Room:
                             "total": list(self.gpu_ids)}
         return used
 
-
-def usage_text(usage: dict[str, Any]) -> str:
-    """``slots 3/4, memory 12G/48G, cpus 4/16, gpus 0 of 0,1`` (from :meth:`Room.usage`)."""
-    parts = [f"slots {usage['slots']['used']}/{usage['slots']['total']}"]
-    if "memory" in usage:
-        parts.append(f"memory {_size(usage['memory']['used'])}/{_size(usage['memory']['total'])}")
-    if "cpus" in usage:
-        parts.append(f"cpus {usage['cpus']['used']:g}/{usage['cpus']['total']:g}")
-    if "gpus" in usage:
-        held = ",".join(usage["gpus"]["used"]) or "none"
-        parts.append(f"gpus {held} of {','.join(usage['gpus']['total'])}")
-    return ", ".join(parts)
-
-
-def _size(value: float) -> str:
-    for suffix in ("T", "G", "M", "K"):
-        unit = 1 << {"T": 40, "G": 30, "M": 20, "K": 10}[suffix]
-        if value >= unit:
-            return f"{value / unit:.3g}{suffix}"
-    return f"{value:.0f}"

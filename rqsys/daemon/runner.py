@@ -58,6 +58,7 @@ class Runner:
         self._script_check_at = 0.0
         self._script = ScriptPath()
         self.env = RunEnvironment(ctx)
+        self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
         self.children = Children(selector, self._on_lines, self._on_exit, closing)
@@ -116,8 +117,7 @@ class Runner:
             self._conclude(msg_id, msg, Outcome("err", text, kind="timeout"), None)
             return
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
-        run = self.env.of_run(msg_id, msg, argv[-1], job,
-                              self.ledger.schedule.room.gpus_of(msg_id))
+        run = self.env.of_run(msg_id, msg, argv[-1], job, self._gpus_of(msg_id))
         limits = self.limits.for_message(msg)
         out = None
         try:

@@ -205,7 +205,8 @@ class Transitions:
         if not self.ledger.moved(msg_id, "que", state):
             return []
         self.ledger.tally[state] += 1
-        self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE=state)
+        self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE=state,
+                       **batch_of(msg))
         return [(msg_id, msg, outcome)]
 
     def _settle(self, msg_id: str, msg: Msg, outcome: Outcome,
@@ -213,7 +214,7 @@ class Transitions:
         """The end of its run; None when its directory was gone."""
         if outcome.state == "deleted":  # run → gone: destroyed while running
             self._offload(self.store.delete_later(msg_id, "run"), self._log_failed(msg_id))
-            self.log.event("deleted", "destroyed while running", msg_id)
+            self.log.event("deleted", "destroyed while running", msg_id, **batch_of(msg))
             return []
         if outcome.text != written:
             self.store.write_status("run", msg_id, outcome.text)
@@ -228,7 +229,7 @@ class Transitions:
             return None
         self.ledger.tally[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
-                       RQ_STATE=outcome.state,
+                       RQ_STATE=outcome.state, **batch_of(msg),
                        **({"RQ_KIND": outcome.kind} if outcome.kind else {}),
                        **({"RQ_LAST_LINE": outcome.last_line} if outcome.last_line else {}))
         return [(msg_id, msg, outcome)]
@@ -265,12 +266,13 @@ class Transitions:
     def fail_queued(self, msg_id: str, text: str, kind: str = "after") -> None:
         """que → err: a queued message that cannot run (what it waits for failed;
         ``kind`` "attachment": a pool message's file did not arrive whole)."""
-        guard(self.ledger.schedule.remove(msg_id) is not None, f"{msg_id} is not queued")
+        msg = self.ledger.schedule.remove(msg_id)
+        guard(msg is not None, f"{msg_id} is not queued")
         self.store.write_status("que", msg_id, text)  # (a retry sets it aside)
         if not self.ledger.moved(msg_id, "que", "err"):
             return
         self.ledger.tally["err"] += 1
-        self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind)
+        self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind, **batch_of(msg))
 
     def cancel(self, msg_id: str, text: str, done: Done) -> None:
         """que → err, ``text`` its status (a running one is the runner's to
@@ -318,11 +320,11 @@ class Transitions:
         state = self.store.find(msg_id)
         finish = self.store.delete_later(msg_id, state)  # its sync and rmtree: off the loop
         self.ledger.blank.discard(msg_id)
-        self.ledger.schedule.remove(msg_id)
+        queued = self.ledger.schedule.remove(msg_id)
         self.ledger.unique.forget(msg_id)
         if state in COUNTED:
             self.ledger.tally[state] -= 1
-        self.log.event("deleted", f"deleted from {state}", msg_id)
+        self.log.event("deleted", f"deleted from {state}", msg_id, **batch_of(queued))
         self._offload(finish, lambda _result, error: done(error))
 
     def prune(self, now: float, days: float, prep_days: float | None,
@@ -374,3 +376,9 @@ def _prune_late(t: Transitions, late: list[str], removed: dict[str, int], done: 
     if not t.ledger.wait_until_free(late, landed):
         landed()
     return one
+
+
+def batch_of(msg: Msg | None) -> dict[str, str]:
+    """``RQ_BATCH`` for the end event of a batch's member (``rqsys.batches.ends``)."""
+    batch = msg.get("batch") if msg else None
+    return {"RQ_BATCH": batch} if batch else {}

@@ -122,3 +122,24 @@ def sync_drop_in(unit_dir: Path, queue: str, limits: dict[str, Any] | None,
     tmp.write_text(text)
     tmp.replace(path)  # systemd never reads half a file (unit config, not message data)
     return True
+
+
+def room_text(usage: dict[str, Any]) -> str:
+    """``slots 3/4, memory 12G/48G, cpus 4/16, gpus 0 of 0,1``: what the running
+    messages hold of a queue's slots and budget (``rqsys.daemon.room.Room.usage``)."""
+    parts = [f"slots {usage['slots']['used']}/{usage['slots']['total']}"]
+    if "memory" in usage:
+        parts.append(f"memory {_size(usage['memory']['used'])}/{_size(usage['memory']['total'])}")
+    if "cpus" in usage:
+        parts.append(f"cpus {usage['cpus']['used']:g}/{usage['cpus']['total']:g}")
+    if "gpus" in usage:
+        held = ",".join(usage["gpus"]["used"]) or "none"
+        parts.append(f"gpus {held} of {','.join(usage['gpus']['total'])}")
+    return ", ".join(parts)
+
+
+def _size(value: float) -> str:
+    for suffix in ("T", "G", "M", "K"):
+        if value >= SUFFIX[suffix]:
+            return f"{value / SUFFIX[suffix]:.3g}{suffix}"
+    return f"{value:.0f}"

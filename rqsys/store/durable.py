@@ -170,6 +170,20 @@ def _write_fd(fd: int, data: bytes, sync: bool, data_only: bool = False) -> None
         os.close(fd)
 
 
+def append_durably(path: Path | str, data: bytes) -> None:
+    """Append ``data`` in one write(2) (O_APPEND: whole beside other writers'),
+    fdatasync it; a file made now has its directory fsynced too."""
+    made = not os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    if made:
+        fsync_path(os.path.dirname(os.path.abspath(path)))
+
+
 def overwrite(path: Path | str, data: bytes) -> None:
     """Rewrite a small advisory file in place, not synced (``status``,
     ``count``), never truncating it to zero first (ext4 would then flush it

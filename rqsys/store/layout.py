@@ -145,6 +145,18 @@ class Layout:
     def queues(self) -> Path:
         return self.root / "queue"
 
+    @property
+    def batches(self) -> Path:
+        """One directory per batch (``rqsys.batches.record``)."""
+        return self.root / "batches"
+
+    def make_batch_dir(self, batch_id: str) -> Path:
+        """``batches/<id>/``, owned as ``queue/`` is (the daemons write in it)."""
+        path = self.batches / batch_id
+        path.mkdir(parents=True)
+        self._adopt(self.batches, path)
+        return path
+
     def queue_dir(self, name: str) -> Path:
         return self.queues / check_queue_name(name)
 

@@ -1,10 +1,12 @@
 """What ``rq timers``, ``GET /timers.json`` and the Timers page show: each timer
-file with its schedule, next and last run, and its last message and state.
+file with its schedule, next and last run, its last message and state, and
+the slots ``"overlap": "skip"`` skipped.
 
-The last message of each timer is one small file ``<root>/timer-last/<name>.json``
-(``{"slot", "at", "queue", "msg_id"}``), written after each send by whoever
-sent it: rq-scan's background lane, or ``rqsys timer`` under systemd.  The
-next run is computed as the sender computes it (:mod:`rqsys.timers.calendar`).
+The last message and the skips of each timer are its record,
+``<root>/timer-last/<name>.json`` (:mod:`rqsys.timers.history`), written after
+each send by whoever sent it: rq-scan's background lane, or ``rqsys timer``
+under systemd.  The next run is computed as the sender computes it
+(:mod:`rqsys.timers.calendar`).
 """
 
 from __future__ import annotations
@@ -14,29 +16,27 @@ import os
 import time
 from typing import Any
 
-from rqsys import config, store
+from rqsys import config
 from rqsys.errors import RQError
 from rqsys.message import message_url
 from rqsys.scan import scandir
 from rqsys.store import Layout, QueueView
+from rqsys.timers import history
 from rqsys.timers.calendar import check
 from rqsys.timers.periodic import Timer, load_timer, timer_name
 from rqsys.wire.client import queue_for_dest
 
-LAST_DIR = "timer-last"
+LAST_DIR = history.LAST_DIR
 SLOT_STATE = "timer-slots.json"  # rq-scan's last slot of each calendar or cron timer
 
 
 def record(layout: Layout, timer: Timer, slot: float, msg_id: str) -> None:
     """Remember ``msg_id`` as ``timer``'s last message (made for ``slot``)."""
     queue = queue_for_dest(timer.msg["dest"], bool(timer.msg.get("force_remote")))
-    path = layout.root / LAST_DIR / f"{timer.name}.json"
-    text = json.dumps({"slot": slot, "at": time.time(), "queue": queue, "msg_id": msg_id})
     try:
-        path.parent.mkdir(exist_ok=True)
-        store.write_file_durably(path, text.encode())
+        history.record(layout.root, timer.name, timer.overlap, slot, queue, msg_id)
     except OSError:
-        pass  # only what `rq timers` shows: the message itself is made
+        pass  # what `rq timers` shows, and what a skip timer checks, stays a slot behind
 
 
 def schedule_text(timer: Timer) -> str:
@@ -70,9 +70,19 @@ def _entry(layout: Layout, sysconfig: dict[str, Any], path: Any, name: str,
     except RQError as exc:
         return dict(entry, error=str(exc))
     entry.update(schedule=schedule_text(timer), dest=timer.msg["dest"],
-                 next=_next(layout, timer, now))
-    entry.update(_last(layout, sysconfig, name))
+                 next=_next(layout, timer, now), overlap=timer.overlap)
+    last = history.read(layout.root, name)
+    entry.update(_last(layout, sysconfig, last))
+    entry.update(_skips(last))
     return entry
+
+
+def _skips(last: dict[str, Any]) -> dict[str, Any]:
+    """How many slots were skipped, the latest (newest last) and the last one's slot."""
+    skips = [s for s in history.skips_of(last) if isinstance(s.get("slot"), (int, float))]
+    count = last.get("skipped")
+    return {"skipped": count if isinstance(count, int) else 0, "skips": skips,
+            "last_skipped": skips[-1].get("slot") if skips else None}
 
 
 def _next(layout: Layout, timer: Timer, now: float) -> float | None:
@@ -96,12 +106,11 @@ def _state(path: Any) -> dict[str, float]:
     return data if isinstance(data, dict) else {}
 
 
-def _last(layout: Layout, sysconfig: dict[str, Any], name: str) -> dict[str, Any]:
+def _last(layout: Layout, sysconfig: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
     """The last message: when, its URL and its state now (``gone`` once pruned)."""
     try:
-        last = json.loads((layout.root / LAST_DIR / f"{name}.json").read_text())
         queue, msg_id = str(last["queue"]), str(last["msg_id"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except KeyError:
         return {"last": None}
     try:
         state = QueueView(layout.queue_dir(queue)).find(msg_id)
@@ -118,13 +127,25 @@ def when(epoch: float | None) -> str:
                                                    time.localtime(epoch))
 
 
+def skipped_text(t: dict[str, Any]) -> str:
+    """``skipped N`` and when the last skipped slot was; ``-`` for a timer
+    that never skips (overlap queue, none recorded)."""
+    if t["overlap"] != history.SKIP and not t["skipped"]:
+        return "-"
+    last = f" (last {when(t['last_skipped'])})" if t["last_skipped"] is not None else ""
+    return f"skipped {t['skipped']}{last}"
+
+
 def lines(entries: list[dict[str, Any]]) -> list[str]:
-    """``rq timers``: one tab-separated line each (name, schedule, next, last, URL, state)."""
+    """``rq timers``: one tab-separated line each (name, schedule, next, last, URL,
+    state; a timer that skips slots, or skipped some, has a 7th field: :func:`skipped_text`)."""
     out = []
     for t in entries:
         if "error" in t:
             out.append(f"{t['name']}\tREFUSED\t{t['error']}")
             continue
-        out.append("\t".join([t["name"], t["schedule"], when(t["next"]), when(t["last"]),
-                              t.get("last_url", "-"), t.get("last_state", "-")]))
+        fields = [t["name"], t["schedule"], when(t["next"]), when(t["last"]),
+                  t.get("last_url", "-"), t.get("last_state", "-")]
+        skipped = skipped_text(t)
+        out.append("\t".join(fields if skipped == "-" else [*fields, skipped]))
     return out

@@ -4,6 +4,8 @@ A timer file ``<name>.json`` (one '.', symlinks allowed) holds
 ``{"period": N, "msg": {"dest": ..., "param1": ...}}``.  A new timer fires at
 once, then every ``period`` seconds; a message may be queued up to
 ``EARLY`` seconds before its time with ``due`` set to the scheduled time.
+With ``"overlap": "skip"`` a period whose timer's last message has not
+ended makes no message (:mod:`rqsys.timers.history` records the skip).
 The scheduled time of each timer's last firing is kept in
 ``<root>/timer-state.json`` so a restart neither skips nor doubles a period.
 A destination that is PAUSE or DOWN gets no message for that period.
@@ -24,6 +26,7 @@ from rqsys.background import peer_lane
 from rqsys.errors import ConfigError, QueueDown, RQError, Unavailable
 from rqsys.observe.events import EventLog
 from rqsys.store import Layout
+from rqsys.timers import history
 from rqsys.timers.calendar import Spec
 from rqsys.wire import client
 
@@ -46,6 +49,7 @@ class Timer:
     persistent: bool = True
     jitter: float = 0.0
     unique: bool = True
+    overlap: str = history.QUEUE  # or SKIP: no message while the last one has not ended
     source: str = field(default="", compare=False)  # the file, for log lines
 
 
@@ -72,14 +76,17 @@ def load_timer(path: Path) -> Timer:
     if len(kinds) != 1:
         given = " and ".join(kinds) or "none"
         raise ConfigError(f"{path}: {'/'.join(SCHEDULE_KINDS)}: give exactly one (given: {given})")
+    overlap = str(data.get("overlap", history.QUEUE))  # the schema's enum checked it
     if kinds[0] == "period":
         extra = sorted(set(data) & set(SLOT_FIELDS))
         if extra:
             raise ConfigError(f"{path}: {extra[0]}: goes with calendar or cron, not period")
-        return Timer(name, int(data["period"]), dict(data["msg"]), source=str(path))
+        return Timer(name, int(data["period"]), dict(data["msg"]), overlap=overlap,
+                     source=str(path))
     spec = Spec(kinds[0], str(data[kinds[0]]), str(data.get("timezone", "")))
     return Timer(name, 0, dict(data["msg"]), spec, bool(data.get("persistent", True)),
-                 float(data.get("jitter", 0)), bool(data.get("unique", True)), str(path))
+                 float(data.get("jitter", 0)), bool(data.get("unique", True)), overlap,
+                 str(path))
 
 
 Sender = Callable[[Timer, float], str]
@@ -173,9 +180,17 @@ class TimerTable:
     def _fire(self, timer: Timer, now: float) -> None:
         when = self.scheduled(timer.name, now)
         self.in_flight.add(timer.name)
-        self.run(lambda: self.send(timer, when if when > now else 0.0),
+        self.run(lambda: self._send_unless_held(timer, when, now),
                  lambda msg_id, error: self._fired(timer, now, when, msg_id, error),
                  peer_lane(timer.msg["dest"]))
+
+    def _send_unless_held(self, timer: Timer, when: float, now: float) -> Any:
+        """On the send's lane: the message's id, or a skip timer's Held."""
+        if timer.overlap == history.SKIP:
+            held = history.check(self.state_path.parent, timer.name, when)
+            if held is not None:
+                return held
+        return self.send(timer, when if when > now else 0.0)
 
     def _fired(self, timer: Timer, now: float, when: float, msg_id: Any,
                error: BaseException | None) -> None:
@@ -191,6 +206,8 @@ class TimerTable:
             return
         if error is not None:
             self.log.event("err", f"timer {timer.name}: no message this period: {error}")
+        elif isinstance(msg_id, history.Held):
+            self.log.event("daemon", msg_id.text(timer.name, "period"))
         else:
             self.log.event("created", f"timer {timer.name}: message {msg_id} "
                            f"to {timer.msg['dest']}")

@@ -10,7 +10,10 @@ between the create and the state file, or a clock step back cannot make a
 second message for a slot.  The last slot fired of each timer is kept in
 ``<root>/timer-slots.json``; at start a ``persistent`` timer whose slots
 passed meanwhile fires once, for the latest of them (as systemd's
-``Persistent=``); a new timer waits for its first slot.
+``Persistent=``); a new timer waits for its first slot.  A timer with
+``"overlap": "skip"`` makes no message for a slot while its last message has
+not ended (:mod:`rqsys.timers.history`, checked on the send's lane); the
+slot counts as fired, a missed one at start alike.
 
 Elapses are computed on the Background lanes (systemd-analyze is another
 process, and rq-scan's loop waits on none), like the sends.
@@ -26,6 +29,7 @@ from typing import Any, Protocol
 from rqsys.background import peer_lane
 from rqsys.errors import RQError, Unavailable
 from rqsys.observe.events import EventLog
+from rqsys.timers import history
 from rqsys.timers.calendar import Spec, check, elapses, latest
 from rqsys.timers.periodic import RETRY, Runner, Timer, load_last, run_now, save_last
 
@@ -90,6 +94,7 @@ class SlotTable:
                  clock: Callable[[], float], run: Runner = run_now) -> None:
         self.state_path, self.send, self.log, self.clock = state_path, send, log, clock
         self.run = run
+        self.root = state_path.parent  # where the timers' records are (rqsys.timers.history)
         self.timers: dict[str, Timer] = {}
         self.last: dict[str, float] = self._load_state()
         self.next: dict[str, float] = {}  # name -> slot it fires next (once planned)
@@ -193,9 +198,11 @@ class SlotTable:
         self.busy.add(timer.name)
 
         def work() -> tuple[Any, BaseException | None, float | None]:
+            held = history.check(self.root, timer.name, slot) \
+                if timer.overlap == history.SKIP else None
             try:
                 result: tuple[Any, BaseException | None] = (
-                    self.send(timer, slot, slot_extra(timer, slot)), None)
+                    held or self.send(timer, slot, slot_extra(timer, slot)), None)
             except RQError as exc:  # the destination's answer: the next slot still comes
                 result = (None, exc)
             return (*result, upcoming(spec, slot, self.clock(), timer.persistent))
@@ -227,6 +234,8 @@ class SlotTable:
                   failed: BaseException | None) -> None:
         if failed is not None:
             self.log.event("err", f"timer {timer.name}: no message for slot {slot:.0f}: {failed}")
+        elif isinstance(msg_id, history.Held):
+            self.log.event("daemon", msg_id.text(timer.name, f"slot {slot:.0f}"))
         else:
             self.log.event("created", f"timer {timer.name}: message {msg_id} for slot "
                            f"{slot:.0f} to {timer.msg['dest']}")

@@ -9,7 +9,9 @@ shows every schedule with its next and last run, and systemd's catch-up
 applies.  The oneshot ``rq-timer@.service`` (``units/``) runs ``rqsys timer
 NAME``, which sends the message of the latest slot through the queue
 socket with the slot's unique key, so a re-delivered trigger or a second
-start makes no second message.  Period timers stay in rq-scan's own loop.
+start makes no second message (and, for ``"overlap": "skip"``, none while
+the timer's last message has not ended: :mod:`rqsys.timers.history`).
+Period timers stay in rq-scan's own loop.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from rqsys.errors import ConfigError
 from rqsys.observe.events import EventLog
 from rqsys.scan import scandir
 from rqsys.store import Layout
-from rqsys.timers import listing
+from rqsys.timers import history, listing
 from rqsys.timers.calendar import on_calendar
 from rqsys.timers.periodic import Timer, deliver, first_file, load_timer
 from rqsys.timers.slots import latest_missed, slot_extra
@@ -113,7 +115,9 @@ def _read(path: Path) -> str:
 
 def send_slot(layout: Layout, name: str, now: float | None = None) -> str:
     """``rqsys timer NAME`` (rq-timer@NAME.service): send the latest slot's
-    message; the URL, or the one of the message that already has that slot."""
+    message; its id, or the one of the message that already has that slot, or
+    (``"overlap": "skip"``, the slot skipped) the one of the last message,
+    which has not ended."""
     dirs = [layout.timers, layout.scandir / scandir.TIMERS_SUBDIR]
     path = first_file(dirs, f"{name}.json")
     if path is None:
@@ -126,6 +130,10 @@ def send_slot(layout: Layout, name: str, now: float | None = None) -> str:
     if slot is None:
         raise ConfigError(f"{path}: no slot of {timer.spec.kind} {timer.spec.expr!r} "
                           "has elapsed")
+    if timer.overlap == history.SKIP:
+        held = history.check(layout.root, timer.name, slot)
+        if held is not None:  # recorded as skipped (the timer's last message is kept)
+            return held.msg_id
     sysconfig = config.load_system_config(layout)
     msg_id = deliver(layout, sysconfig, timer, slot, slot_extra(timer, slot))
     listing.record(layout, timer, slot, msg_id)

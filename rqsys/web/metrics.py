@@ -25,6 +25,7 @@ from prometheus_client.core import (
 
 from rqsys.errors import Unavailable
 from rqsys.store import ADMIN_STATES, STATES
+from rqsys.timers.history import skip_counts
 from rqsys.web.context import Resource, Web
 from rqsys.web.pools import PoolsCollector
 
@@ -39,6 +40,7 @@ class Metrics(Resource):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(QueuesCollector(self.web))
         registry.register(PoolsCollector(self.web))  # nothing without pool queues
+        registry.register(TimersCollector(self.web))
         resp.content_type = CONTENT_TYPE
         resp.data = generate_latest(registry)
 
@@ -77,6 +79,23 @@ class QueuesCollector:
             return self.web.call(name, "stats")
         except Unavailable:
             return None
+
+
+class TimersCollector:
+    """The timers' own counts, read from their records (rqsys.timers.history):
+    the slots a timer with ``"overlap": "skip"`` skipped, kept across restarts."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def collect(self) -> Iterator[Metric]:
+        skipped = CounterMetricFamily("rqsys_timer_slots_skipped",
+                                      "slots a timer with overlap skip made no message for "
+                                      "(its last message had not ended)",
+                                      labels=["queue", "timer"])
+        for timer, queue, count in skip_counts(self.web.layout.root):
+            skipped.add_metric([queue, timer], count)
+        yield skipped
 
 
 def _now(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:

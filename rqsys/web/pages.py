@@ -6,8 +6,8 @@ from typing import Any
 
 import falcon
 
-from rqsys.daemon.room import usage_text
 from rqsys.errors import RQError
+from rqsys.run.resources import room_text
 from rqsys.store import STATES
 from rqsys.web import dashboard as observing
 from rqsys.web import failures, pools, queuepage
@@ -50,7 +50,7 @@ def queue_page(web: Web, req: falcon.Request, resp: falcon.Response, name: str) 
     here = web.queue_path(name)
     render(web, resp, "queue.html", f"Queue {name}", [(here, name)], name=name, here=here,
            admin=got["admin"], status=got["status"], opers=opers(got["admin"]),
-           room=usage_text(got["room"]),
+           room=room_text(got["room"]),
            new_href=web.path("q", name, "new_message"),
            trends_href=web.path("q", name, "trends"),
            admin_href=web.path("q", name, "adminoper"),

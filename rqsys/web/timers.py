@@ -1,5 +1,5 @@
 """``GET /timers`` (HTML) and ``/timers.json``: every timer, its schedule, next and
-last run, and its last message (:mod:`rqsys.timers.listing`)."""
+last run, its last message and the slots it skipped (:mod:`rqsys.timers.listing`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import falcon
 
-from rqsys.timers.listing import list_timers, when
+from rqsys.timers.listing import list_timers, skipped_text, when
 from rqsys.web.context import Resource
 from rqsys.web.html import render
 
@@ -28,4 +28,5 @@ class Timers(Resource):
         return {"name": t["name"], "error": "", "schedule": t["schedule"], "dest": t["dest"],
                 "next": when(t["next"]), "last": when(t["last"]), "msg_id": last or "",
                 "href": self.web.msg_path(t["last_queue"], last) if last else "",
-                "state": t.get("last_state", "-")}
+                "state": t.get("last_state", "-"), "skipped": skipped_text(t),
+                "skips": ", ".join(when(s["slot"]) for s in t["skips"][-5:])}

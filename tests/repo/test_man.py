@@ -146,7 +146,7 @@ echo "done listed" >&3
 
 def script_env_names(make_queue: Any, daemon: Any) -> set[str]:
     """The RQ_* variables a real queue daemon gives a real script."""
-    make_queue("envlist", ENV_SCRIPT, shebang="#!/bin/sh")
+    make_queue("envlist", ENV_SCRIPT, shebang="#!/bin/sh", budget={"gpus": ["0"]})  # RQ_GPUS
     proc = daemon("envlist")
     msg_id = proc.call("create", msg={})["msg_id"]
     got = wait_for(lambda: finished(proc, msg_id), 20, "the env script to finish")

@@ -3,9 +3,10 @@
 import pytest
 
 from rqsys.daemon.gates import Gate
-from rqsys.daemon.room import Room, as_limits, check_create, need_of, usage_text
+from rqsys.daemon.room import Room, as_limits, check_create, need_of
 from rqsys.daemon.scheduler import Schedule
 from rqsys.errors import BadRequest
+from rqsys.run.resources import room_text
 
 QUEUE = {"num_workers": 4, "budget": {"memory": "48G", "cpus": 16, "gpus": ["0", "1"]}}
 
@@ -64,7 +65,7 @@ def test_memory_and_cpus_sum_within_the_budget():
     assert [start(s, 1)[0] for _ in range(2)] == ["a", "c"]
     assert start(s, 1) is None  # b: 50G of 48G; d: 17 of 16 CPUs
     assert s.room.usage()["memory"] == {"used": 40 << 30, "total": 48 << 30}
-    assert usage_text(s.room.usage()) == "slots 2/4, memory 40G/48G, cpus 16/16, gpus none of 0,1"
+    assert room_text(s.room.usage()) == "slots 2/4, memory 40G/48G, cpus 16/16, gpus none of 0,1"
 
 
 def test_a_big_message_is_not_starved_by_a_stream_of_small_ones():

@@ -1,0 +1,1 @@
+"""Batches: many messages made at once, with a callback once all have ended."""
