@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.cli import debug, jobs, observe
+from rqsys.cli import batch, debug, jobs, observe
 from rqsys.cli.common import (  # the RET_ codes: rq's too (rqsys.cli.rq.RET_FAIL)
     RET_FAIL,
     RET_OK,
@@ -181,6 +181,10 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "timers": (cmd_timers, "ok N, then one line per timer: name, schedule, next run, last "
                            "run, last message URL and its state (tab-separated)"),
     "ls": (jobs.cmd_ls, "ok <count>, then a queue's message ids, one a line (--tag)"),
+    "batch": (batch.cmd_batch, "make a batch of messages (JSON: messages, on_done, on_err); "
+                               "its URL once every member is queued"),
+    "batchstatus": (batch.cmd_batchstatus, "ok <ended>/<total> done N err N relayed N "
+                                           "gone N [callback URL]"),
     "pools": (_pools,
               "pool queues here, with their pools' depth, in flight, redeliveries"),
 }
@@ -205,6 +209,8 @@ def rq_parser() -> argparse.ArgumentParser:
             observe.ls_options(sub)
         elif verb == "pools":
             pass
+        elif verb in ("batch", "batchstatus"):
+            batch.add_options(verb, sub)
         elif verb == "adminoper":
             queue_argument(sub)
             sub.add_argument("--oper", required=True, choices=list(ADMIN_OPERS))

@@ -23,6 +23,7 @@ from rqsys.systemd import Notifier, listen_sockets
 from rqsys.web import (
     answers,
     auth,
+    batches,
     csrf,
     etags,
     failures,
@@ -92,6 +93,8 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (web.path("search"), searchall.SearchAll(web), {}),
         (web.path("search.json"), searchall.SearchAll(web), {}),
         (web.path("timers.json"), Timers(web), {}),
+        (web.path("batches"), batches.Batches(web), {}),
+        (web.path("batches", "{bid}"), batches.Batch(web), {}),
         (q + "/{name}", queues.QueueResource(web), {}),
         (q + "/{name}/config.json", queues.QueueConfig(web), {}),
         (q + "/{name}/done.json", queues.DoneList(web), {}),
