@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rqsys.store import ADMIN_OPERS
-from rqsys.web import openapi_search
+from rqsys.web import openapi_batches, openapi_search
 from rqsys.web.openapi_observe import GROUP_JSON, GROUP_KEY, STATS, TIMER
 
 QUEUE = {"name": "name", "in": "path", "required": True,
@@ -219,6 +219,7 @@ def _observe_paths() -> dict[str, Any]:
             **_post([QUEUE, GROUP_KEY], _with({"_method": {"enum": ["retry", "delete"]}}),
                     "Retry (err → que) or delete a whole failure group", {"type": "array"})},
         **openapi_search.paths(QUEUE, _get, _post, _with, HTML),
+        **openapi_batches.paths(_get, _post, HTML),
     }
 
 
