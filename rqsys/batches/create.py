@@ -94,7 +94,7 @@ def check(layout: Layout, body: Any) -> tuple[list[tuple[str, dict[str, Any]]], 
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise BadRequest("messages: a list of at least one message")
-    local = set(layout.queue_names())
+    local = {name: None for name in layout.queue_names()}  # -> its config, once read
     members = [_checked(layout, local, msg, f"messages[{n}]") for n, msg in enumerate(msgs)]
     callbacks = {}
     for name in ("on_done", "on_err"):
@@ -104,14 +104,16 @@ def check(layout: Layout, body: Any) -> tuple[list[tuple[str, dict[str, Any]]], 
     return members, callbacks
 
 
-def _checked(layout: Layout, local: set[str], data: Any, where: str
+def _checked(layout: Layout, local: dict[str, Any], data: Any, where: str
              ) -> tuple[str, dict[str, Any]]:
     if not isinstance(data, dict) or not isinstance(data.get("dest"), str):
         raise BadRequest(f"{where}: a message with a dest (a queue of this host)")
     queue = data["dest"]
     if queue not in local:
         raise BadRequest(f"{where}.dest: no queue {queue!r} on this host")
-    if config.load_queue_config(layout, queue).get("pool"):
+    if local[queue] is None:
+        local[queue] = config.load_queue_config(layout, queue)
+    if local[queue].get("pool"):
         raise BadRequest(f"{where}.dest: {queue} is a pool queue: not in a batch (yet)")
     for name in NOT_IN_MEMBERS:
         if name in data:

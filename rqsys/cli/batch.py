@@ -16,6 +16,8 @@ from rqsys.errors import BadRequest, NotFound
 from rqsys.store import Layout
 from rqsys.wire.client import QueueClient
 
+CALL_TIMEOUT = 300.0  # a request of 10,000 members takes seconds on a slow disk
+
 
 def add_options(verb: str, parser: argparse.ArgumentParser) -> None:
     if verb == "batch":
@@ -37,7 +39,7 @@ def cmd_batch(layout: Layout, args: argparse.Namespace) -> str:
         raise BadRequest(f"{args.file}: not valid JSON: {exc}") from exc
 
     def call(queue: str, op: str, **kw: Any) -> dict[str, Any]:
-        with QueueClient(layout, queue) as client:
+        with QueueClient(layout, queue, timeout=CALL_TIMEOUT) as client:
             return client.call(op, **kw)
 
     report = create(layout, body, call, f"rq uid {os.getuid()}")
