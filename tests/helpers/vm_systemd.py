@@ -59,6 +59,7 @@ QUEUES = {
     "lim": {"num_workers": 2, "message_limits": {"memory_max": "40M", "tasks_max": 8}, **IDLE},
     "peak": {"message_limits": {"memory_max": "600M"}, **IDLE},
     "whole": {"limits": {"memory_max": "128M"}, **IDLE},
+    "need": {"num_workers": 2, "budget": {"memory": "96M"}, **IDLE},  # needs: no message_limits
 }
 
 
@@ -189,9 +190,12 @@ def drive(work: Path) -> None:
 def scenario(facts: dict[str, Any]) -> None:
     oom, small, forks = send("lim", ["alloc", "80"], ["alloc", "20"], ["forks"])
     peak, spin = send("peak", ["alloc", "200"], ["spin", {"cpu_quota": "20%"}])
+    needs = {"needs": {"memory": "40M"}}  # a message's memory need is its run's memory_max
+    need_oom, need_ok = send("need", ["alloc", "80", needs], ["alloc", "20", needs])
     for name, queue, msg_id in (("oom", "lim", oom), ("small", "lim", small),
                                 ("forks", "lim", forks), ("peak", "peak", peak),
-                                ("spin", "peak", spin)):
+                                ("spin", "peak", spin), ("need_oom", "need", need_oom),
+                                ("need_ok", "need", need_ok)):
         facts[name] = ended(queue, msg_id)
     pid = show("rq@lim.service", "MainPID")
     after = send("lim", ["alloc", "20"])  # beside the whole queue's, to save time
@@ -235,8 +239,8 @@ def send(queue: str, *messages: list[Any]) -> list[str]:
 def _message(params: list[Any]) -> dict[str, Any]:
     words = [p for p in params if isinstance(p, str)]
     msg: dict[str, Any] = {f"param{n}": p for n, p in enumerate(words, 1)}
-    for limits in (p for p in params if isinstance(p, dict)):
-        msg["limits"] = limits  # the message's own limits
+    for fields in (p for p in params if isinstance(p, dict)):  # its needs, or its own limits
+        msg.update(fields if "needs" in fields else {"limits": fields})
     return msg
 
 

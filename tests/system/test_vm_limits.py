@@ -74,3 +74,11 @@ def test_queue_memory_max_is_in_systemd_and_enforced(facts):
     assert facts["whole_after"]["state"] == "done"
     assert facts["whole_pids"][0] == facts["whole_pids"][1] != "0"
 
+
+
+def test_a_memory_need_is_held_by_the_kernel_as_the_runs_limit(facts):
+    # a queue with a memory budget and no message_limits: rq-scan delegated its cgroup
+    oom, ok = facts["need_oom"], facts["need_ok"]
+    assert (oom["state"], oom["status"]) == ("err", "killed: out of memory (limit 40M)")
+    assert usage(oom)["oom_kills"] == 1
+    assert ok["state"] == "done" and usage(ok)["oom_kills"] == 0
