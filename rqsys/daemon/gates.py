@@ -8,7 +8,8 @@ running message of the same key ends (concurrency) or until a time
 messages under their wait key and hands them back when the gate says so;
 nothing polls.  Counts are kept in memory: after a restart nothing runs,
 and the rate windows start empty (a restart may allow up to ``limit``
-starts at once, never more per window than the limit afterwards).
+starts at once, never more per window than the limit afterwards).  A pool
+queue's limits are also held across its hosts (``rqsys.pool.limits``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ queue never loads it.
 * ``insist``   bucket writes that must happen (a single key let go), tried until NATS answers
 * ``files``    attachments in the pool's object store: put, fetched and checked, removed
 * ``unique``   unique keys held in the pool's KV bucket: claimed at create, let go at the end
+* ``limits``   concurrency and rate limits held across the hosts, in the KV bucket (CAS)
+* ``admission`` a fetched message's places in the limits: placed, kept waiting, or sent back
 * ``report``   ``rq pools`` (asks the queue daemons; imports nothing of NATS)
 """
 

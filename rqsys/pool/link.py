@@ -15,6 +15,7 @@ import asyncio
 import json
 import ssl
 import time
+import uuid
 from typing import Any
 
 import nats
@@ -58,6 +59,7 @@ class Link:
         self.sub: Any = None
         self.errors: list[str] = []  # asynchronous errors, for the daemon's log
         self._recording: set[asyncio.Task[bool]] = set()  # first records tried again
+        self.instance = uuid.uuid4().hex[:12]  # this daemon's run (limits: its places)
 
     # ------------------------------------------------------------ start
     async def open(self) -> int:
@@ -71,7 +73,9 @@ class Link:
             self.s.subject, durable=self.s.consumer, stream=self.s.stream,
             config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, ack_wait=self.s.ack_wait,
                                   max_deliver=-1, max_ack_pending=MAX_PENDING))
-        return await self._host_number()
+        number = await self._host_number()
+        await self.record_load(0)  # this instance, before it takes a place in a limit
+        return number
 
     async def _connect(self) -> Any:
         """Connect, trying each server twice; once connected, reconnect forever."""
@@ -217,9 +221,10 @@ class Link:
 
     async def record_load(self, in_flight: int, stopped: bool = False) -> None:
         """This host's messages in flight, for every host's figures (``load.<host>``);
-        ``stopped``: its daemon stopped cleanly (not alive, nothing in flight)."""
+        ``stopped``: its daemon stopped cleanly (not alive, nothing in flight);
+        ``instance`` says which run of it holds its places in the limits."""
         load = {"host": self.s.host, "in_flight": in_flight, "at": time.time(),
-                "stopped": stopped}
+                "stopped": stopped, "instance": self.instance}
         await self.kv.put(f"load.{self.s.host_key}", json.dumps(load).encode())
 
     async def _loads(self) -> dict[str, dict[str, Any]]:

@@ -9,7 +9,8 @@ the fetch until its end is acked or it is handed back.  What the local
 store does with it is the daemon's usual business (``transitions``); this
 class only watches which held messages are no longer queued or running, and
 hands their ends to ``rqsys.pool.acks``; a redelivery waits for
-``rqsys.pool.redelivery`` to say whether it runs.
+``rqsys.pool.redelivery`` to say whether it runs, and a staged message for
+``rqsys.pool.admission`` to have its places in the pool's limits.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from rqsys.errors import BadRequest, NotFound
 from rqsys.message import due_time
 from rqsys.pool import unique
 from rqsys.pool.acks import RETRY, SEND_TIMEOUT, Acks
+from rqsys.pool.admission import Admission
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import BadAttachment, PoolFiles, specs_of
 from rqsys.pool.handback import HandBack
 from rqsys.pool.insist import Insist
+from rqsys.pool.limits import Places
 from rqsys.pool.link import Link, NatsMsg
 from rqsys.pool.parts import QueueParts
 from rqsys.pool.redelivery import Redeliveries
@@ -57,7 +60,9 @@ class PoolWorker:
         self.acks = Acks(self.store, link, bridge, self.files, self.log)
         self.redeliveries = Redeliveries(link, bridge, self.log, self._run_redelivery,
                                          self._skip_redelivery, self._let_go)
-        self.insist = Insist(bridge, self.log)  # single keys let go
+        self.insist = Insist(bridge, self.log)  # single keys let go, places given back
+        self.admission = Admission(self.ctx, Places(link), bridge, self.insist, self.log,
+                                   self._late)
         self.hand_back = HandBack(parts, bridge, self.files)  # at start, before any pull
         self.load: tuple[int, float] = (-1, 0.0)  # in flight last told the pool, and when
         self.attached: dict[str, list[dict[str, Any]]] = {}  # attachments of held messages
@@ -69,6 +74,7 @@ class PoolWorker:
         now = time.monotonic()
         self.redeliveries.turn(now)
         self.insist.turn(now)
+        self.admission.turn(now, self.ledger.schedule.__contains__, self.runner.workers)
         self._extend(now)
         self._tell_load(now)
         self._pull()
@@ -86,7 +92,8 @@ class PoolWorker:
         waits = [self.progress_at - now] if self.held else []
         told, at = self.load
         waits.append(at + (1.0 if len(self.held) != told else self.link.s.ack_wait / 3) - now)
-        for wait in (self.acks.wait(now), self.redeliveries.wait(now), self.insist.wait(now)):
+        for wait in (self.acks.wait(now), self.redeliveries.wait(now), self.insist.wait(now),
+                     self.admission.wait(now)):
             if wait is not None:
                 waits.append(wait)
         if not self.fetching and self.fetch_at > now:
@@ -211,6 +218,11 @@ class PoolWorker:
                            self._files_fetched(staged))
 
     def _stage(self, staged: Staged) -> None:
+        """Placed in que/ once it has its places in the pool's limits (if any)."""
+        self.admission.ask(staged.msg_id, staged.msg, lambda: self._place(staged),
+                           lambda delay, why: self._hand_back(staged, delay, why))
+
+    def _place(self, staged: Staged) -> None:
         self.intake.add_placed(staged, "que", self._placed(staged.msg_id))
         self._record(staged.msg_id, staged.msg, "run", f"taken by {self.ctx.sysconfig['host']}")
 
@@ -219,18 +231,21 @@ class PoolWorker:
             if error is None:
                 self._stage(staged)
                 return
-            msg_id = staged.msg_id
             if isinstance(error, BadAttachment):
                 self._refuse(staged, str(error))
                 return
-            self.store.discard(staged)
-            self.placing.discard(msg_id)
-            self.singles.pop(msg_id, None)  # handed back: still queued in the pool
-            delivery, _specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
-            self.log.event("err", f"pool: attachments not fetched "
-                           f"({why(error)}): handed back", msg_id)
-            self.bridge.submit(self.link.nak(delivery, RETRY))
+            self._hand_back(staged, RETRY, f"attachments not fetched ({why(error)})", "err")
         return then
+
+    def _hand_back(self, staged: Staged, delay: float, why: str, kind: str = "pool") -> None:
+        """A staged message goes back to the pool, for any host, in ``delay`` s."""
+        msg_id = staged.msg_id
+        self.store.discard(staged)
+        self.placing.discard(msg_id)
+        self.singles.pop(msg_id, None)  # still queued in the pool: its single key stays
+        self.attached.pop(msg_id, None)
+        self.log.event(kind, f"pool: {why}: handed back", msg_id)
+        self.bridge.submit(self.link.nak(self.held.pop(msg_id), delay))
 
     def _refuse(self, staged: Staged, why: str) -> None:
         """A message that cannot run as sent ends err here, unrun: placed in que/
@@ -248,6 +263,7 @@ class PoolWorker:
             single = self.singles.pop(msg_id, None)
             if error is not None:  # still queued in the pool: its single key stays
                 self.log.event("err", f"pool: not stored here, handed back: {error}", msg_id)
+                self.admission.done(msg_id, started=False)
                 self.bridge.submit(self.link.nak(self.held.pop(msg_id), 1.0))
                 return
             if single:  # taken: a new single message may be made
@@ -279,6 +295,7 @@ class PoolWorker:
     def _ended(self, msg_id: str, state: str) -> None:
         delivery, specs = self.held.pop(msg_id), self.attached.pop(msg_id, [])
         self.seen.pop(msg_id, None)
+        self.admission.done(msg_id)  # its places given back
         if state == "que":  # a resend: back to the pool with its delay, for any host
             self._resend(msg_id, delivery)
             return
@@ -290,12 +307,24 @@ class PoolWorker:
         self.acks.add(msg_id, delivery, specs, self._record_of(msg_id, msg, state, status, specs),
                       None if key is None else (key, float(msg.get("unique_for") or 0)))
 
-    def _resend(self, msg_id: str, delivery: NatsMsg) -> None:
+    def _resend(self, msg_id: str, delivery: NatsMsg, status: str = "") -> None:
         msg = self.store.read_msg("que", msg_id)
         delay = max(0.0, due_time(msg) - time.time())
         self.transitions.delete(msg_id, lambda _error: None)
         self.bridge.submit(self.link.nak(delivery, delay))
-        self._record(msg_id, msg, "que", f"resend in {delay:.0f}s (any host)")
+        self._record(msg_id, msg, "que", status or f"resend in {delay:.0f}s (any host)")
+
+    def _late(self, msg_id: str, why: str) -> bool:
+        """A queued message holding places it did not use in time goes back to
+        the pool (False: not now, a client is changing it)."""
+        if self.ledger.busy(msg_id):
+            return False
+        delivery = self.held.pop(msg_id)
+        self.attached.pop(msg_id, None)
+        self.seen.pop(msg_id, None)
+        self.log.event("pool", f"{why}: handed back", msg_id)
+        self._resend(msg_id, delivery, f"handed back: {why}")
+        return True
 
     # ------------------------------------------------------------ while it runs
     def _extend(self, now: float) -> None:
@@ -331,7 +360,8 @@ class PoolWorker:
     async def final(self) -> None:
         """On the bridge, at stop: ack every end (the store is flushed), nak the
         rest, and tell the pool this host has stopped (0 in flight)."""
-        await asyncio.gather(self.acks.final(), self.insist.final())  # each at most 3 s
+        await asyncio.gather(self.acks.final(), self.insist.final(),  # each at most 3 s
+                             self.admission.final())
         for delivery in self.held.values():
             await self.link.nak(delivery, 0)
         await asyncio.wait_for(self.link.record_load(0, stopped=True), SEND_TIMEOUT)

@@ -109,6 +109,16 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/new_messages", NewMessages(web), {}),
         (q + "/{name}/new_message", queues.NewMessage(web), {}),
         (q + "/{name}/adminoper", queues.AdminOper(web), {}),
+        *_message_routes(web, q),
+    ]
+    for template, resource, options in routes:
+        app.add_route(template, resource, **options)
+    if web.prefix:
+        app.add_route(web.prefix, Dashboard(web))
+
+
+def _message_routes(web: Web, q: str) -> list[tuple[str, Any, dict[str, str]]]:
+    return [
         (q + "/{name}/{mid}", messages.MessageResource(web), {}),
         (q + "/{name}/{mid}/state.json", messages.MessageState(web), {}),
         (q + "/{name}/{mid}/tail.json", Tail(web), {}),
@@ -118,10 +128,6 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/{mid}/clone", messages.Clone(web), {}),
         (q + "/{name}/{mid}/run_now", messages.RunNow(web), {}),
     ]
-    for template, resource, options in routes:
-        app.add_route(template, resource, **options)
-    if web.prefix:
-        app.add_route(web.prefix, Dashboard(web))
 
 
 def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str, Any]) -> Any:
