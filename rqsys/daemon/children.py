@@ -14,6 +14,8 @@ pipe never reads end of file: the daemon holds its write end too.
 At an end the script's process group is signalled *before* the script is
 reaped: the zombie keeps the group alive, so the signal reaches whatever the
 script left behind (and cannot reach a later group that took its number).
+What left the group (setsid, a daemon's double fork) is found by the run's
+marks once the script is reaped, and ended (``rqsys.daemon.leftovers``).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from rqsys.daemon.context import QueueContext
+from rqsys.daemon.leftovers import After, Leftovers
 from rqsys.errors import ProtocolError
 from rqsys.fdclose import FdBatch
+from rqsys.observe.events import EventLog
 from rqsys.run.protocol import Command
 from rqsys.run.verdict import Worker
 
@@ -38,13 +43,18 @@ class Children:
     """The scripts' fds in one epoll; calls back their status lines and exits."""
 
     def __init__(self, selector: selectors.BaseSelector, on_lines: OnLines,
-                 on_exit: OnExit, closing: FdBatch) -> None:
+                 on_exit: OnExit, closing: FdBatch, ctx: QueueContext | None = None,
+                 log: EventLog | None = None, after: After | None = None) -> None:
+        """``ctx``, ``log`` and ``after`` (the runner's ``Deadlines.after``):
+        what the run's leftovers are ended with; without them they are not."""
         self._epoll = select.epoll(flags=select.EPOLL_CLOEXEC)
         selector.register(self._epoll.fileno(), selectors.EVENT_READ, self._ready)
         self._on_lines, self._on_exit = on_lines, on_exit
         self._closing = closing  # the ended ones' fds, closed with the turn's: neighbours
         self._status: dict[int, Worker] = {}  # status pipe fd -> its script
         self._pidfds: dict[int, Worker] = {}
+        self.leftovers = None if ctx is None or log is None or after is None else \
+            Leftovers(ctx, selector, log, after, self._running)
 
     def watch(self, worker: Worker) -> None:
         child = worker.child
@@ -86,4 +96,10 @@ class Children:
         del self._pidfds[child.pidfd]
         self._status.pop(child.status_r, None)
         self._closing.add(child.release())  # out of the epoll when closed, before the next wait
+        if self.leftovers is not None:
+            self.leftovers.run_ended(child.pid, worker.msg_id)
         self._on_exit(worker, wait_status)
+
+    def _running(self) -> list[tuple[int, str]]:
+        """The running scripts' pids and messages (a hand-over's pid is 0)."""
+        return [(worker.child.pid, worker.msg_id) for worker in self._pidfds.values()]

@@ -203,6 +203,8 @@ class QueueDaemon:
         self.background.close()
         self.observer.close()
         self.runner.output.close_all()
+        if self.runner.children.leftovers is not None:  # what ignored TERM: not left to init
+            self.runner.children.leftovers.kill_now()
         self.store.flush(force=True)
         if self.pool is not None:
             self.pool.close()  # acks the ends just flushed, hands the rest back

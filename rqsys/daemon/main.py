@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 
+from rqsys.daemon.leftovers import become_subreaper
 from rqsys.daemon.loop import QueueDaemon
 from rqsys.store import Layout
 from rqsys.systemd import listen_sockets
@@ -14,6 +15,7 @@ FD_SOFT = 8192  # rq@.service's LimitNOFILE=: 128 runs and their clients
 def main(layout: Layout, name: str) -> int:
     """``rqsys queue NAME``: run one queue daemon until stopped (or idle)."""
     room_for_fds()
+    become_subreaper()  # orphans of its scripts come to it: ended with their run (leftovers)
     sockets = listen_sockets()
     listener = next(iter(sockets.values()), None)
     return QueueDaemon(layout, name, listener).run()

@@ -61,7 +61,8 @@ class Runner:
         self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
-        self.children = Children(selector, self._on_lines, self._on_exit, closing)
+        self.children = Children(selector, self._on_lines, self._on_exit, closing, ctx, log,
+                                 lambda seconds, act: self.deadlines.after(seconds, act))
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
         self.limits = RunLimits(ctx, outbound.background, log)
         self.limits.recover()

@@ -123,7 +123,6 @@ def test_a_big_message_waits_only_reserve_after_behind_small_ones(tmp_path, make
     ({"needs": {"memory": "5G"}}, "needs.memory: 5G is more than the queue's budget (4G)"),
     ({"needs": {"gpus": 1}}, "needs.gpus: the queue has no gpus in its budget"),
     ({"needs": {"memory": "lots"}}, "needs"),
-    ({"needs": {}}, "needs"),
 ])
 def test_needs_that_cannot_fit_are_refused_at_create(make_queue, daemon, msg, words):
     make_queue("q", "echo done >&3", num_workers=2, budget={"memory": "4G"})
