@@ -17,8 +17,7 @@ RLIMIT_AS in embedded mode (``rqsys.daemon.runlimits``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rqsys.errors import BadRequest
 from rqsys.run.resources import size_bytes
@@ -26,9 +25,9 @@ from rqsys.run.resources import size_bytes
 Msg = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Need:
-    """What one run holds while it runs."""
+class Need(NamedTuple):
+    """What one run holds while it runs (a tuple: hashed and compared in C,
+    the schedule's wait keys)."""
 
     slots: int = 1
     memory: int = 0  # bytes
@@ -87,8 +86,19 @@ class Room:
         self.held: dict[str, tuple[Need, list[str]]] = {}  # running id -> its need, GPU ids
         self.slots = self.memory = 0
         self.cpus = 0.0
-        self.outside = 0  # slots of ended runs still being stopped (their scopes)
+        self._outside = 0  # slots of ended runs still being stopped (their scopes)
+        self.grown = 0  # counts the times more came free (what did not fit may now)
         self.configure(config)
+
+    @property
+    def outside(self) -> int:
+        return self._outside
+
+    @outside.setter
+    def outside(self, slots: int) -> None:
+        if slots < self._outside:
+            self.grown += 1
+        self._outside = slots
 
     def configure(self, config: dict[str, Any]) -> None:
         """The queue's totals (at start and at each reload); what runs keeps its
@@ -101,6 +111,7 @@ class Room:
         self.gpu_ids = list(budget.get("gpus") or ())
         taken = {gpu for _need, gpus in self.held.values() for gpu in gpus}
         self.free_gpus = [gpu for gpu in self.gpu_ids if gpu not in taken]
+        self.grown += 1
 
     def fits(self, need: Need) -> bool:
         """Whether ``need`` fits beside what runs now."""
@@ -110,6 +121,12 @@ class Room:
             self.memory + need.memory <= self.total_memory
             and self.cpus + need.cpus <= self.total_cpus + 1e-9
             and (need.gpus <= len(self.free_gpus) or not self.gpu_ids))
+
+    def free(self) -> tuple[float, float, float, float]:
+        """What is free now, as a Need's fields (for many needs checked at once)."""
+        return (self.total_slots - self.slots - self.outside, self.total_memory - self.memory,
+                self.total_cpus - self.cpus + 1e-9,
+                len(self.free_gpus) if self.gpu_ids else math.inf)
 
     def ever_fits(self, need: Need) -> bool:
         """Whether ``need`` fits the idle queue (a reload may have shrunk it)."""
@@ -135,6 +152,7 @@ class Room:
         if held is None:
             return
         need, gpus = held
+        self.grown += 1
         self.slots -= need.slots
         self.memory -= need.memory
         self.cpus -= need.cpus

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 from rqsys.daemon.gates import Gate, WaitKey, Wake
-from rqsys.daemon.room import Need, Room, need_of
+from rqsys.daemon.room import ONE, Need, Room, need_of
 from rqsys.message import due_time, param_key
 from rqsys.store.layout import arrival
 
@@ -70,7 +71,11 @@ class Schedule:
         self.gate = gate or Gate.from_config({"blocking_params": blocking})
         self.room = room or Room({"num_workers": 1 << 30})
         self.reserve_after = reserve_after
-        self._room_keys: set[WaitKey] = set()  # ("f", need) keys with messages parked
+        self._room_keys: dict[WaitKey, list[Ready]] = {}  # ("f", need) -> its parked heap
+        self._awake: dict[WaitKey, str] = {}  # such a key -> its message competing now
+        self._needs: dict[str, Need] = {}  # id -> its need, when not one slot alone
+        self._quiet: tuple[int, Need | None] | None = None  # (room.grown, reserved) when
+        # a look for room woke nothing: nothing more can fit until one of them changes
         self._held_since: dict[str, float] = {}  # id -> when it first did not fit
         self._waiting: list[tuple[float, str]] = []  # (held since, id): oldest first
         self.msgs: dict[str, Msg] = {}
@@ -114,9 +119,11 @@ class Schedule:
     def remove(self, msg_id: str) -> Msg | None:
         woken = self._woken.pop(msg_id, None)
         if woken is not None:  # removed before its turn: the next of its key takes it
+            self._awake.pop(woken, None)
             self._wake_one(woken)
         msg = self.msgs.pop(msg_id, None)
         self._held_since.pop(msg_id, None)
+        self._needs.pop(msg_id, None)
         if msg is not None:
             if self._order is not None:
                 self._unorder(run_key(msg_id, msg))
@@ -135,7 +142,7 @@ class Schedule:
 
     def next_due(self) -> float | None:
         """The earliest due time of a runnable entry, or None."""
-        self._wake_room()  # room may have come free (an end, a scope stopped)
+        self._wake_room(self._reserved(time.time()))  # room may have come free (an end)
         while self._ready and not self._live_ready(self._ready[0]):
             heapq.heappop(self._ready)
         while self._heap and not self._live(self._heap[0]):
@@ -161,19 +168,21 @@ class Schedule:
         """The next due message its gate lets start, removed from the que
         (``started`` is the caller's to say once it runs)."""
         self._promote(now)
-        self._wake_room()
         reserved = self._reserved(now)
-        while self._ready:
+        self._wake_room(reserved)
+        while self._ready or self._wake_room(reserved):
             entry = heapq.heappop(self._ready)
             if not self._live_ready(entry):
                 continue
             msg_id = entry[3]
-            self._woken.pop(msg_id, None)
+            woken = self._woken.pop(msg_id, None)
+            if woken is not None and self._awake.pop(woken, None) is not None:
+                self._quiet = None  # its need may compete again
             held = self._hold(msg_id, now)
             if held is not None:
                 self._park(entry, *held)
                 continue
-            need = need_of(self.msgs[msg_id])
+            need = self._need_of(msg_id)
             if not self.room.fits(need) or (reserved is not None and need != reserved):
                 self._park_for_room(entry, need, now)
                 continue
@@ -185,19 +194,43 @@ class Schedule:
     def _park_for_room(self, entry: Ready, need: Need, now: float) -> None:
         key = ("f", need)
         self._park(entry, key, None)
-        self._room_keys.add(key)
+        self._room_keys[key] = self._parked[key]  # the same heap: no look-up when scanned
         msg_id = entry[3]
         if msg_id not in self._held_since and not self.room.fits(need):
             self._held_since[msg_id] = now
             heapq.heappush(self._waiting, (now, msg_id))
 
-    def _wake_room(self) -> None:
-        """One parked message of each need that fits now competes again."""
-        for key in list(self._room_keys):
-            if key not in self._parked:
-                self._room_keys.discard(key)
-            elif self.room.fits(key[1]):
-                self._wake_one(key)
+    def _wake_room(self, reserved: Need | None) -> bool:
+        """The best message waiting for room whose need fits now (the
+        reserved need's, while the que is reserved) competes again, unless
+        one of its need competes already; whether one was woken."""
+        stamp = (self.room.grown, reserved)
+        if stamp == self._quiet or not self._room_keys:
+            return False
+        best: tuple[Ready, WaitKey] | None = None
+        slots, memory, cpus, gpus = self.room.free()  # Room.fits, inlined: ~100 needs a call
+        for key, parked in list(self._room_keys.items()):
+            need = key[1]
+            if not parked:  # emptied (and dropped from _parked by _wake_one)
+                del self._room_keys[key]
+            elif need[0] <= slots and need[1] <= memory and need[2] <= cpus \
+                    and need[3] <= gpus and key not in self._awake \
+                    and (reserved is None or need == reserved) \
+                    and (best is None or parked[0] < best[0]):
+                best = parked[0], key
+        if best is None:
+            self._quiet = stamp
+            return False
+        self._wake_one(best[1])
+        return True
+
+    def _need_of(self, msg_id: str) -> Need:
+        need = self._needs.get(msg_id)
+        if need is None:
+            need = need_of(self.msgs[msg_id])
+            if need is not ONE:  # a plain message's is found as fast as looked up
+                self._needs[msg_id] = need
+        return need
 
     def _reserved(self, now: float) -> Need | None:
         """The need the que is reserved for: the longest-waiting one's, once it
@@ -209,7 +242,7 @@ class Schedule:
                 continue
             if now - since < self.reserve_after:
                 return None
-            need = need_of(self.msgs[msg_id])
+            need = self._need_of(msg_id)
             if self.room.ever_fits(need):
                 return need
             heapq.heappop(self._waiting)  # waits without blocking the others
@@ -234,6 +267,8 @@ class Schedule:
             if self._live_ready(entry):
                 heapq.heappush(self._ready, entry)
                 self._woken[entry[3]] = key
+                if key[0] == "f":
+                    self._awake[key] = entry[3]
                 break
         if not parked:
             self._parked.pop(key, None)
@@ -284,6 +319,8 @@ class Schedule:
         for key in [k for k in self._parked if k[0] != "a"]:
             for entry in self._parked.pop(key):
                 heapq.heappush(self._ready, entry)
+        self._awake.clear()  # each need's parked messages are all in the ready heap now
+        self._room_keys.clear()
 
     def take_coalesced(self, msg: Msg) -> list[tuple[str, Msg]]:
         """Remove and return the queued messages with ``msg``'s coalesce key,

@@ -129,3 +129,30 @@ def test_needs_become_the_runs_limits():
     assert as_limits(msg(1, memory="12G", cpus=1.5)) == {"memory_max": "12G",
                                                          "cpu_quota": "150%"}
     assert need_of({"dest": "q"}) is need_of({"dest": "q", "param1": "x"})
+
+
+def test_a_reload_that_grows_the_queue_lets_a_waiting_big_message_start():
+    s = schedule({"num_workers": 2})
+    s.add("m0", msg(0))
+    s.add("m1", msg(1, slots=2))
+    assert start(s, 1)[0] == "m0"
+    assert start(s, 1) is None  # the 2-slot one waits for room
+    s.reconfigure(Gate.from_config({}), [], [msg(0)], {"num_workers": 3})
+    assert start(s, 2)[0] == "m1"
+
+
+def test_one_message_of_a_need_competes_at_a_time_and_all_start_in_the_end():
+    # Given many messages of a few needs, more than fit at once
+    s = schedule(reserve_after=5)
+    sizes = ["1G", "4G", "12G", "20G"]
+    for n in range(200):
+        s.add(f"m{n}", msg(n, memory=sizes[n % 4]))
+    running, now, done = [], 0.0, 0
+    while len(s) or running:
+        while (got := start(s, now)) is not None:
+            running.append(got[0])
+        assert sum(int(sizes[int(i[1:]) % 4][:-1]) for i in running) <= 48
+        assert running, f"nothing runs with {len(s)} queued"
+        s.ended(running.pop(0), {"dest": "q"})
+        done, now = done + 1, now + 1
+    assert done == 200
