@@ -97,8 +97,8 @@ def test_over_http_its_progress_and_page(layout, make_queue, daemon, web_server)
     assert '<progress id="batch-progress" max="1" value="0.0000"' in page
     (layout.queue_dir("a") / "go").write_text("")
     done = wait_for(lambda: (g := json.loads(server.request(
-        "GET", f"/batches/{made['id']}.json", headers=auth)[2])) and g["complete"] and g, 30)
-    assert done["counts"]["done"] == 2 and done["callback"] == "none"
+        "GET", f"/batches/{made['id']}.json", headers=auth)[2])) and g["callback"] and g, 30)
+    assert done["complete"] and done["counts"]["done"] == 2 and done["callback"] == "none"
     assert server.request("GET", "/batches/b20260101.000000.00000000.json",
                           headers=auth)[0] == 404
 
