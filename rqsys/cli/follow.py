@@ -66,14 +66,14 @@ class Follow:
         self._wm = pyinotify.WatchManager()
         self._open_log(from_end)
         self._copy(out)
+        self._take_buffered()  # events that came in one read with the watch's answer
         while follow and not self.ended:
             ready, _, _ = select.select([self._sock, self._wm.get_fd()], [], [])
             if self._wm.get_fd() in ready:
                 os.read(self._wm.get_fd(), 65536)  # which event does not matter: read on
             if self._sock in ready:
                 self._take(self._next())
-                while (line := self._buffered()) is not None:
-                    self._take(line)
+                self._take_buffered()
             self._copy(out)
         self._open_log(False)  # it ended before its log was seen: read it where it is now
         self._copy(out)
@@ -96,6 +96,10 @@ class Follow:
                                   f"before {self.msg_id} ended")
             self._lines.feed(data, [])
         return line
+
+    def _take_buffered(self) -> None:
+        while (line := self._buffered()) is not None:
+            self._take(line)
 
     def _buffered(self) -> dict[str, Any] | None:
         got = self._lines.next_line()
