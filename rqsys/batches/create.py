@@ -76,15 +76,19 @@ class _Refused(BadRequest):
 def _undo(path: Path, call: Call, made: dict[str, list[str]], exc: RQError) -> None:
     if isinstance(exc, _Refused):
         made[next(reversed(made))] += exc.made
+    left = []
     for queue, ids in made.items():
         for msg_id in ids:
             try:
-                call(queue, "delete", msg_id=msg_id)
-            except BadRequest:  # running: its script is stopped, and it is deleted
-                call(queue, "destroy", msg_id=msg_id)
-            except RQError:
-                pass  # gone already, or its queue down: said below
-    record.mark(path, "failed", f"{exc} (the members made were deleted)")
+                try:
+                    call(queue, "delete", msg_id=msg_id)
+                except BadRequest:  # running: its script is stopped, and it is deleted
+                    call(queue, "destroy", msg_id=msg_id)
+            except RQError:  # its queue down, say: the mark names what is left
+                left.append(f"{queue}/{msg_id}")
+    undone = (f"{len(left)} member(s) not deleted: {', '.join(left[:10])}" if left
+              else "the members made were deleted")
+    record.mark(path, "failed", f"{exc} ({undone})")
 
 
 def check(layout: Layout, body: Any) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
