@@ -15,7 +15,8 @@ from web_support import web_server  # noqa: F401
 
 MEMBER = 'sleep 0.005; [ "$RQ_PARAM1" = fail ] && { echo "err asked to" >&3; exit 0; }; ' \
          'echo "done ok" >&3'
-CALLBACK = 'cat "$RQ_MSG_DIR/../msg" > "$RQ_MSG_DIR/../../../../called.$RQ_MSG_ID"; echo done >&3'
+CALLBACK = 'q="$RQ_MSG_DIR/../../../.."; cat "$RQ_MSG_DIR/../msg" > "$q/.part.$RQ_MSG_ID" && ' \
+           'mv "$q/.part.$RQ_MSG_ID" "$q/called.$RQ_MSG_ID"; echo done >&3'  # seen whole
 
 
 def callbacks(layout):
