@@ -1,10 +1,11 @@
 """Making a batch: its members in their queues, whole or not at all.
 
 Everything is checked before anything is made (each message as a create
-would check it, its queue here and local, not a pool queue).  Then the
+would check it, its queue here; a callback's not a pool queue).  Then the
 spec is written durably, the members are made queue by queue
-(``create_many``, ``BULK_MAX`` at a time, one group commit each) and each
-answer's ids are recorded durably; once all are, the batch is sealed and
+(``create_many``, ``BULK_MAX`` at a time, one group commit each; in a pool
+queue one ``create`` each, POOL_RECORD at a time) and each such part's ids
+are recorded durably; once all are, the batch is sealed and
 the caller is answered.  Should a queue refuse a member, the members made
 so far are deleted (a running one destroyed), the batch is marked
 ``failed`` with the reason, and the caller gets that reason: a batch is
@@ -20,16 +21,18 @@ from typing import Any
 from rqsys import config, tunables
 from rqsys.batches import callback, record
 from rqsys.batches.callback import Call
-from rqsys.errors import BadRequest, RQError
+from rqsys.errors import BadRequest, RQError, Unavailable
 from rqsys.message import new_message
 from rqsys.store import Layout
 
 NOT_IN_MEMBERS = ("unique_key", "unique_for", "batch", "batch_of")
+POOL_RECORD = 100  # a pool queue's members made (one create each) between two records
 
 
 def create(layout: Layout, body: Any, call: Call, by: str) -> dict[str, Any]:
     """Make the batch ``body`` describes; its report (``rqsys.batches.record``)."""
     members, callbacks = check(layout, body)
+    pools = {q for q, _msg in members if config.load_queue_config(layout, q).get("pool")}
     batch_id = record.new_id()
     queues: dict[str, list[dict[str, Any]]] = {}
     for queue, msg in members:
@@ -43,8 +46,9 @@ def create(layout: Layout, body: Any, call: Call, by: str) -> dict[str, Any]:
     try:
         for queue, msgs in queues.items():
             made[queue] = []
-            for at in range(0, len(msgs), tunables.BULK_MAX):
-                ids = _make(call, queue, msgs[at:at + tunables.BULK_MAX], batch_id, at)
+            step, make = (POOL_RECORD, _make_pool) if queue in pools else (tunables.BULK_MAX, _make)
+            for at in range(0, len(msgs), step):
+                ids = make(call, queue, msgs[at:at + step], batch_id, at)
                 record.add_members(path, queue, ids)
                 made[queue] += ids
     except RQError as exc:
@@ -65,6 +69,21 @@ def _make(call: Call, queue: str, msgs: list[dict[str, Any]], batch_id: str,
     return ids
 
 
+def _make_pool(call: Call, queue: str, msgs: list[dict[str, Any]], batch_id: str,
+               first: int) -> list[str]:
+    """A pool queue takes messages one by one (each published to the pool)."""
+    ids: list[str] = []
+    for n, msg in enumerate(msgs):
+        try:
+            ids.append(str(call(queue, "create", msg=msg, by=f"batch {batch_id}")["msg_id"]))
+        except BadRequest as exc:
+            raise _Refused(queue, first + n, ids, str(exc)) from exc
+        except RQError as exc:  # NATS away, say: what was made is undone
+            raise _Cut(f"messages: queue {queue}: member {first + n} not made: {exc}",
+                       ids) from exc
+    return ids
+
+
 class _Refused(BadRequest):
     """A member its queue refused; the others of its request were made."""
 
@@ -73,8 +92,16 @@ class _Refused(BadRequest):
         self.made = made
 
 
+class _Cut(Unavailable):
+    """A pool queue that could not take a member; the ones before it were made."""
+
+    def __init__(self, why: str, made: list[str]) -> None:
+        super().__init__(why)
+        self.made = made
+
+
 def _undo(path: Path, call: Call, made: dict[str, list[str]], exc: RQError) -> None:
-    if isinstance(exc, _Refused):
+    if isinstance(exc, (_Refused, _Cut)):
         made[next(reversed(made))] += exc.made
     left = []
     for queue, ids in made.items():
@@ -98,12 +125,15 @@ def check(layout: Layout, body: Any) -> tuple[list[tuple[str, dict[str, Any]]], 
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise BadRequest("messages: a list of at least one message")
-    local = {name: None for name in layout.queue_names()}  # -> its config, once read
+    local: dict[str, Any] = dict.fromkeys(layout.queue_names())  # -> its config, once read
     members = [_checked(layout, local, msg, f"messages[{n}]") for n, msg in enumerate(msgs)]
     callbacks = {}
     for name in ("on_done", "on_err"):
         if body.get(name) is not None:
             queue, msg = _checked(layout, local, body[name], name)
+            if local[queue].get("pool"):
+                raise BadRequest(f"{name}.dest: {queue} is a pool queue: a callback's "
+                                 "queue is one of this host's own (its unique key is local)")
             callbacks[name] = {"queue": queue, "msg": msg}
     return members, callbacks
 
@@ -117,8 +147,6 @@ def _checked(layout: Layout, local: dict[str, Any], data: Any, where: str
         raise BadRequest(f"{where}.dest: no queue {queue!r} on this host")
     if local[queue] is None:
         local[queue] = config.load_queue_config(layout, queue)
-    if local[queue].get("pool"):
-        raise BadRequest(f"{where}.dest: {queue} is a pool queue: not in a batch (yet)")
     for name in NOT_IN_MEMBERS:
         if name in data:
             raise BadRequest(f"{where}.{name}: set by the batch, not taken")

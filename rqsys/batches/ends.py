@@ -10,12 +10,17 @@ waits for it.
 
 An end written to the queue's store but not to its batch (a crash between
 the two) is found at the daemon's next start (:meth:`BatchEnds.recover`).
+
+A pool queue's members end on any host: their ends come through the pool's
+bucket (``rqsys.pool.batchends``, :meth:`BatchEnds.take`), those that end
+here too, so that there is one way in; the sink and the recovery are off.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rqsys.batches import callback, record
@@ -37,11 +42,13 @@ class BatchEnds:
     kinds = frozenset({*ENDED, "deleted"})
 
     def __init__(self, layout: Layout, queue: str, background: Background,
-                 log: EventLog) -> None:
+                 log: EventLog, pool: bool = False) -> None:
         self.layout, self.queue, self.background, self.log = layout, queue, background, log
+        self.pool = pool  # its members' ends come through the pool (take)
         self._noted: list[tuple[str, str, str]] = []  # (batch, id, end)
-        log.sinks.append(self)
-        log.flushing.append(self)  # written once a loop turn
+        if not pool:
+            log.sinks.append(self)
+            log.flushing.append(self)  # written once a loop turn
 
     def __call__(self, kind: str, text: str, msg_id: str, fields: dict[str, Any]) -> None:
         batch = fields.get("RQ_BATCH")
@@ -56,6 +63,23 @@ class BatchEnds:
         if self._noted:
             noted, self._noted = self._noted, []
             self.background.submit(lambda: self._write(noted), self._written, LANE)
+
+    def take(self, noted: list[tuple[str, str, str]],
+             then: Callable[[BaseException | None], None]) -> None:
+        """Ends heard of through the pool: written on the lane, then ``then(error)``."""
+        def written(made: Any, error: BaseException | None) -> None:
+            self._written(made, error)
+            then(error)
+        self.background.submit(lambda: self._write(noted), written, LANE)
+
+    def waiting(self) -> bool:
+        """Whether a batch here has members in this queue and no callback yet."""
+        try:
+            entries = list(os.scandir(self.layout.batches))
+        except FileNotFoundError:
+            return False
+        return any(os.path.exists(os.path.join(e.path, f"members.{self.queue}")) and
+                   not os.path.exists(os.path.join(e.path, "callback")) for e in entries)
 
     def _write(self, noted: list[tuple[str, str, str]]) -> list[str]:
         """On the lane: append each batch's ends; the callbacks made."""
@@ -93,7 +117,9 @@ class BatchEnds:
     def recover(self, store: QueueStore, queued: set[str]) -> None:
         """At start, before the loop: ends the store has and a batch has not
         (a crash between them) are written; a batch then complete gets its
-        callback (on the lane)."""
+        callback (on the lane).  Not for a pool queue: the pool's bucket keeps its ends."""
+        if self.pool:
+            return
         try:
             entries = list(os.scandir(self.layout.batches))
         except FileNotFoundError:

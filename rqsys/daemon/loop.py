@@ -62,6 +62,8 @@ class QueueDaemon:
     hook through which tests register an op that fails on purpose.
     """
 
+    stopping_until: float | None  # a stop's deadline, once asked
+
     def __init__(self, layout: Layout, name: str, listener: socket.socket | None = None,
                  notifier: Notifier | None = None, log: EventLog | None = None,
                  extra_ops: ExtraOps | None = None) -> None:
@@ -89,17 +91,17 @@ class QueueDaemon:
         self.closing = FdBatch()  # a turn's ended runs' fds, closed when it ends: neighbours
         self.observer = Observer(self.ctx, self.store, self.transitions, self.background, self.log,
                                  self.clock, self.closing)
-        self.batch_ends = BatchEnds(layout, name, self.background, self.log)
+        self.batch_ends = BatchEnds(layout, name, self.background, self.log,
+                                    bool(self.ctx.config.get("pool")))
         self.runner = Runner(self.ctx, self.store, self.transitions, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
                                                    self.log), self.clock, self.closing)
         self.pool = member_for(self.ctx, self.store, self.transitions, self.intake, self.runner,
-                               self.log)  # None unless the queue config names a pool
+                               self.log, self.batch_ends)  # None unless its config names a pool
         self.intake.pool = self.pool
         self.server = self._server(extra_ops or {})
-        self.listener = listener
-        self.stopping_until: float | None = None
+        self.listener, self.stopping_until = listener, None
         self.idle_since = time.monotonic()
         self._status_sent, self._status_stale, self._status_at = "", False, 0.0
 

@@ -18,6 +18,7 @@ queue never loads it.
 * ``redelivery`` whether a redelivery runs: looked up first (another host may have ended it)
 * ``insist``   bucket writes that must happen (a single key let go), tried until NATS answers
 * ``files``    attachments in the pool's object store: put, fetched and checked, removed
+* ``batchends`` a batch member's end carried to the host that made it, through the bucket
 * ``unique``   unique keys held in the pool's KV bucket: claimed at create, let go at the end
 * ``limits``   concurrency and rate limits held across the hosts, in the KV bucket (CAS)
 * ``admission`` a fetched message's places in the limits: placed, kept waiting, or sent back
@@ -29,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rqsys.batches.ends import BatchEnds
     from rqsys.daemon.context import QueueContext
     from rqsys.daemon.intake import Intake
     from rqsys.daemon.runner import Runner
@@ -39,11 +41,12 @@ if TYPE_CHECKING:
 
 
 def member_for(ctx: QueueContext, store: QueueStore, transitions: Transitions, intake: Intake,
-               runner: Runner, log: EventLog) -> PoolMember | None:
+               runner: Runner, log: EventLog, batch_ends: BatchEnds) -> PoolMember | None:
     """The pool side of a queue daemon, or None for a plain queue (nothing imported)."""
     if not ctx.config.get("pool"):
         return None
     from rqsys.pool.member import PoolMember
     from rqsys.pool.parts import QueueParts
 
-    return PoolMember(QueueParts(ctx, store, transitions, intake, runner, log))
+    return PoolMember(QueueParts(ctx, store, transitions, intake, runner, log,
+                                 batch_ends))

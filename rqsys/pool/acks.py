@@ -1,8 +1,9 @@
 """The ends of a host's pool messages, recorded in the pool and acked once
 this host's store has them on disk: an end is kept with the store's flush
 count when it was seen, and sent at the first turn after the store has
-flushed since.  Sending an end puts its record in the pool's bucket, then
-acks the delivery, in that order: a host that gets the message again finds
+flushed since.  Sending an end puts its record in the pool's bucket (and a
+batch member's end for the host that made it, ``rqsys.pool.batchends``),
+then acks the delivery, in that order: a host that gets the message again finds
 the end there (``rqsys.pool.redelivery``); a unique key the message held
 is let go between the two.  A failed send is tried again every RETRY until
 NATS answers, however long that takes: a stream leader's election can
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rqsys.observe.events import EventLog
-from rqsys.pool import unique
+from rqsys.pool import batchends, unique
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import PoolFiles
 from rqsys.pool.link import Link, NatsMsg
@@ -38,6 +39,7 @@ class End:
     record: dict[str, Any] | None  # its state in the pool's bucket (None: nothing to say)
     flushes: int  # the store's flush count when it ended
     key: tuple[str, float] | None = None  # its unique key, and how long it is held after
+    batch: tuple[str, str] | None = None  # a batch member's (batch, end): for its maker
     tries: int = 0  # sends that failed
 
 
@@ -53,9 +55,10 @@ class Acks:
         self.ack_at = 0.0  # a failed send is tried again from then
 
     def add(self, msg_id: str, delivery: NatsMsg, specs: list[dict[str, Any]],
-            record: dict[str, Any] | None, key: tuple[str, float] | None = None) -> None:
+            record: dict[str, Any] | None, key: tuple[str, float] | None = None,
+            batch: tuple[str, str] | None = None) -> None:
         """An end the store has recorded (sent once it is flushed too)."""
-        self.ended.append(End(msg_id, delivery, record, self.store.dirty.flushes, key))
+        self.ended.append(End(msg_id, delivery, record, self.store.dirty.flushes, key, batch))
         if specs:
             self.dropping[msg_id] = [s["name"] for s in specs]
 
@@ -80,6 +83,9 @@ class Acks:
     async def _send(self, end: End) -> None:
         if end.record is not None:
             await asyncio.wait_for(self.link.record(end.msg_id, end.record), SEND_TIMEOUT)
+        if end.batch is not None:
+            await asyncio.wait_for(batchends.put_end(self.link.kv, end.msg_id, *end.batch),
+                                   SEND_TIMEOUT)
         if end.key is not None:
             await asyncio.wait_for(unique.release(self.link.kv, end.key[0], end.msg_id,
                                                   end.key[1]), SEND_TIMEOUT)

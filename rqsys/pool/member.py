@@ -18,6 +18,7 @@ from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
 from rqsys.pool import unique
+from rqsys.pool.batchends import PoolBatchEnds
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import Outgoing, local_files
 from rqsys.pool.ids import PoolIds
@@ -42,6 +43,7 @@ class PoolMember:
         self.bridge = Bridge()
         self.link = Link(self.settings)
         self.worker = PoolWorker(parts, self.bridge, self.link)
+        self.batch_watch = PoolBatchEnds(self.link, self.bridge, parts.batch_ends, self.log)
         self.ids: PoolIds | None = None
 
     # ------------------------------------------------------------ start, stop
@@ -65,6 +67,7 @@ class PoolMember:
         selector.register(self.bridge, selectors.EVENT_READ,
                           lambda _key, _mask: self.bridge.run_finished())
         self.worker.hand_back.start()
+        self.batch_watch.start(number)
         self.log.event("daemon", f"pool {self.settings.pool}: joined as host {number} "
                        f"({', '.join(map(public_url, self.settings.servers))})")
 
@@ -98,6 +101,8 @@ class PoolMember:
         assert self.ids is not None
         msg_id = self.ids.next_id()
         msg["msg_id"] = msg_id
+        if msg.get("batch"):  # a batch member: its end comes back through the bucket
+            self.batch_watch.watch()
         url = self.ctx.url(msg_id)
         record = {"state": "que", "host": "", "status": "", "url": url, "msg": msg}
 

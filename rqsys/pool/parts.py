@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the daemon imports the pool: only the types from there
+    from rqsys.batches.ends import BatchEnds
     from rqsys.daemon.context import QueueContext
     from rqsys.daemon.intake import Intake
     from rqsys.daemon.runner import Runner
@@ -24,3 +25,4 @@ class QueueParts:
     intake: Intake
     runner: Runner
     log: EventLog
+    batch_ends: BatchEnds

@@ -24,7 +24,7 @@ from typing import Any
 
 from rqsys.errors import BadRequest, NotFound
 from rqsys.message import due_time
-from rqsys.pool import unique
+from rqsys.pool import batchends, unique
 from rqsys.pool.acks import RETRY, SEND_TIMEOUT, Acks
 from rqsys.pool.admission import Admission
 from rqsys.pool.bridge import Bridge, why
@@ -159,7 +159,7 @@ class PoolWorker:
         if state in ENDED_STATES:
             self.log.event("pool", f"delivered again after it ended here ({state}): "
                            "acked, not run again", msg_id)
-            self.bridge.submit(self.link.ack(delivery))
+            self.acks.add(msg_id, delivery, [], None, batch=batchends.end_of(msg, state))
             return
         if state:  # its local copy is being handed to the pool: take it after that
             self.bridge.submit(self.link.nak(delivery, RETRY))
@@ -181,7 +181,8 @@ class PoolWorker:
         self.placing.discard(msg_id)
         self.log.event("pool", f"delivered again after it ended on {record.get('host')} "
                        f"({record['state']}): acked, not run again", msg_id)
-        self.bridge.submit(self.link.ack(self.held.pop(msg_id)))
+        self.acks.add(msg_id, self.held.pop(msg_id), [], None,
+                      batch=batchends.end_of(record.get("msg"), str(record["state"])))
 
     def _let_go(self, msg_id: str) -> None:
         """A delivery another host has a later one of: neither run, acked nor naked."""
@@ -299,13 +300,15 @@ class PoolWorker:
         if state == "que":  # a resend: back to the pool with its delay, for any host
             self._resend(msg_id, delivery)
             return
-        if not state:
-            self.acks.add(msg_id, delivery, specs, None)
+        if not state:  # deleted here
+            self.acks.add(msg_id, delivery, specs, None,
+                          batch=batchends.end_of(batchends.msg_in(delivery.data), ""))
             return
         status, msg = self.store.read_status(state, msg_id), self.store.read_msg(state, msg_id)
         key = unique.kv_key(msg)  # free at the end, or held unique_for more seconds
         self.acks.add(msg_id, delivery, specs, self._record_of(msg_id, msg, state, status, specs),
-                      None if key is None else (key, float(msg.get("unique_for") or 0)))
+                      None if key is None else (key, float(msg.get("unique_for") or 0)),
+                      batchends.end_of(msg, state))
 
     def _resend(self, msg_id: str, delivery: NatsMsg, status: str = "") -> None:
         msg = self.store.read_msg("que", msg_id)

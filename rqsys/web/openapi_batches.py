@@ -12,7 +12,8 @@ BATCH_ID = {"name": "bid", "in": "path", "required": True,
             "schema": {"type": "string", "pattern": "^b[0-9]{8}[.][0-9]{6}[.][0-9a-f]{8}$"}}
 MEMBER = {"type": "object", "required": ["dest"],
           "description": "a message (its fields as a create takes them) for dest, a queue of "
-                         "this host that is not a pool queue; no unique_key"}
+                         "this host (a pool queue for a member, not a callback); no "
+                         "unique_key"}
 BATCH_IN = {"type": "object", "required": ["messages"], "additionalProperties": False,
             "properties": {"messages": {"type": "array", "minItems": 1, "items": MEMBER},
                            "on_done": MEMBER, "on_err": MEMBER}}

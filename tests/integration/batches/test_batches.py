@@ -125,6 +125,18 @@ def test_a_bad_batch_is_refused_and_nothing_is_made(layout, make_queue, daemon, 
     assert sum(proc.call("counts")["counts"].values()) == 0
 
 
+def test_a_callback_to_a_pool_queue_is_refused(layout, make_queue, daemon, tmp_path):
+    # Given a pool queue here (its daemon not needed: the batch is refused first)
+    make_queue("a", "echo done >&3")
+    make_queue("p", "echo done >&3", pool={"name": "p"})
+    proc = daemon("a")
+    body = {"messages": [{"dest": "a"}], "on_done": {"dest": "p"}}
+    out = rq(layout, "batch", "--file", batch_file(tmp_path, body), code=1)
+    assert "on_done.dest: p is a pool queue: a callback's queue is one of this host's own" \
+        in out
+    assert sum(proc.call("counts")["counts"].values()) == 0
+
+
 def test_a_member_its_queue_refuses_fails_the_batch_whole(layout, make_queue, daemon,
                                                           tmp_path):
     # Given a member whose slots its queue could never give (the daemon refuses it)
