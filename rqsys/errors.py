@@ -17,6 +17,10 @@ class BadRequest(RQError):
     """A request is malformed or not allowed in the current state."""
 
 
+class Forbidden(RQError):
+    """The request is understood but not allowed: a role it needs, or a feature turned off."""
+
+
 class TooLarge(BadRequest):
     """A request, or one of its fields, is over its size limit (names the field and the limit)."""
 

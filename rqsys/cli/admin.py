@@ -41,6 +41,10 @@ def rqsys_parser() -> argparse.ArgumentParser:
                                  parents=root))
     passwd = cmds.add_parser("passwd", help="hash a web password for basic_auth", parents=root)
     passwd.add_argument("user", nargs="?", default="admin", help="user name (default: admin)")
+    passwd.add_argument("--role", choices=("viewer", "operator", "admin"),
+                        help="what the user may do (default: admin)")
+    passwd.add_argument("--queues", nargs="+", metavar="GLOB",
+                        help="the queues the user sees and acts on (default: all)")
     scan = cmds.add_parser("scan", help="watch the scandir and timers (rq-scan.service)",
                            parents=root)
     scan.add_argument("--scandir", type=Path, help="default <root>/scandir")
@@ -117,7 +121,7 @@ def run_web(layout: Layout, args: argparse.Namespace) -> int:
 def run_passwd(layout: Layout, args: argparse.Namespace) -> int:
     from rqsys.web import passwd
 
-    return passwd.main(args.user)
+    return passwd.main(args.user, args.role, args.queues)
 
 
 def run_scan(layout: Layout, args: argparse.Namespace) -> int:

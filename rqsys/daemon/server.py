@@ -2,7 +2,9 @@
 over an explicit table of operations.
 
 Framing is ``rqsys.wire.framing``'s.  A request is checked against its op's JSON
-Schema (``rqsys.wire.schema``) before its handler sees it.  A handler answers at once
+Schema (``rqsys.wire.schema``), and its client's role against the op's
+(``rqsys.wire.roles``: the kernel says who the client is), before its
+handler sees it.  A handler answers at once
 (returns the answer) or later (returns None and calls ``request.answer``);
 a connection's next request waits for the answer before, so answers keep
 the order of the requests.  An ``RQError`` is answered as itself; any other
@@ -28,10 +30,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rqsys.errors import BadRequest, InternalError, ProtocolError, RQError, StoreError
+from rqsys.errors import (
+    BadRequest,
+    Forbidden,
+    InternalError,
+    ProtocolError,
+    RQError,
+    StoreError,
+)
 from rqsys.observe.events import EventLog
 from rqsys.wire import framing as wire
-from rqsys.wire import schema
+from rqsys.wire import roles, schema
 
 Reply = dict[str, Any]
 ACCEPT_PAUSE = 0.5  # seconds the listener is left alone when a connection cannot be accepted
@@ -68,6 +77,7 @@ class Connection:
         self.closing = False
         self.waiting = False  # a request's answer comes later; the next ones wait
         self.peer = _peer(sock)
+        self.role = roles.peer_role(sock)  # what it may do (rqsys.wire.roles)
         self.events = selectors.EVENT_READ  # as registered in the selector
 
 
@@ -195,6 +205,8 @@ class Server:
             handler = self.ops.get(op)
             if handler is None:
                 raise BadRequest(f"unknown operation {op[:40]!r}")
+            if not roles.covers(conn.role, need := roles.op_role(op)):
+                raise Forbidden(roles.refusal(need, conn.role))
             self.checker.check(op, args)
             return handler(Request(op, args, fds, lambda reply: self._answer(conn, reply),
                                    self.error_reply, conn.peer,

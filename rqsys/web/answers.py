@@ -14,6 +14,7 @@ import falcon
 from rqsys.errors import (
     BadRequest,
     ConfigError,
+    Forbidden,
     NotFound,
     ProtocolError,
     QueueDown,
@@ -23,11 +24,6 @@ from rqsys.errors import (
 )
 from rqsys.web.context import Web
 from rqsys.web.html import render
-
-
-class Forbidden(RQError):
-    """The request is understood but not allowed (e.g. new queues are off)."""
-
 
 STATUS_OF: list[tuple[type[RQError], str]] = [
     (NotFound, falcon.HTTP_404),

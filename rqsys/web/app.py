@@ -21,6 +21,7 @@ from rqsys.errors import RQError
 from rqsys.store import Layout
 from rqsys.systemd import Notifier, listen_sockets
 from rqsys.web import (
+    access,
     answers,
     auth,
     batches,
@@ -65,22 +66,24 @@ class OpenAPI(Resource):
 def create_app(layout: Layout, sysconfig: dict[str, Any],
                connections: Connections | None = None) -> falcon.App:
     web = Web(layout, sysconfig, connections or Connections(layout))
+    login = auth.BasicAuth(sysconfig.get("basic_auth"))
     # ETags first: its process_response runs last, on the body the others have made
     middleware: list[Any] = [etags.ETags(), hostnames.KnownHost(sysconfig),
-                             paths.HidePaths(layout), auth.BasicAuth(sysconfig.get("basic_auth")),
+                             paths.HidePaths(layout), login,
+                             access.Access(sysconfig.get("basic_auth")),  # after login
                              csrf.SameOrigin(), framing.NoFraming()]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
     errors = answers.Errors(web)
     app.add_error_handler(RQError, errors.rq_error)
     app.set_error_serializer(errors.http_error)
-    _add_routes(app, web)
+    _add_routes(app, web, login)
     static = resources.files("rqsys.web").joinpath("static")
     app.add_static_route(web.path("static"), str(static))
     return app
 
 
-def _add_routes(app: falcon.App, web: Web) -> None:
+def _add_routes(app: falcon.App, web: Web, login: auth.BasicAuth) -> None:
     q = web.path("q")
     qlist = queues.QueueList(web)
     routes: list[tuple[str, Any, dict[str, str]]] = [
@@ -102,7 +105,7 @@ def _add_routes(app: falcon.App, web: Web) -> None:
         (q + "/{name}/trends", trends.Trends(web), {}),
         (q + "/{name}/groups.json", failures.GroupsJSON(web), {}),
         (q + "/{name}/groups/{key}", failures.Group(web), {}),
-        (web.path("metrics"), metrics.Metrics(web), {}),
+        (web.path("metrics"), metrics.Metrics(web, login.gate if login.enabled else None), {}),
         (q + "/{name}/messages.json", MessageList(web), {}),
         (q + "/{name}/search.json", SearchJSON(web), {}),
         (q + "/{name}/bulk", BulkAction(web), {}),

@@ -1,11 +1,19 @@
 """HTTP Basic authentication on every route when ``basic_auth`` is configured.
 
 ``basic_auth.users`` maps a user to an argon2 hash (``rqsys passwd`` makes
-one) or, for old configs, to the password itself (a warning at every start
-names the user).  argon2 is slow on purpose (tens of ms), and a browser
-sends the credentials with every request of a page, so a successful check
-is remembered in memory for VERIFIED_TTL seconds, keyed by the user and a
-SHA-256 of the password: never the password itself.
+one), or to ``{"password": <hash>, "role", "queues"}`` (``rqsys.wire.roles``:
+what the user may do is ``rqsys.web.access``'s), or for old configs to the
+password itself (a warning at every start names the user).  argon2 is slow
+on purpose (tens of ms), and a browser sends the credentials with every
+request of a page, so a successful check is remembered in memory for
+VERIFIED_TTL seconds, keyed by the user and a SHA-256 of the password:
+never the password itself.
+
+Failed logins back off (``rqsys.web.backoff``: per address, per user and
+address, per user): while one applies, the try is answered 429 with
+``Retry-After`` before any check.  A request without credentials is
+answered 401 (a browser's first) and is no failure; an undecodable
+``Authorization: Basic`` header is one.
 """
 
 from __future__ import annotations
@@ -16,10 +24,13 @@ import hashlib
 import hmac
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import argon2
 import falcon
+
+from rqsys.web import backoff
+from rqsys.wire.roles import accounts
 
 HASH_PREFIX = "$argon2"
 VERIFIED_TTL = 60.0
@@ -37,10 +48,10 @@ def hash_password(password: str) -> str:
 
 def plain_text_warnings(settings: dict[str, Any] | None) -> list[str]:
     """One warning per user whose password is stored as plain text."""
-    users = (settings or {}).get("users", {})
     return [f"warning: basic_auth user {user!r} has a plain-text password in config.json; "
             "replace it with the hash `rqsys passwd` prints"
-            for user, value in sorted(users.items()) if not is_hash(str(value))]
+            for user, account in sorted(accounts(settings).items())
+            if not is_hash(account.password)]
 
 
 class Verifier:
@@ -76,24 +87,52 @@ class Verifier:
             return False
 
 
-class BasicAuth:
-    """falcon middleware: 401 with a challenge unless the credentials match."""
+class Credentials(NamedTuple):
+    """What an ``Authorization: Basic`` header holds; ``well_formed`` False
+    when it does not decode to ``user:password`` in UTF-8."""
 
-    def __init__(self, settings: dict[str, Any] | None) -> None:
+    user: str
+    password: str
+    well_formed: bool = True
+
+
+class BasicAuth:
+    """falcon middleware: 401 with a challenge unless the credentials match,
+    429 while failed logins back off (``gate``, which ``/metrics`` reads)."""
+
+    def __init__(self, settings: dict[str, Any] | None,
+                 gate: backoff.Gate | None = None) -> None:
         self.realm = str((settings or {}).get("realm", "rqsys"))
-        users = {str(k): str(v) for k, v in (settings or {}).get("users", {}).items()}
+        users = {user: account.password for user, account in accounts(settings).items()}
         self.verifier = Verifier(users)
+        self.gate = gate or backoff.Gate()
         self.enabled = settings is not None
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         if not self.enabled:
             return
-        user, password = _credentials(req.auth)
-        if user is None:
+        given = _credentials(req.auth)
+        if given is None:
             self._refuse("credentials required")
-        if not self.verifier.check(user or "", password):
+        elif not self._check(given, req.remote_addr):
             self._refuse("wrong user name or password")
-        req.context.user = user
+        else:
+            req.context.user = given.user
+
+    def _check(self, given: Credentials, remote: str | None) -> bool:
+        known = given.well_formed and given.user in self.verifier.users
+        ticket = self.gate.enter(backoff.who(remote, given.user, known, given.well_formed))
+        if ticket.refused is not None:
+            raise falcon.HTTPTooManyRequests(
+                title="too many failed logins",
+                description=f"try again in {ticket.refused[1]} s", retry_after=ticket.refused[1])
+        ok: bool | None = None
+        try:
+            ok = known and self.verifier.check(given.user, given.password)
+        finally:
+            reason = "password" if known else "user" if given.well_formed else "malformed"
+            self.gate.leave(ticket, ok, reason)
+        return bool(ok)
 
     def _refuse(self, why: str) -> None:
         realm = self.realm.replace('"', "'")
@@ -101,15 +140,15 @@ class BasicAuth:
                                       challenges=[f'Basic realm="{realm}"'])
 
 
-def _credentials(header: str | None) -> tuple[str | None, str]:
+def _credentials(header: str | None) -> Credentials | None:
     if not header or not header.lower().startswith("basic "):
-        return None, ""
+        return None
     try:
         decoded = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
-        return "", ""
+        return Credentials("", "", well_formed=False)
     user, sep, password = decoded.partition(":")
-    return (user, password) if sep else ("", "")
+    return Credentials(user, password) if sep else Credentials("", "", well_formed=False)
 
 
 def actor(req: falcon.Request) -> str:

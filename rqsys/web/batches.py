@@ -12,6 +12,7 @@ from rqsys.batches import record
 from rqsys.batches.create import create
 from rqsys.config import base_url
 from rqsys.errors import BadRequest, NotFound, TooLarge
+from rqsys.web import access
 from rqsys.web.auth import actor
 from rqsys.web.context import Resource, Web, split_suffix
 from rqsys.web.html import render
@@ -21,13 +22,17 @@ MAX_BODY = 64 << 20  # the batch is read whole (about 100,000 small messages)
 
 class Batches(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        report = create(self.web.layout, _body(req), self.web.call, actor(req))
+        batch = _body(req)
+        for dest in _dests(batch):  # an operator of each queue it puts messages in
+            access.account(req).require("operator", dest)
+        report = create(self.web.layout, batch, self.web.call, actor(req))
         resp.status = falcon.HTTP_201
         resp.location = batch_path(self.web, report["id"])
         resp.media = with_links(self.web, report)
 
 
 class Batch(Resource):
+    every_queue = True  # its report names its queues (rqsys.web.access)
     def on_get(self, req: falcon.Request, resp: falcon.Response, bid: str) -> None:
         bid, suffix = split_suffix(bid, (".json",))
         path = self.web.layout.batches / bid
@@ -40,6 +45,15 @@ class Batch(Resource):
         render(self.web, resp, "batch.html", f"Batch {bid}",
                [(batch_path(self.web, bid), f"batch {bid}")], batch=report,
                fraction=report["ended"] / report["total"] if report["total"] else 1.0)
+
+
+def _dests(batch: Any) -> set[str]:
+    """The queues a batch names (what is not a name is refused by its check)."""
+    if not isinstance(batch, dict):
+        return set()
+    msgs = [*(batch.get("messages") or [] if isinstance(batch.get("messages"), list) else []),
+            batch.get("on_done"), batch.get("on_err")]
+    return {m["dest"] for m in msgs if isinstance(m, dict) and isinstance(m.get("dest"), str)}
 
 
 def batch_path(web: Web, bid: str) -> str:

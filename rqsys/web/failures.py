@@ -9,25 +9,28 @@ from typing import Any
 import falcon
 
 from rqsys.errors import BadRequest, RQError
-from rqsys.web import body, timeshtml
+from rqsys.web import access, body, timeshtml
 from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web
 from rqsys.web.html import pager, render
+from rqsys.wire.roles import Account
 
 GROUPS_SHOWN = 5  # per queue on the dashboard (the queue page lists them all)
 PAGE_SIZE = 25  # a group page's messages
 
 
-def section(web: Web, names: list[str], shown: int | None = GROUPS_SHOWN) -> dict[str, Any]:
+def section(web: Web, names: list[str], user: Account,
+            shown: int | None = GROUPS_SHOWN) -> dict[str, Any]:
     """The largest failure groups of each queue in ``names`` (``shown`` of
-    each; None: all), each linked to its page (``macros.html``'s ``groups``)."""
+    each; None: all), each linked to its page (``macros.html``'s ``groups``),
+    with its buttons if ``user`` may use them."""
     rows = []
     for name in names:
         try:
             groups = web.call(name, "groups")["groups"][:shown]
         except RQError:
             continue
-        rows += [dict(_row(web, name, g)) for g in groups]
+        rows += [dict(_row(web, name, g), acts=user.may("operator", name)) for g in groups]
     return {"rows": rows, "with_queue": len(names) > 1,
             "back": web.queue_path(names[0]) if len(names) == 1 else web.path("")}
 
@@ -60,7 +63,8 @@ class Group(Resource):
         here = self.web.path("q", name, "groups", key)
         crumbs = [(self.web.queue_path(name), name), (here, "failure group")]
         render(self.web, resp, "group.html", f"Failure group of {name}", crumbs, queue=name,
-               group=_row(self.web, name, got["groups"][0]), total=got["total"],
+               group=dict(_row(self.web, name, got["groups"][0]),
+                          acts=access.account(req).may("operator", name)), total=got["total"],
                rows=_members(self.web, name, got["ids"]), back=self.web.queue_path(name),
                page=pager(here, {}, offset, PAGE_SIZE, got["total"]))
 

@@ -5,7 +5,9 @@ for the oldest queued message's age: O(que)) and renders them with a
 collector of its own; nothing is kept in the web process.  The totals are
 the daemon's, which keeps them across restarts (``rqsys.observe.statsfile``), so a
 counter does not go backwards when a daemon or the web restarts, but for
-the event loop's seconds, which count since the daemon started.
+the event loop's seconds, which count since the daemon started.  The
+login counts (``rqsys.web.backoff``) are the web process's own, since it
+started.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from prometheus_client.core import (
 from rqsys.errors import Unavailable
 from rqsys.store import ADMIN_STATES, STATES
 from rqsys.timers.history import skip_counts
+from rqsys.web.backoff import REASONS, SCOPES, Gate
 from rqsys.web.context import Resource, Web
 from rqsys.web.pools import PoolsCollector
 
@@ -34,13 +37,22 @@ ENDED = ("done", "err", "relayed")
 
 
 class Metrics(Resource):
-    """``/metrics``: every queue's numbers in Prometheus' text format."""
+    """``/metrics``: every queue's numbers in Prometheus' text format, and
+    the logins' (``logins``: the basic-auth middleware's gate) when given."""
+
+    every_queue = True  # a user of some queues does not see them (rqsys.web.access)
+
+    def __init__(self, web: Web, logins: Gate | None = None) -> None:
+        super().__init__(web)
+        self.logins = logins
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(QueuesCollector(self.web))
         registry.register(PoolsCollector(self.web))  # nothing without pool queues
         registry.register(TimersCollector(self.web))
+        if self.logins is not None:
+            registry.register(LoginsCollector(self.logins))
         resp.content_type = CONTENT_TYPE
         resp.data = generate_latest(registry)
 
@@ -96,6 +108,31 @@ class TimersCollector:
         for timer, queue, count in skip_counts(self.web.layout.root):
             skipped.add_metric([queue, timer], count)
         yield skipped
+
+
+class LoginsCollector:
+    """Failed logins and the backoff's refusals, counted by the web process
+    (by reason and scope only: never by user or address)."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    def collect(self) -> Iterator[Metric]:
+        with self.gate.lock:
+            counts = {what: dict(getattr(self.gate.counts, what))
+                      for what in ("failures", "refused", "backoffs")}
+        for what, label, names, text in LOGINS:
+            family = CounterMetricFamily(f"rqsys_http_login_{what}", text, labels=[label])
+            for name in names:
+                family.add_metric([name], counts[what][name])
+            yield family
+
+
+LOGINS = [("failures", "reason", REASONS, "failed HTTP basic-auth logins: wrong password, "
+           "no such user, undecodable credentials"),
+          ("refused", "scope", SCOPES, "logins answered 429 without a check, by the backoff "
+           "that applied: address, user at address, user"),
+          ("backoffs", "scope", SCOPES, "failures that started or lengthened a backoff")]
 
 
 def _now(answers: dict[str, dict[str, Any]]) -> Iterator[Metric]:

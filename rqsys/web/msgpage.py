@@ -10,7 +10,7 @@ from typing import Any
 import falcon
 
 from rqsys.observe import timeline
-from rqsys.web import logs, timeshtml
+from rqsys.web import access, logs, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import query, render
 
@@ -23,11 +23,12 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
                  msg: dict[str, Any]) -> None:
     msg_id, state = msg["msg_id"], msg["state"]
     crumbs = [(web.queue_path(queue), queue), (web.msg_path(queue, msg_id), msg_id)]
+    acts = access.account(req).may("operator", queue)  # else its buttons are not shown
     render(web, resp, "message.html", f"Message {msg_id}", crumbs, msg_id=msg_id, state=state,
            status=msg.get("status", ""), progress=progress(msg.get("progress")),
            after=[(url, str(url).startswith(("http://", "https://")))
                   for url in msg.get("after") or []],
-           actions=actions(web, queue, msg_id, state),
+           actions=actions(web, queue, msg_id, state) if acts else [],
            why=why_failed(web, queue, msg), msg_times=timeshtml.time_cells(msg),
            timeline=timeshtml.events(msg.get("_timeline") or []),
            runs=runs(msg.get("_timeline") or []),
@@ -35,7 +36,8 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
            attachments=_attachments(web, queue, msg_id, msg["_attachments"]),
            out=_output(web, queue, msg_id, state),
            attach_action=query(web.path("q", queue, msg_id, "attach", "new"),
-                               back=web.msg_path(queue, msg_id)) if state == "prep" else "")
+                               back=web.msg_path(queue, msg_id))
+           if state == "prep" and acts else "")
 
 
 def actions(web: Web, queue: str, msg_id: str, state: str) -> list[dict[str, Any]]:

@@ -130,9 +130,11 @@ def _answers(ok_schema: dict[str, Any], ctype: str = "application/json",
     return {ok_status: {"description": "success", "content": {ctype: {"schema": ok_schema}}},
             "303": {"description": "redirect to back"},
             "400": fail, "401": fail, "404": fail, "405": fail, "416": fail, "503": fail,
-            "403": {"description": "forbidden: a browser's cross-site change (Sec-Fetch-Site "
-                                   "not same-origin, or an Origin that is not this host), "
-                                   "or new queues are off", "content": _json(FAIL)},
+            "403": {"description": "forbidden: the user's role does not cover the request "
+                                   "(the answer names the role needed), a browser's "
+                                   "cross-site change (Sec-Fetch-Site not same-origin, or "
+                                   "an Origin that is not this host), or new queues are off",
+                    "content": _json(FAIL)},
             "413": {"description": "too large: the body, or a message field (the answer "
                                    "names the field and its limit)", "content": _json(FAIL)},
             "421": {"description": "a browser's request naming a host that is not this "

@@ -12,12 +12,12 @@ from typing import Any
 import falcon
 
 from rqsys import config
-from rqsys.errors import BadRequest, RQError, SpawnError, TooLarge, Unavailable
+from rqsys.errors import BadRequest, Forbidden, RQError, SpawnError, TooLarge, Unavailable
 from rqsys.message import split_method
 from rqsys.run.spawn import script_argv
 from rqsys.store import ADMIN_OPERS, QUEUE_NAME_RE, STATES, check_queue_name
-from rqsys.web import body, newform, pages
-from rqsys.web.answers import Forbidden, ok, status_for
+from rqsys.web import access, body, newform, pages
+from rqsys.web.answers import ok, status_for
 from rqsys.web.context import Resource, Web, split_suffix
 
 CREATE_METHODS: dict[str, dict[str, Any]] = {
@@ -75,13 +75,21 @@ def process_age(pid: int) -> int:
 
 
 class QueueList(Resource):
+    """``/q.json`` and ``/q.txt``: the queues the user sees."""
+
     def on_get_json(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = self.web.layout.queue_names()
+        resp.media = seen(self.web, req)
 
     def on_get_txt(self, req: falcon.Request, resp: falcon.Response) -> None:
         """RQ's list: one ``q/<name>.txt`` line per queue (what check_rq follows)."""
         resp.content_type = falcon.MEDIA_TEXT
-        resp.text = "".join(f"q/{name}.txt\n" for name in self.web.layout.queue_names())
+        resp.text = "".join(f"q/{name}.txt\n" for name in seen(self.web, req))
+
+
+def seen(web: Web, req: falcon.Request) -> list[str]:
+    """The queues the request's user sees (every one, but for a user of some)."""
+    user = access.account(req)
+    return [name for name in web.layout.queue_names() if user.sees(name)]
 
 
 class QueueResource(Resource):
@@ -186,6 +194,8 @@ class NewMessage(Resource):
 class AdminOper(Resource):
     """``POST /q/<q>/adminoper``: a field named up, down, pause or resume (or oper=)."""
 
+    role = "admin"
+
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         check_queue_name(name)
         params = body.read_params(req)
@@ -202,6 +212,8 @@ class NewQueue(Resource):
     """``POST /new_queue`` when ``allow_new_queue`` is set: RQ's form (``queue[name]``,
     ``queue[script]``, ``queue[num_workers]``, ``queue[exec_prefix]``,
     ``queue[env_vars][K]``, ``queue[coalesce_params][]``, ...) or plain fields."""
+
+    role = "admin"
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         if not self.web.sysconfig.get("allow_new_queue"):

@@ -23,6 +23,8 @@ MAX_TEXT = 500
 
 
 class SearchAll(Resource):
+    every_queue = True  # a user of some queues does not see them (rqsys.web.access)
+
     """``GET /search?q=TEXT`` (HTML) and ``/search.json?q=TEXT``."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:

@@ -13,6 +13,8 @@ from rqsys.web.html import render
 
 
 class Timers(Resource):
+    every_queue = True  # a user of some queues does not see them (rqsys.web.access)
+
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         entries = list_timers(self.web.layout)
         if req.path.endswith(".json"):

@@ -177,6 +177,20 @@ def test_passwd_prints_an_argon2_hash_of_stdin(root: Path) -> None:
     assert empty.returncode == 1 and empty.stderr == "rqsys passwd: empty password\n"
 
 
+def test_passwd_prints_a_role_and_queues_when_given(root: Path) -> None:
+    done = subprocess.run([*RQSYS, "--root", str(root), "passwd", "--role", "viewer",
+                           "--queues", "etl-*", "mail", "--", "vic"], input="pw\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)["basic_auth"]["users"]["vic"]
+    assert set(entry) == {"password", "role", "queues"}
+    assert entry["role"] == "viewer" and entry["queues"] == ["etl-*", "mail"]
+    assert argon2.PasswordHasher().verify(entry["password"], "pw")
+    bad = subprocess.run([*RQSYS, "passwd", "--role", "root", "vic"], input="pw\n",
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice: 'root'" in bad.stderr
+
+
 class CountingHasher(argon2.PasswordHasher):
     calls = 0
 

@@ -1,0 +1,141 @@
+"""Who may do what: the roles viewer, operator and admin, for HTTP users and socket peers.
+
+A role includes the ones below it:
+
+* **viewer**: every read (pages, lists, messages, output, stats, search);
+* **operator**: also what changes messages: send, attach, commit, retry,
+  resend, run_now, cancel, delete, destroy, move, bulk actions, batches;
+* **admin**: also what changes a queue: up, pause, down, reload, prune,
+  new queues.
+
+An HTTP user (``basic_auth.users``) is a password hash (an admin, as every
+config before roles) or ``{"password", "role", "queues"}``; ``queues``
+(shell globs, default all) narrows what the user sees and acts on.
+
+A socket peer's role comes from the kernel (``SO_PEERCRED`` and
+``SO_PEERGROUPS``): root and the daemon's own user are admins (the web, the
+timers and the queues' own scripts run as it); a member of group
+``rq-admin`` is an admin, of group ``rq`` an operator, of group ``rq-view``
+a viewer; anyone else may do nothing.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import socket
+import struct
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from rqsys.errors import Forbidden
+
+ROLES = ("viewer", "operator", "admin")
+GROUPS = {"rq-admin": "admin", "rq": "operator", "rq-view": "viewer"}  # best first
+NOBODY = ""  # a peer with no role
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13; Python does not name it
+MAX_GROUPS = 256  # Python reads at most 1024 bytes of an option: past it, the primary group
+
+# Each socket operation's role; one not named here needs an admin.
+OPS = {
+    **dict.fromkeys(("ping", "counts", "config", "list", "get", "state", "status", "stats",
+                     "search", "group", "groups", "watch", "pool"), "viewer"),
+    **dict.fromkeys(("create", "create_many", "attach", "clone", "commit", "run_now",
+                     "retry", "delete", "destroy", "cancel", "bulk"), "operator"),
+    **dict.fromkeys(("adminoper", "reload", "prune"), "admin"),
+}
+
+
+def rank(role: str) -> int:
+    return ROLES.index(role) + 1 if role in ROLES else 0
+
+
+def covers(have: str, need: str) -> bool:
+    """Whether role ``have`` includes role ``need``."""
+    return rank(have) >= rank(need) > 0
+
+
+@dataclass(frozen=True)
+class Account:
+    """An HTTP user: its password (an argon2 hash), its role, and its queues (None: all)."""
+
+    password: str
+    role: str = "admin"
+    queues: tuple[str, ...] | None = None
+
+    def sees(self, queue: str) -> bool:
+        return self.queues is None or any(fnmatchcase(queue, glob) for glob in self.queues)
+
+    def may(self, need: str, queue: str | None = None) -> bool:
+        return covers(self.role, need) and (queue is None or self.sees(queue))
+
+    def require(self, need: str, queue: str | None = None) -> None:
+        """Forbidden, naming the role needed, unless this user may."""
+        if not self.may(need, queue):
+            raise Forbidden(refusal(need, self.role, queue))
+
+
+ADMIN = Account("", "admin")  # no basic_auth: whoever reaches the web (local only)
+
+
+def account_of(value: Any) -> Account:
+    """``basic_auth.users``'s value for a user, as an Account."""
+    if isinstance(value, dict):
+        queues = value.get("queues")
+        return Account(str(value.get("password", "")), str(value.get("role", "admin")),
+                       None if queues is None else tuple(str(g) for g in queues))
+    return Account(str(value))
+
+
+def accounts(settings: dict[str, Any] | None) -> dict[str, Account]:
+    return {str(user): account_of(value)
+            for user, value in (settings or {}).get("users", {}).items()}
+
+
+def refusal(need: str, have: str, queue: str | None = None) -> str:
+    where = f" on queue {queue}" if queue else ""
+    return f"this needs the {need} role{where} (you have: {have or 'none'})"
+
+
+# ------------------------------------------------------------ socket peers
+def peer_role(sock: socket.socket) -> str:
+    """The role of the process at the other end of a unix socket."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return NOBODY
+    _pid, uid, gid = struct.unpack("3i", creds)
+    if uid in (0, os.geteuid()):
+        return "admin"
+    return role_of_groups({gid, *_peer_groups(sock)}, _group_ids())
+
+
+def role_of_groups(gids: set[int], named: dict[str, int]) -> str:
+    """The best role the groups ``gids`` give (``named``: group name -> gid)."""
+    for name, role in GROUPS.items():
+        if name in named and named[name] in gids:
+            return role
+    return NOBODY
+
+
+def _peer_groups(sock: socket.socket) -> list[int]:
+    try:
+        data = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * MAX_GROUPS)
+    except OSError:
+        return []
+    return list(struct.unpack(f"{len(data) // 4}I", data[:len(data) // 4 * 4]))
+
+
+def _group_ids() -> dict[str, int]:
+    found = {}
+    for name in GROUPS:
+        try:
+            found[name] = grp.getgrnam(name).gr_gid
+        except KeyError:
+            pass
+    return found
+
+
+def op_role(op: str) -> str:
+    return OPS.get(op, "admin")
