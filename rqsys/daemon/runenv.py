@@ -1,5 +1,6 @@
 """A queue script's environment: the part every run shares (kept, also as
-C strings for the spawn helper) and each run's own variables (RQ_MSG_ID...)."""
+C strings for the spawn helper) and each run's own variables (RQ_MSG_ID...,
+and in embedded mode its CREDENTIALS_DIRECTORY: ``rqsys.run.credentials``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from rqsys import config
 from rqsys.daemon.context import QueueContext
+from rqsys.run import credentials as creds
 from rqsys.run.spawn import QueueEnviron
 from rqsys.systemd import child_environ
 
@@ -19,8 +21,8 @@ GPU_KEYS = frozenset({"RQ_GPUS", "CUDA_VISIBLE_DEVICES"})
 class RunEnvironment:
     """Built once per configuration (``forget`` after a reload)."""
 
-    def __init__(self, ctx: QueueContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: QueueContext, credentials: creds.Credentials | None = None) -> None:
+        self.ctx, self.credentials = ctx, credentials
         self._shared: dict[str, str] | None = None
         self._strings: QueueEnviron | None = None  # _shared as C strings
 
@@ -38,12 +40,20 @@ class RunEnvironment:
                             "RQ_WRITE": "3", "RQ_READ": "4",
                             "RQ_PORT": str(sysconfig["port"]),
                             "RQ_ENV": str(sysconfig["env"]), "RQ_VER": _version()}
+            if self.credentials is not None:
+                self.credentials.place_in(self._shared)
         return self._shared
 
     def strings(self) -> QueueEnviron:
         if self._strings is None:
-            self._strings = QueueEnviron(self.shared(), RUN_KEYS | self._gpu_keys())
+            self._strings = QueueEnviron(self.shared(), RUN_KEYS | self._gpu_keys()
+                                         | self._credential_keys())
         return self._strings
+
+    def _credential_keys(self) -> frozenset[str]:
+        """CREDENTIALS_DIRECTORY, where each run has its own (embedded mode)."""
+        per_run = self.credentials is not None and self.credentials.per_run
+        return frozenset({creds.ENV}) if per_run else frozenset()
 
     def _gpu_keys(self) -> frozenset[str]:
         return GPU_KEYS if (self.ctx.config.get("budget") or {}).get("gpus") else frozenset()
@@ -64,6 +74,8 @@ class RunEnvironment:
         }
         if self._gpu_keys():  # empty for a run that holds none: no GPU is visible to it
             run["RQ_GPUS"] = run["CUDA_VISIBLE_DEVICES"] = ",".join(gpus or ())
+        if self.credentials is not None:  # its directory made (CredentialError: cannot)
+            run.update(self.credentials.open_run(msg_id))
         return run
 
 

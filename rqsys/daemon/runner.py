@@ -35,6 +35,7 @@ from rqsys.observe import lastlines, timeline
 from rqsys.observe.events import EventLog
 from rqsys.run import resources, spawn
 from rqsys.run.backoff import retried
+from rqsys.run.credentials import CredentialError, Credentials
 from rqsys.run.output import ScriptOutput
 from rqsys.run.protocol import Command
 from rqsys.run.spawn import ScriptPath, script_argv
@@ -57,7 +58,8 @@ class Runner:
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
         self._script = ScriptPath()
-        self.env = RunEnvironment(ctx)
+        self.credentials = Credentials(ctx.layout.root, ctx.name, log, ctx.config)
+        self.env = RunEnvironment(ctx, self.credentials)
         self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
@@ -72,7 +74,8 @@ class Runner:
         room = self.ledger.schedule.room
         room.outside = self.limits.ending
         return (self.ctx.admin == "UP" and not self.ctx.stopping and self.limits.ready
-                and room.has_free_slot() and self._script_ready())
+                and not self.credentials.refusal and room.has_free_slot()
+                and self._script_ready())
 
     def next_wait(self) -> float | None:
         """Seconds until a script may start or one must be stopped (its
@@ -118,7 +121,8 @@ class Runner:
             self._conclude(msg_id, msg, Outcome("err", text, kind="timeout"), None)
             return
         job = self.store.job_path(msg_id)  # made by the child when a spare did not bring it
-        run = self.env.of_run(msg_id, msg, argv[-1], job, self._gpus_of(msg_id))
+        if (run := self._run_env(msg_id, msg, argv[-1], job)) is None:
+            return
         limits = self.limits.for_message(msg)
         out = None
         try:
@@ -144,17 +148,30 @@ class Runner:
             self._arm_timeout(worker, left)
         if limits:
             self._limit(worker, limits)
-        who, field = ((f"handed to the {HANDED}", {"RQ_HANDED": HANDED}) if handed is not None
-                      else (f"pid {child.pid}", {"RQ_PID": child.pid}))  # a hand-over: no pid
+        self._say_started(msg_id, msg, child.pid if handed is None else None)
+
+    def _say_started(self, msg_id: str, msg: Msg, pid: int | None) -> None:
+        who, field = ((f"handed to the {HANDED}", {"RQ_HANDED": HANDED}) if pid is None
+                      else (f"pid {pid}", {"RQ_PID": pid}))  # a hand-over: no pid
         self.log.event("started", f"{who}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"], RQ_STATE="run", **field,
                        RQ_RUN=msg["count"] + 1, RQ_DUE=msg.get("due") or 0)
+
+    def _run_env(self, msg_id: str, msg: Msg, real: str, job: str) -> dict[str, str] | None:
+        """A run's own variables (and credentials); None: they cannot be, it ended in err."""
+        try:
+            return self.env.of_run(msg_id, msg, real, job, self._gpus_of(msg_id))
+        except CredentialError as exc:  # named, never their content
+            self.log.event("err", str(exc), msg_id, RQ_STATE="run")
+            self._conclude(msg_id, msg, Outcome("err", str(exc), kind="err"), None)
+            return None
 
     def _not_started(self, msg_id: str, queued: Msg, exc: SpawnError | UnicodeEncodeError,
                      env: dict[str, str], argv: list[str]) -> None:
         """Not started.  When the message is why (E2BIG, the queue's own environment
         fitting; a lone surrogate stored before intake refused them), it alone ends
         in err; else the queue's script is (SCRIPTERROR): it waits in que."""
+        self.credentials.close_run(msg_id)
         errno_ = getattr(exc, "errno", None)
         why = "its params hold a lone UTF-16 surrogate" if isinstance(exc, UnicodeError) else ""
         if errno_ == errno.E2BIG and not spawn.env_problem(self.env.shared(), tuple(argv)):
@@ -198,6 +215,7 @@ class Runner:
         """After a reload: check a SCRIPTERROR script again now; a new environment."""
         self._script_check_at = 0.0
         self._script.forget()
+        self.credentials.configure(self.ctx.config)
         self.env.forget()
 
     # ------------------------------------------------------------ fd 3 and fd 4
@@ -296,6 +314,7 @@ class Runner:
     def _conclude(self, msg_id: str, msg: Msg, outcome: Outcome, on_disk: str | None,
                   worker: Worker | None = None) -> None:
         """End a run: retried when the queue's policy says so (``retry``)."""
+        self.credentials.close_run(msg_id)  # its directory, once all it started is gone
         outcome = retried(outcome, msg, self.ctx.config)
         if outcome.state == "que" and (USED in msg or budget(msg, self.ctx.config)):
             outcome.fields[USED] = _time_used(worker)

@@ -89,8 +89,8 @@ def runtime_text(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def drop_in_path(unit_dir: Path, queue: str) -> Path:
-    return unit_dir / f"rq@{queue}.service.d" / DROP_IN_NAME
+def drop_in_path(unit_dir: Path, queue: str, name: str = DROP_IN_NAME) -> Path:
+    return unit_dir / f"rq@{queue}.service.d" / name
 
 
 def delegates(unit_dir: Path, queue: str) -> bool:
@@ -105,7 +105,12 @@ def sync_drop_in(unit_dir: Path, queue: str, limits: dict[str, Any] | None,
                  delegate: bool = False) -> bool:
     """Write (or remove) queue ``queue``'s limits drop-in; True when it changed,
     so systemd must reload its units."""
-    path, text = drop_in_path(unit_dir, queue), drop_in(limits, delegate)
+    return write_drop_in(drop_in_path(unit_dir, queue), drop_in(limits, delegate))
+
+
+def write_drop_in(path: Path, text: str) -> bool:
+    """Make the drop-in ``path`` say ``text`` (remove it for ''); True when it
+    changed.  Also the credentials' (``rqsys.run.credentials``)."""
     try:
         old = path.read_text()
     except FileNotFoundError:

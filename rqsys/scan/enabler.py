@@ -22,12 +22,12 @@ from typing import IO, Protocol
 from rqsys import config, systemd
 from rqsys.errors import RQError
 from rqsys.observe.events import EventLog
-from rqsys.run import resources
+from rqsys.run import credentials, resources
 from rqsys.store import Layout
 from rqsys.wire.client import QueueClient
 
 RELOAD_TIMEOUT = 10.0  # seconds a queue daemon has to answer "reload"
-UNIT_DIR = Path("/etc/systemd/system")  # where rq-scan writes queues' limits drop-ins
+UNIT_DIR = Path("/etc/systemd/system")  # where rq-scan writes queues' drop-ins
 
 
 class Enabler(Protocol):
@@ -117,16 +117,20 @@ class SystemdEnabler:
         self.stopping: dict[str, Helper] = {}
 
     def _limits_changed(self, names: list[str], removed: bool = False) -> bool:
-        """Bring each queue's limits drop-in in line with its config; True when
-        one changed (systemd must then reload its units first)."""
+        """Bring each queue's limits and credentials drop-ins in line with its
+        config; True when one changed (systemd must then reload its units first)."""
         changed, layout = False, self.layout
         for name in names if layout is not None else []:
             try:
                 cfg = {} if removed or layout is None else config.load_queue_config(layout, name)
                 changed |= resources.sync_drop_in(self.unit_dir, name, cfg.get("limits"),
                                                       resources.limits_runs(cfg))
+                changed |= resources.write_drop_in(resources.drop_in_path(
+                    self.unit_dir, name, credentials.DROP_IN_NAME), credentials.drop_in(cfg))
+                for why in credentials.unreadable(cfg):
+                    self.log.event("err", f"queue {name}: {why}")
             except (RQError, OSError) as exc:
-                self.log.event("err", f"queue {name}: limits drop-in not written: {exc}")
+                self.log.event("err", f"queue {name}: drop-ins not written: {exc}")
         return changed
 
     def _start(self, *args: str, reload_first: bool = False) -> Helper | None:
@@ -170,13 +174,19 @@ class SystemdEnabler:
                          reload_first=self._limits_changed(names))
 
     def reload(self, name: str) -> int | None:
-        was = resources.delegates(self.unit_dir, name)
+        was = self._read_at_start(name)
         changed = self._limits_changed([name])
-        # Delegate= is applied when a unit starts: a daemon that gains or
-        # loses message_limits is restarted (its running scripts requeued)
-        verb = ("try-restart" if resources.delegates(self.unit_dir, name) != was
+        # Delegate= and credentials are applied when a unit starts: a daemon that
+        # gains or loses message_limits, or whose credentials change, is
+        # restarted (its running scripts requeued)
+        verb = ("try-restart" if self._read_at_start(name) != was
                 else "try-reload-or-restart")
         return self._run(verb, f"rq@{name}.service", reload_first=changed)
+
+    def _read_at_start(self, name: str) -> tuple[bool, str]:
+        """What of queue ``name``'s drop-ins systemd applies only when it starts the unit."""
+        return (resources.delegates(self.unit_dir, name),
+                credentials.drop_in_text(self.unit_dir, name))
 
     def disable(self, name: str) -> int | None:
         self._limits_changed([name], removed=True)  # read again at the next daemon-reload

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import need, wait_for
-from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf, nats_available
+from nats_util import CLIENT_PORT, HTTP_PORT, cluster_conf, nats_available, server_conf
 from netns import NetLab, Rqsys, netns_available
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -100,6 +100,41 @@ def start_nats(lab: NetLab, base: Path, hosts: tuple[str, ...] = HOSTS
         wait_for(lambda h=host: jsz(lab, h, "healthz") == {"status": "ok"}, 60,
                  f"JetStream on {host}")
     return procs
+
+
+def one_nats(net: NetLab, base: Path, hosts: tuple[str, ...]) -> str:
+    """A lone nats-server (JetStream) in namespace ``n``, and the namespaces
+    ``hosts`` beside it; its URL once it is healthy."""
+    addr = net.host("n")
+    (base / "n").mkdir()
+    conf = base / "n" / "nats.conf"
+    conf.write_text(server_conf("n", addr, CLIENT_PORT, base / "n" / "js", [],
+                                f'http: "{addr}:{HTTP_PORT}"'))
+    with open(base / "n" / "nats.log", "ab") as log:
+        net.popen("n", ["nats-server", "-c", str(conf)], stdout=log, stderr=log)
+    for name in hosts:
+        net.host(name)
+    wait_for(lambda: b'"ok"' in net.run("n", ["curl", "-s", "--max-time", "2",
+                                              f"http://{addr}:{HTTP_PORT}/healthz"]
+                                        ).stdout.encode(), 30, "JetStream up")
+    return f"nats://{addr}:{CLIENT_PORT}"
+
+
+def pool_host(net: NetLab, name: str, base: Path, nats: str,
+              queues: dict[str, tuple[str, dict[str, Any]]]) -> Rqsys:
+    """``rqsys serve`` (not started) in namespace ``name`` on the NATS at
+    ``nats``, its scandir holding ``queues``: name -> (run script, config)."""
+    host = Rqsys(net, name, base / name)
+    cfg = json.loads(host.layout.config_file.read_text())
+    cfg["nats"] = {"servers": [nats]}
+    host.layout.config_file.write_text(json.dumps(cfg))
+    for queue, (script, config) in queues.items():
+        entry = host.scandir / queue
+        entry.mkdir()
+        (entry / "run").write_text(script)
+        (entry / "run").chmod(0o755)
+        (entry / "config.json").write_text(json.dumps(config))
+    return host
 
 
 def jsz(lab: NetLab, host: str, what: str) -> Any:

@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 from conftest import need, wait_for
 from daemon_util import rq
-from nats_util import CLIENT_PORT, HTTP_PORT, nats_available, server_conf
+from nats_util import nats_available
 from netns import NetLab, Rqsys, netns_available
+from pool_lab import one_nats, pool_host
 
 from rqsys.store import QueueStore
 
@@ -79,7 +80,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     net = NetLab()
     hosts: dict[str, Rqsys] = {}
     try:
-        nats = _nats(net, base)
+        nats = one_nats(net, base, HOSTS)
         hosts = {name: _host(net, name, base, nats) for name in HOSTS}
         for host in hosts.values():
             host.start(wait_queues=())
@@ -93,39 +94,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         net.close()
 
 
-def _nats(net: NetLab, base: Path) -> str:
-    addr = net.host("n")
-    (base / "n").mkdir()
-    conf = base / "n" / "nats.conf"
-    conf.write_text(server_conf("n", addr, CLIENT_PORT, base / "n" / "js", [],
-                                f'http: "{addr}:{HTTP_PORT}"'))
-    with open(base / "n" / "nats.log", "ab") as log:
-        net.popen("n", ["nats-server", "-c", str(conf)], stdout=log, stderr=log)
-    for name in HOSTS:
-        net.host(name)
-    wait_for(lambda: b'"ok"' in net.run("n", ["curl", "-s", "--max-time", "2",
-                                              f"http://{addr}:{HTTP_PORT}/healthz"]
-                                        ).stdout.encode(), 30, "JetStream up")
-    return f"nats://{addr}:{CLIENT_PORT}"
-
-
 def _host(net: NetLab, name: str, base: Path, nats: str) -> Rqsys:
-    host = Rqsys(net, name, base / name)
-    cfg = json.loads(host.layout.config_file.read_text())
-    cfg["nats"] = {"servers": [nats]}
-    host.layout.config_file.write_text(json.dumps(cfg))
     queues = {"bp": (MEMBER, {"num_workers": 1 if name == "a" else 3,
                               "env_vars": {"RUNLOG": str(base / name / "bp.log")},
                               "pool": {"name": "bp", "replicas": 1, "ack_wait": 4}})}
     if name == "a":
         queues["cb"] = (CALLBACK, {"env_vars": {"OUT": str(base / "out")}})
-    for queue, (script, config) in queues.items():
-        entry = host.scandir / queue
-        entry.mkdir()
-        (entry / "run").write_text(script)
-        (entry / "run").chmod(0o755)
-        (entry / "config.json").write_text(json.dumps(config))
-    return host
+    return pool_host(net, name, base, nats, queues)
 
 
 def test_ends_on_another_host_complete_the_batch(lab: Lab) -> None:

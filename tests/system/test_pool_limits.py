@@ -16,7 +16,6 @@ they start and end.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -26,9 +25,9 @@ from typing import Any
 
 import pytest
 from conftest import need, wait_for
-from nats_util import CLIENT_PORT, HTTP_PORT, nats_available, server_conf
+from nats_util import nats_available
 from netns import NetLab, Rqsys, netns_available
-from pool_lab import stop_namespace
+from pool_lab import one_nats, pool_host, stop_namespace
 
 from rqsys.observe import timeline
 from rqsys.store import QueueStore
@@ -94,20 +93,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     net = NetLab()
     hosts: dict[str, Rqsys] = {}
     try:
-        addr = net.host("n")
-        (base / "n").mkdir()
-        conf = base / "n" / "nats.conf"
-        conf.write_text(server_conf("n", addr, CLIENT_PORT, base / "n" / "js", [],
-                                    f'http: "{addr}:{HTTP_PORT}"'))
-        with open(base / "n" / "nats.log", "ab") as log:
-            net.popen("n", ["nats-server", "-c", str(conf)], stdout=log, stderr=log)
-        for name in HOSTS:
-            net.host(name)
-        wait_for(lambda: b'"ok"' in net.run("n", ["curl", "-s", "--max-time", "2",
-                                                  f"http://{addr}:{HTTP_PORT}/healthz"]
-                                            ).stdout.encode(), 30, "JetStream up")
-        hosts = {name: _host(net, name, base, f"nats://{addr}:{CLIENT_PORT}")
-                 for name in HOSTS}
+        nats = one_nats(net, base, HOSTS)
+        hosts = {name: _host(net, name, base, nats) for name in HOSTS}
         for host in hosts.values():
             host.start(wait_queues=())
         for host in hosts.values():
@@ -121,19 +108,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 def _host(net: NetLab, name: str, base: Path, nats: str) -> Rqsys:
-    host = Rqsys(net, name, base / name)
-    cfg = json.loads(host.layout.config_file.read_text())
-    cfg["nats"] = {"servers": [nats]}
-    host.layout.config_file.write_text(json.dumps(cfg))
-    for queue, limits in QUEUES.items():
-        entry = host.scandir / queue
-        entry.mkdir()
-        (entry / "run").write_text(SCRIPT)
-        (entry / "run").chmod(0o755)
-        (entry / "config.json").write_text(json.dumps({
-            "num_workers": 3, "env_vars": {"RUNLOG": str(base / name / f"{queue}.log")},
-            "pool": {"name": queue, "replicas": 1, "ack_wait": ACK_WAIT}, **limits}))
-    return host
+    return pool_host(net, name, base, nats, {queue: (SCRIPT, {
+        "num_workers": 3, "env_vars": {"RUNLOG": str(base / name / f"{queue}.log")},
+        "pool": {"name": queue, "replicas": 1, "ack_wait": ACK_WAIT}, **limits})
+        for queue, limits in QUEUES.items()})
 
 
 def most_at_once(intervals: list[list[float]]) -> int:
