@@ -27,6 +27,7 @@ Job = tuple[Callable[[], Any], Then]
 
 FILES = "files"  # copying, syncing and hashing attachments
 SYNC = "sync"  # the fsyncs an answer waits for (commit, delete, admin state, resend)
+AUDIT = "audit"  # the audit trail's fdatasyncs and rotation (rqsys.daemon.audit)
 PRUNE = "prune"  # the cleaner's removals: long, so they hold up no other answer
 
 

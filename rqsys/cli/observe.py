@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.cli import send
+from rqsys.cli import audit, send
 from rqsys.cli.common import RET_FAIL, RET_OK, RET_UNAVAILABLE, queue_argument
 from rqsys.cli.follow import Follow, describe, verdict_code
 from rqsys.errors import BadRequest, RQError, Unavailable
@@ -237,6 +237,8 @@ VERBS: dict[str, tuple[Verb, Callable[[argparse.ArgumentParser], None], str]] = 
     "run": (cmd_run, _add_run, "send a message, follow its output, exit with its verdict"),
     "groups": (cmd_groups, _add_groups, "a queue's err messages grouped by reason"),
     "retry": (cmd_retry, _add_retry, "err back to que: a message, a group, or all"),
+    "audit": (audit.cmd_audit, audit.add_options, "the audit trail: who changed what, from "
+              "where, and how it ended (newest first)"),
 }
 
 

@@ -24,6 +24,7 @@ from rqsys.background import PRUNE, SYNC, Background, peer_lane
 from rqsys.batches.ends import BatchEnds
 from rqsys.daemon import observe, ops
 from rqsys.daemon.after import After
+from rqsys.daemon.audit import Auditor
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.gates import Gate
 from rqsys.daemon.intake import Intake
@@ -115,7 +116,9 @@ class QueueDaemon:
         schemas.update(observe.SCHEMAS)
         for op, (handler, op_schema) in extra_ops.items():
             table[op], schemas[op] = handler, op_schema
-        return Server(self.selector, table, schemas, self.log)
+        self.auditor = Auditor(self.ctx.layout.audit_dir, self.ctx.name, self.background,
+                               self.log)
+        return Server(self.selector, table, schemas, self.log, self.auditor.answered)
 
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:
@@ -203,6 +206,7 @@ class QueueDaemon:
         self.store.spares.close()
         self.after.close()
         self.background.close()
+        self.auditor.close()
         self.observer.close()
         self.runner.output.close_all()
         if self.runner.children.leftovers is not None:  # what ignored TERM: not left to init

@@ -65,6 +65,7 @@ class Request:
 
 
 Handler = Callable[[Request], "Reply | None"]
+Audit = Callable[["Connection", str, dict[str, Any], Reply], None]  # rqsys.daemon.audit
 
 
 class Connection:
@@ -76,7 +77,8 @@ class Connection:
         self.out = bytearray()
         self.closing = False
         self.waiting = False  # a request's answer comes later; the next ones wait
-        self.peer = _peer(sock)
+        self.pid, self.uid = _creds(sock)
+        self.peer = f"socket pid {self.pid} uid {self.uid}" if self.pid >= 0 else "socket"
         self.role = roles.peer_role(sock)  # what it may do (rqsys.wire.roles)
         self.events = selectors.EVENT_READ  # as registered in the selector
 
@@ -85,8 +87,10 @@ class Server:
     """Accepts clients on the listening socket and runs their requests."""
 
     def __init__(self, selector: selectors.BaseSelector, ops: Mapping[str, Handler],
-                 schemas: Mapping[str, dict[str, Any]], log: EventLog) -> None:
+                 schemas: Mapping[str, dict[str, Any]], log: EventLog,
+                 audit: Audit | None = None) -> None:
         self.selector, self.log = selector, log
+        self.audit = audit  # told of each answered request that may change something
         self.ops = dict(ops)
         self.checker = schema.Checker(schemas)
         missing = set(self.ops) ^ set(schemas)
@@ -198,7 +202,7 @@ class Server:
 
     # ------------------------------------------------------------ dispatch
     def _dispatch(self, conn: Connection, line: bytes, fds: list[int]) -> Reply | None:
-        op = "?"
+        op, args = "?", {}
         try:
             args = wire.decode_request(line)
             op = str(args.get("op"))
@@ -208,11 +212,21 @@ class Server:
             if not roles.covers(conn.role, need := roles.op_role(op)):
                 raise Forbidden(roles.refusal(need, conn.role))
             self.checker.check(op, args)
-            return handler(Request(op, args, fds, lambda reply: self._answer(conn, reply),
-                                   self.error_reply, conn.peer,
-                                   lambda reply: self._push(conn, reply)))
+            reply = handler(Request(op, args, fds,
+                                    lambda reply: self._answer(conn, reply, op, args),
+                                    self.error_reply, conn.peer,
+                                    lambda reply: self._push(conn, reply)))
         except Exception as exc:
-            return self.error_reply(op, exc)
+            reply = self.error_reply(op, exc)
+        if reply is not None:
+            self._audit(conn, op, args, reply)
+        return reply
+
+    def _audit(self, conn: Connection, op: str, args: dict[str, Any], reply: Reply) -> None:
+        """A request that may change something, answered: its audit record
+        (written before the answer leaves: see ``rqsys.daemon.audit``)."""
+        if self.audit is not None and op in self.ops and roles.op_role(op) != "viewer":
+            self.audit(conn, op, args, reply)
 
     def error_reply(self, op: str, exc: BaseException) -> Reply:
         """The answer to an exception: an RQError as itself, a failing disk as
@@ -228,8 +242,9 @@ class Server:
         return wire.error_reply(InternalError(
             f"internal error: {type(exc).__name__} in {op[:40]} (see the queue's log)"))
 
-    def _answer(self, conn: Connection, reply: Reply) -> None:
+    def _answer(self, conn: Connection, reply: Reply, op: str, args: dict[str, Any]) -> None:
         """Send an answer that came later, then run the requests after it."""
+        self._audit(conn, op, args, reply)
         conn.waiting = False
         self._reply(conn, reply)
         if conn.sock.fileno() >= 0:
@@ -274,14 +289,14 @@ class Server:
         conn.sock.close()
 
 
-def _peer(sock: socket.socket) -> str:
-    """The client's pid and uid, as the kernel tells them (for timelines)."""
+def _creds(sock: socket.socket) -> tuple[int, int]:
+    """The client's pid and uid, as the kernel tells them ((-1, -1) if it does not)."""
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     except OSError:
-        return "socket"
+        return -1, -1
     pid, uid, _gid = struct.unpack("3i", creds)
-    return f"socket pid {pid} uid {uid}"
+    return pid, uid
 
 
 def _close_fds(fds: list[int]) -> None:

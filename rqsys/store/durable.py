@@ -309,3 +309,34 @@ def unlink_durably(path: Path) -> None:
     """Remove a file and fsync its directory (FileNotFoundError if missing)."""
     path.unlink()
     fsync_path(path.parent)
+
+
+# -- logs kept by size (the audit trail) ---------------------------------------
+def open_log(path: Path | str) -> int:
+    """An append-only log file's fd (made if missing; its directory fsynced then)."""
+    made = not os.path.exists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    if made:
+        fsync_path(os.path.dirname(os.path.abspath(path)))
+    return fd
+
+
+def fsync_logs(fds: Iterable[int], closing: Iterable[int] = ()) -> None:
+    """fdatasync a log's open file and those rotated away (``closing``, closed after)."""
+    for fd in closing:
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    for fd in fds:
+        os.fdatasync(fd)
+
+
+def rotate_log(path: Path | str, keep: int) -> None:
+    """``path`` -> ``path.1`` -> ... -> ``path.<keep>`` (the oldest dropped), then
+    the directory fsynced: the next write makes ``path`` anew."""
+    for n in range(keep - 1, 0, -1):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{path}.{n}", f"{path}.{n + 1}")
+    os.rename(path, f"{path}.1")
+    fsync_path(os.path.dirname(os.path.abspath(path)))

@@ -150,6 +150,11 @@ class Layout:
         """One directory per batch (``rqsys.batches.record``)."""
         return self.root / "batches"
 
+    @property
+    def audit_dir(self) -> Path:
+        """The audit trail: one file per writer (``rqsys.observe.audit``)."""
+        return self.root / "audit"
+
     def make_batch_dir(self, batch_id: str) -> Path:
         """``batches/<id>/``, owned as ``queue/`` is (the daemons write in it)."""
         path = self.batches / batch_id

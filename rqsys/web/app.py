@@ -23,6 +23,7 @@ from rqsys.systemd import Notifier, listen_sockets
 from rqsys.web import (
     access,
     answers,
+    audit,
     auth,
     batches,
     csrf,
@@ -65,12 +66,14 @@ class OpenAPI(Resource):
 
 def create_app(layout: Layout, sysconfig: dict[str, Any],
                connections: Connections | None = None) -> falcon.App:
-    web = Web(layout, sysconfig, connections or Connections(layout))
+    trail = audit.WebAudit(layout)  # the web's own audit records
+    web = Web(layout, sysconfig, connections or Connections(layout), trail)
     login = auth.BasicAuth(sysconfig.get("basic_auth"))
     # ETags first: its process_response runs last, on the body the others have made
     middleware: list[Any] = [etags.ETags(), hostnames.KnownHost(sysconfig),
                              paths.HidePaths(layout), login,
-                             access.Access(sysconfig.get("basic_auth")),  # after login
+                             access.Access(sysconfig.get("basic_auth"),  # after login
+                                           trail.refused),
                              csrf.SameOrigin(), framing.NoFraming()]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
@@ -93,6 +96,8 @@ def _add_routes(app: falcon.App, web: Web, login: auth.BasicAuth) -> None:
         (web.path("q.txt"), qlist, {"suffix": "txt"}),
         (web.path("new_queue"), queues.NewQueue(web), {}),
         (web.path("timers"), Timers(web), {}),
+        (web.path("audit"), audit.AuditPage(web), {}),
+        (web.path("audit.json"), audit.AuditJSON(web), {}),
         (web.path("search"), searchall.SearchAll(web), {}),
         (web.path("search.json"), searchall.SearchAll(web), {}),
         (web.path("timers.json"), Timers(web), {}),

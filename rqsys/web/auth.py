@@ -151,6 +151,13 @@ def _credentials(header: str | None) -> Credentials | None:
     return Credentials(user, password) if sep else Credentials("", "", well_formed=False)
 
 
+def acting(req: falcon.Request) -> dict[str, str]:
+    """The ``actor`` the web names in a request to a daemon: its user and address
+    (a daemon believes it only from the web's own user: ``rqsys.daemon.audit``)."""
+    return {"user": str(getattr(req.context, "user", None) or ""),
+            "address": str(req.remote_addr or "")}
+
+
 def actor(req: falcon.Request) -> str:
     """Who asks over HTTP: the basic-auth user, else ``http <address>``."""
     user = getattr(req.context, "user", None)

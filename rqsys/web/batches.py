@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -25,7 +26,7 @@ class Batches(Resource):
         batch = _body(req)
         for dest in _dests(batch):  # an operator of each queue it puts messages in
             access.account(req).require("operator", dest)
-        report = create(self.web.layout, batch, self.web.call, actor(req))
+        report = create(self.web.layout, batch, functools.partial(self.web.act, req), actor(req))
         resp.status = falcon.HTTP_201
         resp.location = batch_path(self.web, report["id"])
         resp.media = with_links(self.web, report)

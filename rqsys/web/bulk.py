@@ -35,7 +35,7 @@ class NewMessages(Resource):
         check_queue_name(name)
 
         def create_many(msgs: list[Any]) -> list[dict[str, Any]]:
-            return list(self.web.call(name, "create_many", msgs=msgs,
+            return list(self.web.act(req, name, "create_many", msgs=msgs,
                                       by=f"http {req.remote_addr}")["results"])
 
         results: list[dict[str, Any]] = []

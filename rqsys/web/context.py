@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import falcon
 
 from rqsys.errors import NotFound
 from rqsys.message import message_url
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
+from rqsys.web.auth import acting
 from rqsys.web.connections import Connections
+
+if TYPE_CHECKING:
+    from rqsys.web.audit import WebAudit
 
 
 @dataclass
@@ -16,6 +22,7 @@ class Web:
     layout: Layout
     sysconfig: dict[str, Any]
     connections: Connections
+    audit: WebAudit | None = field(default=None)  # the web's own records (app.create_app)
 
     @property
     def prefix(self) -> str:
@@ -38,6 +45,11 @@ class Web:
     def call(self, queue: str, op: str, **args: Any) -> dict[str, Any]:
         """A request to the queue's daemon (socket-activating it under systemd)."""
         return self.connections.call(check_queue_name(queue), op, **args)
+
+    def act(self, req: falcon.Request, queue: str, op: str, **args: Any) -> dict[str, Any]:
+        """A request that may change something, made for ``req``'s user: its
+        actor (user, address) goes with it, for the daemon's audit trail."""
+        return self.call(queue, op, actor=acting(req), **args)
 
     def existing(self, queue: str) -> str:
         """The queue's name, checked; NotFound when there is no such queue."""

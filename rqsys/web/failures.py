@@ -75,7 +75,7 @@ class Group(Resource):
         method = params.get("_method")
         if method not in ("retry", "delete"):
             raise BadRequest("_method must be retry or delete")
-        got = self.web.call(name, "group", group=_key(key), action=method)
+        got = self.web.act(req, name, "group", group=_key(key), action=method)
         ok(req, resp, got["count"], params, page=self.web.queue_path(name))
 
 

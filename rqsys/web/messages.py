@@ -63,7 +63,7 @@ class MessageResource(Resource):
         if method not in POST_METHODS:
             raise BadRequest(f"_method must be one of {', '.join(POST_METHODS)}")
         extra = {"by": actor(req)} if method == "cancel" else {}
-        self.web.call(queue, method, msg_id=msg_id, **extra)
+        self.web.act(req, queue, method, msg_id=msg_id, **extra)
         value = self.web.msg_url(queue, msg_id) if method == "commit" else f"{method}: done"
         ok(req, resp, value, params, page=self.web.queue_path(queue))
 
@@ -80,7 +80,7 @@ class Clone(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
         params = body.read_params(req)
-        got = self.web.call(queue, "clone", msg_id=msg_id)
+        got = self.web.act(req, queue, "clone", msg_id=msg_id)
         ok(req, resp, self.web.msg_url(queue, got["msg_id"]), params,
            page=self.web.msg_path(queue, got["msg_id"]))
 
@@ -89,7 +89,7 @@ class RunNow(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
         params = body.read_params(req)
-        self.web.call(queue, "run_now", msg_id=msg_id)
+        self.web.act(req, queue, "run_now", msg_id=msg_id)
         ok(req, resp, self.web.msg_url(queue, msg_id), params,
            page=self.web.msg_path(queue, msg_id))
 
@@ -107,7 +107,7 @@ class AttachNew(Resource):
         fallback = Path(self.web.sysconfig["tmpdir"])
         got = upload.receive(req, self.web.layout.queue_dir(queue), fallback)
         try:
-            self.web.call(queue, "attach", fds=[got.fd], msg_id=msg_id, name=got.name,
+            self.web.act(req, queue, "attach", fds=[got.fd], msg_id=msg_id, name=got.name,
                           md5=got.md5)
         finally:
             os.close(got.fd)

@@ -183,7 +183,7 @@ class NewMessage(Resource):
         msg, method = split_method(body.message_from(params, pairs), outer)
         if method not in CREATE_METHODS:
             raise BadRequest(f"_method must be commit, prep or single_que, not {method!r:.40}")
-        got = self.web.call(name, "create", msg=msg, by=f"http {req.remote_addr}",
+        got = self.web.act(req, name, "create", msg=msg, by=f"http {req.remote_addr}",
                             **CREATE_METHODS[method])
         if got.get("duplicate"):  # RQ's answer stays ["ok", url]: the flag is a header
             resp.set_header(DUPLICATE_HEADER, "true")
@@ -204,7 +204,7 @@ class AdminOper(Resource):
             opers.append(params["oper"])
         if len(set(opers)) != 1:
             raise BadRequest("name exactly one of up, down, pause, resume")
-        got = self.web.call(name, "adminoper", oper=opers[0])
+        got = self.web.act(req, name, "adminoper", oper=opers[0])
         ok(req, resp, got["admin"], params)
 
 
@@ -216,6 +216,20 @@ class NewQueue(Resource):
     role = "admin"
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Make the queue; told to the web's audit trail, made or not."""
+        try:
+            name = self._make(req, resp)
+        except RQError as exc:
+            self._audit(req, "", "refused" if isinstance(exc, Forbidden) else "failed",
+                        error=f"{type(exc).__name__}: {exc}")
+            raise
+        self._audit(req, name, "ok")
+
+    def _audit(self, req: falcon.Request, queue: str, result: str, **target: Any) -> None:
+        if self.web.audit is not None:
+            self.web.audit.record(req, "new_queue", queue, result, **target)
+
+    def _make(self, req: falcon.Request, resp: falcon.Response) -> str:
         if not self.web.sysconfig.get("allow_new_queue"):
             raise Forbidden("new queues are not allowed here (allow_new_queue is false)")
         pairs = body.read_pairs(req)
@@ -233,6 +247,7 @@ class NewQueue(Resource):
         _tell_supervisor()
         url = config.base_url(self.web.sysconfig) + f"q/{name}"
         ok(req, resp, url, params, page=self.web.queue_path(name))
+        return name
 
     def _script(self, script: str, exec_prefix: str) -> str:
         """The script's path, a relative one taken from the root (RQ's working directory)."""

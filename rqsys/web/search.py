@@ -15,6 +15,7 @@ from rqsys.search.query import ACTIONS
 from rqsys.store import check_msg_id, check_queue_name
 from rqsys.web import body
 from rqsys.web.answers import redirect, safe_back
+from rqsys.web.auth import acting
 from rqsys.web.context import Resource, Web
 from rqsys.wire.client import QueueClient
 
@@ -68,7 +69,7 @@ class BulkAction(Resource):
         if "id" in params:
             args["ids"] = chosen_ids(pairs)
         with QueueClient(self.web.layout, name, timeout=BULK_TIMEOUT) as client:
-            got = client.call("bulk", action=action, **args)
+            got = client.call("bulk", action=action, actor=acting(req), **args)
         result = {k: got[k] for k in ("action", "matched", "count", "passed_over")}
         if params.get("back"):
             back = safe_back(str(params["back"]))

@@ -38,14 +38,20 @@ COUNT = {"type": "integer", "minimum": 0}
 DAYS = {"type": "number", "minimum": 0}
 FLAG = {"type": "boolean"}
 BY = {"title": "creator (by)", "type": "string", "maxLength": 200}
+# Who asked, as an admin peer (the web) says for the user it acts for; the
+# daemon believes it from an admin peer only (``rqsys.daemon.audit``).
+ACTOR = {"title": "actor", "type": "object",
+         "properties": {"user": {"type": "string", "maxLength": 200},
+                        "address": {"type": "string", "maxLength": 100}},
+         "additionalProperties": False}
 ATTACHMENT = {"type": "object", "properties": {"name": ATTACH_NAME, "md5": MD5},
               "required": ["name", "md5"], "additionalProperties": False}
 
 
 def request(required: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:
-    """The schema of one request: ``op`` and ``fields``, nothing else."""
+    """The schema of one request: ``op``, ``actor`` (see ACTOR) and ``fields``, nothing else."""
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-            "properties": {"op": {"type": "string"}, **fields},
+            "properties": {"op": {"type": "string"}, "actor": ACTOR, **fields},
             "required": ["op", *required], "additionalProperties": False}
 
 

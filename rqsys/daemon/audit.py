@@ -1,0 +1,145 @@
+"""A queue daemon's audit trail: one record for each answered request that may change something.
+
+The server calls :meth:`Auditor.answered` for every request of an operator
+or admin op once its answer is known, just before it leaves (an answer at
+once or a later ``Request.answer``; a refusal too).  The record is written
+to ``<root>/audit/<queue>.jsonl`` in one write(2) then, so a daemon killed
+right after answering has it in the file; its fdatasync follows on the
+``audit`` lane (one job at a time, taking all written since): a power cut
+may lose the records of the last moments' answers, never an action's own
+durability, which its answer waited for.
+
+Who asked: the ``actor`` a request names (``{"user", "address"}``: the web
+acting for its HTTP user) is believed from an admin peer only (the web runs
+as the daemon's own user); otherwise the actor is the peer the kernel names:
+its user (name, else ``uid N``), and its pid and process name as where.
+"""
+
+from __future__ import annotations
+
+import pwd
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rqsys.background import AUDIT, Background
+from rqsys.observe import audit
+from rqsys.observe.events import EventLog
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rqsys.daemon.server import Connection, Reply
+
+MAX_IDS = 1000  # ids listed in one record; ``count`` says how many there were
+NOT_FILTER = ("op", "action", "ids", "actor")  # a bulk request's fields that are no filter
+
+
+class Auditor:
+    """The daemon's audit file, its journal entries, and the lane that syncs them."""
+
+    def __init__(self, audit_dir: Path, queue: str, background: Background, log: EventLog,
+                 send: Callable[..., Any] | None = None) -> None:
+        self.queue, self.background, self.log = queue, background, log
+        self.send = send if send is not None else (
+            audit.journal_sender() if log.journal else None)
+        self.file: audit.AuditFile | None = None
+        try:
+            self.file = audit.AuditFile(audit_dir / f"{queue}{audit.SUFFIX}")
+        except OSError as exc:
+            log.event("warning", f"no audit file in {audit_dir}: {exc}")
+        self._syncing = False
+        self._names: dict[int, str] = {}  # uid -> user name, looked up once
+
+    def answered(self, conn: Connection, op: str, args: dict[str, Any], reply: Reply) -> None:
+        """Record ``op``'s outcome (``reply``) for the client of ``conn``."""
+        actor, where = self.actor(conn, args.get("actor"))
+        action, target = describe(op, args, reply)
+        rec = audit.record(actor, where, action, self.queue, outcome(reply), time.time(),
+                           **target)
+        if self.send is not None:
+            self.send(audit.text(rec), **audit.journal_fields(rec))
+        if self.file is None:
+            return
+        try:
+            self.file.write(audit.line(rec))
+        except OSError as exc:
+            self.log.event("err", f"audit record not written: {exc}: {audit.text(rec)}")
+            return
+        self._sync()
+
+    def actor(self, conn: Connection, given: Any) -> tuple[str, str]:
+        """(who, from where): the given actor from an admin peer, else the peer."""
+        if isinstance(given, dict) and conn.role == "admin":
+            address = str(given.get("address") or "")
+            return str(given.get("user") or f"http {address}"), address
+        return self._user(conn.uid), f"pid {conn.pid} ({_comm(conn.pid)})"
+
+    def _user(self, uid: int) -> str:
+        name = self._names.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except (KeyError, OverflowError):
+                name = f"uid {uid}"
+            self._names[uid] = name
+        return name
+
+    def _sync(self) -> None:
+        if self._syncing or self.file is None or not self.file.dirty:
+            return
+        self._syncing = True
+        self.background.submit(self.file.sync_job(), self._synced, AUDIT)
+
+    def _synced(self, new_fd: int | None, error: BaseException | None) -> None:
+        self._syncing = False
+        if error is not None:
+            self.log.event("err", f"audit file not synced: {error}")
+        elif self.file is not None and new_fd is not None:
+            self.file.synced(new_fd)
+        self._sync()
+
+    def close(self) -> None:
+        """At stop: what is written, synced (the lanes are gone by then)."""
+        if self.file is not None:
+            self.file.sync_now()
+            self.file.close()
+
+
+def outcome(reply: Reply) -> str:
+    if reply.get("ok"):
+        return "ok"
+    return "refused" if reply.get("kind") == "Forbidden" else "failed"
+
+
+def describe(op: str, args: dict[str, Any], reply: Reply) -> tuple[str, dict[str, Any]]:
+    """The action's name and its target: message ids, a filter, a count, an error."""
+    action = str(args.get("oper", op)) if op == "adminoper" else op
+    if op in ("bulk", "group"):
+        action = f"{op}_{args.get('action', '')}"
+    ids = [args["msg_id"]] if "msg_id" in args else list(args.get("ids") or [])
+    target: dict[str, Any] = {}
+    if op in ("create", "clone") and reply.get("msg_id"):
+        ids.append(reply["msg_id"])
+    if op == "create_many" and reply.get("ok"):
+        ids = [r["msg_id"] for r in reply.get("results", ()) if "msg_id" in r]
+        target["count"] = len(ids)
+    for key in ("count", "removed"):
+        if isinstance(reply.get(key), int):
+            target["count"] = reply[key]
+    if op == "bulk":
+        target["filter"] = {k: v for k, v in args.items() if k not in NOT_FILTER}
+    elif op == "group":
+        target["filter"] = {"group": args.get("group")}
+    if not reply.get("ok"):
+        target["error"] = f"{reply.get('kind', 'RQError')}: {reply.get('error', '')}"
+    return action, {"msg_ids": ids[:MAX_IDS], **target}
+
+
+def _comm(pid: int) -> str:
+    """The process's name (``/proc/<pid>/comm``), or ``?`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().decode(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
