@@ -147,6 +147,11 @@ def init(work: str) -> None:
             (units / f"{unit}.d").mkdir(parents=True, exist_ok=True)
             (units / f"{unit}.d" / "checkout.conf").write_text(
                 f"[Service]\nBindReadOnlyPaths={PROJECT}\n")
+    # Under TCG beside the power-cut guests Python runs 20-35 times slower: a
+    # daemon's start can outlast systemd's 90 s, and a turn its 30 s watchdog
+    (units / "rq@.service.d").mkdir(parents=True, exist_ok=True)
+    (units / "rq@.service.d" / "tcg.conf").write_text(
+        "[Service]\nTimeoutStartSec=600\nWatchdogSec=300\n")
     (units / "rq-vm.target").write_text(
         "[Unit]\nDescription=rqsys limits in a QEMU guest\nRequires=basic.target\n"
         "Wants=rq-scan.service rq-vm-drive.service\nAfter=basic.target\n")
@@ -180,6 +185,9 @@ def drive(work: Path) -> None:
         scenario(facts)
     except Exception as exc:  # the host reports it, with what was found so far
         facts["error"] = f"{type(exc).__name__}: {exc} {getattr(exc, 'stderr', '') or ''}"
+        facts["error"] += " ".join(f"{name}: {show(f'rq@{name}.service', 'Result')} "
+                                   f"({show(f'rq@{name}.service', 'NRestarts')} restarts)"
+                                   for name in QUEUES)
         facts["journal"] = subprocess.run(["journalctl", "-b", "--no-pager", "-n", "150"],
                                           capture_output=True, text=True).stdout
     finally:
