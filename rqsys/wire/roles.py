@@ -21,6 +21,7 @@ a viewer; anyone else may do nothing.
 
 from __future__ import annotations
 
+import functools
 import grp
 import os
 import socket
@@ -127,7 +128,11 @@ def _peer_groups(sock: socket.socket) -> list[int]:
     return list(struct.unpack(f"{len(data) // 4}I", data[:len(data) // 4 * 4]))
 
 
+@functools.cache
 def _group_ids() -> dict[str, int]:
+    """The role groups' ids, looked up once a process (NSS may ask another
+    process: not on every connection of a daemon's loop).  A group made
+    later counts from the daemon's next start."""
     found = {}
     for name in GROUPS:
         try:
