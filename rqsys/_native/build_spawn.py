@@ -11,6 +11,10 @@ ffibuilder.cdef(
                  const char *cwd, int out, int parent, int fds[5]);
     int rq_start_as(const char *path, char *const argv[], char *const envp[],
                     const char *cwd, int out, int parent, int fds[5], long long as_limit);
+    int rq_start_user(const char *path, char *const argv[], char *const envp[],
+                      const char *cwd, int out, int parent, int fds[5], long long as_limit,
+                      unsigned int uid, unsigned int gid, int ngroups,
+                      const unsigned int *groups);
     int syncfs(int fd);
     int rq_set_pdeathsig(int sig);
     void rq_reset_signals(unsigned long long mask);

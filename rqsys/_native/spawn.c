@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <grp.h>
 
 #define RQ_FD_FLOOR 10
 #define RQ_CHILD_STACK (64 * 1024)   /* the child's until execve: a few frames of syscalls */
@@ -38,6 +39,15 @@ struct child {
     pid_t parent;
     long long as_limit;
     volatile int *child_errno;
+    const struct user *user;   /* NULL: the script runs as the daemon does */
+};
+
+/* Who a queue's script runs as when it is not the daemon's user (a queue's
+ * "user", the daemon being root). */
+struct user {
+    unsigned int uid, gid;
+    int ngroups;
+    const unsigned int *groups;
 };
 
 /* Move fd above the five fds the child will use, so dup2 cannot clobber it
@@ -137,21 +147,35 @@ static int leave_group(void)
     return 0;
 }
 
-static int child_setup(const char *cwd, int out, int wfd, int rfd, pid_t parent,
-                       long long as_limit)
+/* Become the queue's user: its job/ directory handed to it first (the
+ * daemon made it), then groups, group and user, by raw system calls: glibc's
+ * setuid() would have every thread of the daemon, whose memory this child
+ * shares until exec, change its ids too. */
+static int become(const struct user *u)
 {
-    if (limit_memory(as_limit) < 0) return -1;
-    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) return -1;
-    if (getppid() != parent) return -1;   /* parent died before prctl */
-    if (enter(cwd) < 0) return -1;
+    if (!u) return 0;
+    if (chown(".", u->uid, u->gid) < 0) return -1;
+    if (syscall(SYS_setgroups, u->ngroups, u->groups) < 0) return -1;
+    if (syscall(SYS_setresgid, u->gid, u->gid, u->gid) < 0) return -1;
+    return syscall(SYS_setresuid, u->uid, u->uid, u->uid) < 0 ? -1 : 0;
+}
+
+/* The parent-death signal is set after the ids change: a change of
+ * credentials clears it. */
+static int child_setup(const struct child *c)
+{
+    if (limit_memory(c->as_limit) < 0) return -1;
+    if (enter(c->cwd) < 0) return -1;
     int d = lift(open("/dev/null", O_RDONLY | O_CLOEXEC));
-    int o = open_output(out), w = lift(wfd), r = lift(rfd);
+    int o = open_output(c->out), w = lift(c->wfd), r = lift(c->rfd);
     if (d < 0 || o < 0 || w < 0 || r < 0) return -1;
     if (blocking(w) < 0 || blocking(r) < 0) return -1;
     if (dup2(d, 0) < 0 || dup2(o, 1) < 0 || dup2(o, 2) < 0) return -1;
     if (dup2(w, 3) < 0 || dup2(r, 4) < 0) return -1;
     close_from(5);
-    return 0;
+    if (become(c->user) < 0) return -1;
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) return -1;
+    return getppid() == c->parent ? 0 : -1;   /* parent died before prctl */
 }
 
 static int child_main(void *arg)
@@ -168,7 +192,7 @@ static int child_main(void *arg)
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    if (child_setup(c->cwd, c->out, c->wfd, c->rfd, c->parent, c->as_limit) == 0)
+    if (child_setup(c) == 0)
         execve(c->path, c->argv, c->envp);
     *c->child_errno = errno ? errno : EINVAL;
     _exit(127);
@@ -201,7 +225,7 @@ static void close_pair(int p[2])
  * (made one after the other, they are neighbours: one close_range). */
 static int start_limited(const char *path, char *const argv[], char *const envp[],
                          const char *cwd, int out, int parent, int fds[5],
-                         long long as_limit)
+                         long long as_limit, const struct user *user)
 {
     int st[2], rp[2];
     if (pipe2(st, O_CLOEXEC | O_NONBLOCK) < 0) return -errno;
@@ -213,7 +237,7 @@ static int start_limited(const char *path, char *const argv[], char *const envp[
     volatile int child_errno = 0;
     int pidfd = -1;
     struct child c = {path, cwd, argv, envp, out, st[1], rp[0], parent, as_limit,
-                      &child_errno};
+                      &child_errno, user};
     pid_t pid = start_child(&c, &pidfd);
     int saved = errno;
     if (pid < 0 || child_errno) {
@@ -235,7 +259,7 @@ static int start_limited(const char *path, char *const argv[], char *const envp[
 int rq_start(const char *path, char *const argv[], char *const envp[],
              const char *cwd, int out, int parent, int fds[5])
 {
-    return start_limited(path, argv, envp, cwd, out, parent, fds, -1);
+    return start_limited(path, argv, envp, cwd, out, parent, fds, -1, NULL);
 }
 
 /* rq_start with RLIMIT_AS = as_limit bytes in the child (a run's memory_max
@@ -244,7 +268,19 @@ int rq_start(const char *path, char *const argv[], char *const envp[],
 int rq_start_as(const char *path, char *const argv[], char *const envp[],
                 const char *cwd, int out, int parent, int fds[5], long long as_limit)
 {
-    return start_limited(path, argv, envp, cwd, out, parent, fds, as_limit);
+    return start_limited(path, argv, envp, cwd, out, parent, fds, as_limit, NULL);
+}
+
+/* rq_start_as whose script runs as user ``uid`` (group ``gid``, supplementary
+ * ``groups``): the caller is root.  A change of ids that fails fails the
+ * start with its errno: the script never runs as the daemon's user. */
+int rq_start_user(const char *path, char *const argv[], char *const envp[],
+                  const char *cwd, int out, int parent, int fds[5], long long as_limit,
+                  unsigned int uid, unsigned int gid, int ngroups,
+                  const unsigned int *groups)
+{
+    struct user u = {uid, gid, ngroups, groups};
+    return start_limited(path, argv, envp, cwd, out, parent, fds, as_limit, &u);
 }
 
 /* For the supervisor's own children (forked from Python): die with it. */

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.errors import BadRequest
+from rqsys.run.verdict import Worker
 from rqsys.store.recovery import TIME_USED as USED
 
 Action = Callable[[], None]
@@ -76,3 +77,12 @@ def check_timeout(msg: dict[str, Any], cfg: dict[str, Any]) -> None:
 
 def timed_out_text(msg: dict[str, Any], cfg: dict[str, Any]) -> str:
     return f"timed out after {timeout_of(msg, cfg):g} s"
+
+
+def time_used(worker: Worker | None) -> float:
+    """What a requeued message has used of its timeout: a run the daemon's
+    stop cut short adds its time; a resend or a retry starts afresh."""
+    if worker is None or worker.stop_reason != "stopping":
+        return 0.0
+    return float(worker.msg.get(USED) or 0) + time.time() - worker.started
+

@@ -9,6 +9,7 @@ from typing import Any
 from rqsys import config
 from rqsys.daemon.context import QueueContext
 from rqsys.run import credentials as creds
+from rqsys.run.identity import Identity
 from rqsys.run.spawn import QueueEnviron
 from rqsys.systemd import child_environ
 
@@ -21,8 +22,9 @@ GPU_KEYS = frozenset({"RQ_GPUS", "CUDA_VISIBLE_DEVICES"})
 class RunEnvironment:
     """Built once per configuration (``forget`` after a reload)."""
 
-    def __init__(self, ctx: QueueContext, credentials: creds.Credentials | None = None) -> None:
-        self.ctx, self.credentials = ctx, credentials
+    def __init__(self, ctx: QueueContext, credentials: creds.Credentials | None = None,
+                 identity: Identity | None = None) -> None:
+        self.ctx, self.credentials, self.identity = ctx, credentials, identity
         self._shared: dict[str, str] | None = None
         self._strings: QueueEnviron | None = None  # _shared as C strings
 
@@ -42,6 +44,8 @@ class RunEnvironment:
                             "RQ_ENV": str(sysconfig["env"]), "RQ_VER": _version()}
             if self.credentials is not None:
                 self.credentials.place_in(self._shared)
+            if self.identity is not None and self.identity.switch is not None:
+                self._shared.update(self.identity.switch.environ())  # as systemd's User= does
         return self._shared
 
     def strings(self) -> QueueEnviron:

@@ -20,7 +20,7 @@ from typing import Any
 from rqsys import tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.deadlines import USED, Deadlines, budget, timed_out_text
+from rqsys.daemon.deadlines import USED, Deadlines, budget, time_used, timed_out_text
 from rqsys.daemon.handoff import HANDED, HandOff
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.loopclock import LoopClock
@@ -36,6 +36,7 @@ from rqsys.observe.events import EventLog
 from rqsys.run import resources, spawn
 from rqsys.run.backoff import retried
 from rqsys.run.credentials import CredentialError, Credentials
+from rqsys.run.identity import Identity
 from rqsys.run.output import ScriptOutput
 from rqsys.run.protocol import Command
 from rqsys.run.spawn import ScriptPath, script_argv
@@ -53,13 +54,15 @@ class Runner:
         self.ctx, self.store, self.selector = ctx, store, selector
         self.transitions, self.ledger = transitions, transitions.ledger
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
-        self.starts = Starts(clock, closing)  # the spawn helper, timed
+        self.identity = Identity(ctx.name, ctx.layout.queue_dir(ctx.name), log, ctx.config)
+        self.starts = Starts(clock, closing, self.identity)  # the spawn helper, timed
         self.workers: dict[str, Worker] = {}
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
         self._script = ScriptPath()
-        self.credentials = Credentials(ctx.layout.root, ctx.name, log, ctx.config)
-        self.env = RunEnvironment(ctx, self.credentials)
+        self.credentials = Credentials(ctx.layout.root, ctx.name, log, ctx.config,
+                                       owner=self.identity)
+        self.env = RunEnvironment(ctx, self.credentials, self.identity)
         self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
@@ -74,7 +77,8 @@ class Runner:
         room = self.ledger.schedule.room
         room.outside = self.limits.ending
         return (self.ctx.admin == "UP" and not self.ctx.stopping and self.limits.ready
-                and not self.credentials.refusal and room.has_free_slot()
+                and not (self.credentials.refusal or self.identity.refusal)
+                and room.has_free_slot()
                 and self._script_ready())
 
     def next_wait(self) -> float | None:
@@ -128,7 +132,8 @@ class Runner:
         try:
             out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
             program, words = self.limits.gated(path, argv) if limits else (path, argv)
-            handed = None if limits else self.handoff.start(path, run, job, out)
+            handed = (None if limits or self.identity.switch
+                      else self.handoff.start(path, run, job, out))
             child = handed or self.starts.spawn(
                 words, program, self.env.strings().array(run), job, out,
                 self.limits.as_limit(limits) if limits else -1)
@@ -215,6 +220,7 @@ class Runner:
         """After a reload: check a SCRIPTERROR script again now; a new environment."""
         self._script_check_at = 0.0
         self._script.forget()
+        self.identity.configure(self.ctx.config)
         self.credentials.configure(self.ctx.config)
         self.env.forget()
 
@@ -317,7 +323,7 @@ class Runner:
         self.credentials.close_run(msg_id)  # its directory, once all it started is gone
         outcome = retried(outcome, msg, self.ctx.config)
         if outcome.state == "que" and (USED in msg or budget(msg, self.ctx.config)):
-            outcome.fields[USED] = _time_used(worker)
+            outcome.fields[USED] = time_used(worker)
         self._webhooks(self.transitions.end(msg_id, outcome, on_disk))
 
     # ------------------------------------------------------------ timeouts
@@ -339,13 +345,15 @@ class Runner:
             self.deadlines.after(seconds, lambda: self._time_out(worker, text))
 
     def _time_out(self, worker: Worker, text: str = "") -> None:
-        """TERM the script's whole process group, KILL it after stop_grace."""
         if self.workers.get(worker.msg_id) is not worker or worker.stop_reason:
             return  # ended, destroyed, or the daemon is stopping it anyway
-        worker.stop_reason = "timeout"
-        worker.stop_text = text or timed_out_text(worker.msg, self.ctx.config)
-        self.log.event("timeout", f"{worker.stop_text}: SIGTERM to its process group",
-                       worker.msg_id, RQ_STATE="run")
+        self._stop(worker, "timeout", text or timed_out_text(worker.msg, self.ctx.config))
+
+    def _stop(self, worker: Worker, reason: str, text: str) -> None:
+        """TERM the script's whole process group, KILL it after stop_grace."""
+        worker.stop_reason, worker.stop_text = reason, text
+        self.log.event(reason, f"{text}: SIGTERM to its process group", worker.msg_id,
+                       RQ_STATE="run")
         worker.child.signal_group(signal.SIGTERM)
         self.deadlines.after(float(self.ctx.config["stop_grace"]), lambda: self._kill(worker))
 
@@ -366,11 +374,7 @@ class Runner:
         if worker.stop_reason:
             raise BadRequest(f"message {worker.msg_id} is being stopped already "
                              f"({worker.stop_reason})")
-        worker.stop_reason, worker.stop_text = "cancel", f"cancelled by {who}"
-        self.log.event("cancel", f"{worker.stop_text}: SIGTERM to its process group",
-                       worker.msg_id, RQ_STATE="run")
-        worker.child.signal_group(signal.SIGTERM)
-        self.deadlines.after(float(self.ctx.config["stop_grace"]), lambda: self._kill(worker))
+        self._stop(worker, "cancel", f"cancelled by {who}")
 
     def destroy(self, worker: Worker) -> None:
         """Kill a running message's whole process group; it is deleted when it exits."""
@@ -387,12 +391,4 @@ class Runner:
     def kill_all(self) -> None:
         for worker in self.workers.values():
             worker.child.signal_group(signal.SIGKILL)
-
-
-def _time_used(worker: Worker | None) -> float:
-    """What a requeued message has used of its timeout: a run the daemon's
-    stop cut short adds its time; a resend or a retry starts afresh."""
-    if worker is None or worker.stop_reason != "stopping":
-        return 0.0
-    return float(worker.msg.get(USED) or 0) + time.time() - worker.started
 

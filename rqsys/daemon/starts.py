@@ -16,14 +16,15 @@ import time
 
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.fdclose import FdBatch
+from rqsys.run.identity import Identity
 from rqsys.run.spawn import Child, spawn
 
 
 class Starts:
     """Starting scripts: timed, and their leftover fds closed with the turn's."""
 
-    def __init__(self, clock: LoopClock, closing: FdBatch) -> None:
-        self.clock = clock
+    def __init__(self, clock: LoopClock, closing: FdBatch, identity: Identity) -> None:
+        self.clock, self.identity = clock, identity
         self._pid = os.getpid()  # the helper checks its child's parent against it
         self._closing = closing
 
@@ -33,7 +34,8 @@ class Starts:
         ends of its pipes."""
         began = time.perf_counter()
         try:
-            return spawn(words, program, env, job, out, self._pid, as_limit, hold=True)
+            return spawn(words, program, env, job, out, self._pid, as_limit, hold=True,
+                         user=self.identity.switch)
         finally:
             self.clock.spawn_s += time.perf_counter() - began
 

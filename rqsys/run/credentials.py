@@ -38,6 +38,7 @@ from typing import Any
 from rqsys.errors import RQError
 from rqsys.observe.events import EventLog
 from rqsys.run import resources
+from rqsys.run.identity import Identity
 
 ENV = "CREDENTIALS_DIRECTORY"  # systemd's name: what a script reads
 DROP_IN_NAME = "50-rqsys-credentials.conf"
@@ -124,9 +125,10 @@ class Credentials:
     """One queue daemon's credentials: checked against each config, given to each run."""
 
     def __init__(self, root: Path, queue: str, log: EventLog, cfg: Mapping[str, Any],
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None,
+                 owner: Identity | None = None) -> None:
         env = os.environ if environ is None else environ
-        self.queue, self.log = queue, log
+        self.queue, self.log, self.owner = queue, log, owner  # owner: who the scripts run as
         self.systemd_dir = loaded_by_systemd(env)
         self.places = places(root, queue, env)
         self.items: list[Credential] = []
@@ -178,6 +180,7 @@ class Credentials:
         try:
             for cred in self.items:
                 _copy(cred, into / cred.name)
+            self._hand_over(into)
         except CredentialError:
             self.close_run(msg_id)
             raise
@@ -186,6 +189,14 @@ class Credentials:
             raise CredentialError(f"credentials: cannot copy into {into}: "
                                   f"{exc.strerror or exc}") from None
         return {ENV: str(into)}
+
+    def _hand_over(self, into: Path) -> None:
+        """A run's directory and copies its script's, when it runs as the queue's user."""
+        user = self.owner.switch if self.owner is not None else None
+        if user is None:
+            return
+        for path in (into, *(into / cred.name for cred in self.items)):
+            os.chown(path, user.uid, user.gid, follow_symlinks=False)
 
     def _check_loaded(self, directory: str) -> None:
         for cred in self.items:
@@ -197,9 +208,11 @@ class Credentials:
     def _run_dir(self, msg_id: str) -> Path:
         """A new private directory for a run of ``msg_id``, in the first place that works."""
         why = []
+        # a script of another user's must pass through (not list) the place to its run's
+        mode = 0o711 if self.owner is not None and self.owner.switch is not None else 0o700
         for place in self.places:
             try:
-                _private_dir(place)
+                _private_dir(place, mode)
                 return Path(tempfile.mkdtemp(prefix=f"{msg_id}.", dir=place))  # 0700
             except OSError as exc:
                 why.append(f"{place}: {exc.strerror or exc}")
@@ -227,16 +240,16 @@ class Credentials:
                                f"directories a daemon left in {place}")
 
 
-def _private_dir(path: Path) -> None:
-    """``path`` a directory this user alone owns and enters (its parents made)."""
+def _private_dir(path: Path, mode: int = 0o700) -> None:
+    """``path`` a directory this user owns and alone lists (its parents made)."""
     path.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
+        path.mkdir(mode=mode)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise PermissionError(13, "not a directory of this user's")
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
+    if stat.S_IMODE(st.st_mode) != mode:
+        os.chmod(path, mode)
 
 
 def _copy(cred: Credential, to: Path) -> None:

@@ -24,10 +24,13 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rqsys.errors import SpawnError
 from rqsys.fdclose import close_fds
+
+if TYPE_CHECKING:
+    from rqsys.run.identity import QueueUser
 
 SCRIPT_WRITE_FD = 3
 SCRIPT_READ_FD = 4
@@ -180,7 +183,7 @@ class QueueEnviron:
 
 def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | object,
           cwd: Path | str, out_fd: int | None, parent: int | None = None,
-          as_limit: int = -1, hold: bool = False) -> Child:
+          as_limit: int = -1, hold: bool = False, user: QueueUser | None = None) -> Child:
     """Start ``path`` with ``argv``; raises SpawnError if it cannot be executed.
 
     ``env``: a dict, its C strings (:meth:`QueueEnviron.strings`) or their
@@ -190,6 +193,7 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | objec
     ``as_limit``: RLIMIT_AS in bytes for the child (a run's memory_max), or -1.
     ``hold``: the script's ends of its pipes are kept in the Child, to be
     closed with the rest of its fds (``release``); False: closed here.
+    ``user``: who the script runs as (the caller is root), or None: as this process.
     """
     from rqsys._native._rqspawn import ffi, lib
 
@@ -197,7 +201,11 @@ def spawn(argv: list[str], path: str, env: dict[str, str] | list[object] | objec
     fds[3] = fds[4] = -1  # a helper built before it returned them: EBADF, not fd 0 closed
     args = (os.fsencode(path), _argv(ffi, argv), _envp(ffi, env), os.fsencode(cwd),
             -1 if out_fd is None else out_fd, os.getpid() if parent is None else parent, fds)
-    pid = lib.rq_start(*args) if as_limit < 0 else lib.rq_start_as(*args, as_limit)
+    if user is not None:
+        pid = lib.rq_start_user(*args, as_limit, user.uid, user.gid, len(user.c_groups),
+                                user.c_groups)
+    else:
+        pid = lib.rq_start(*args) if as_limit < 0 else lib.rq_start_as(*args, as_limit)
     if pid < 0:
         raise ExecFailed(path, -pid)
     if not hold:
