@@ -1,5 +1,5 @@
 """The ``rqsys`` command line: the daemons (serve, queue, web, scan, timer,
-relay-worker) and admin verbs (passwd, install-units, install-system).
+relay-worker) and admin verbs (passwd, queue-owner, install-units, install-system).
 
 Each subcommand imports its module only when run, so the daemons start fast;
 ``--root`` and the exit codes are shared with ``rq`` (``rqsys.cli.common``),
@@ -37,6 +37,9 @@ def rqsys_parser() -> argparse.ArgumentParser:
     _web_options(serve)
     queue = cmds.add_parser("queue", help="run one queue daemon (rq@NAME.service)", parents=root)
     queue.add_argument("name")
+    owner = cmds.add_parser("queue-owner", help="hand a queue's directory to its config's "
+                            "user (ExecStartPre=+ of rq@NAME.service)", parents=root)
+    owner.add_argument("name")
     _web_options(cmds.add_parser("web", help="run the web front end (rq-web.service)",
                                  parents=root))
     passwd = cmds.add_parser("passwd", help="hash a web password for basic_auth", parents=root)
@@ -111,6 +114,12 @@ def run_queue(layout: Layout, args: argparse.Namespace) -> int:
     return main.main(layout, args.name)
 
 
+def run_queue_owner(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.run import unituser
+
+    return unituser.main(layout, args.name)
+
+
 def run_web(layout: Layout, args: argparse.Namespace) -> int:
     from rqsys.web import app
 
@@ -158,6 +167,7 @@ def run_install_system(layout: Layout, args: argparse.Namespace) -> int:
 RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "serve": run_serve,
     "queue": run_queue,
+    "queue-owner": run_queue_owner,
     "web": run_web,
     "scan": run_scan,
     "install-units": run_install_units,

@@ -37,7 +37,6 @@ from typing import Any
 
 from rqsys.errors import RQError
 from rqsys.observe.events import EventLog
-from rqsys.run import resources
 from rqsys.run.identity import Identity
 
 ENV = "CREDENTIALS_DIRECTORY"  # systemd's name: what a script reads
@@ -92,14 +91,6 @@ def unreadable(cfg: Mapping[str, Any]) -> list[str]:
             found.append(f"credential {cred.name}: {cred.path} cannot be read; systemd "
                          "will not start the queue's daemon until it can")
     return found
-
-
-def drop_in_text(unit_dir: Path, queue: str) -> str:
-    """What queue ``queue``'s credentials drop-in says now ('' when there is none)."""
-    try:
-        return resources.drop_in_path(unit_dir, queue, DROP_IN_NAME).read_text()
-    except FileNotFoundError:
-        return ""
 
 
 def loaded_by_systemd(environ: Mapping[str, str]) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from rqsys.observe.events import EventLog
 
 DYNAMIC = "dynamic"  # systemd's DynamicUser=: only systemd allocates such a user
 PRIVATE_MODE = 0o700  # a queue directory of its own user's, in embedded mode
+NAME_MAX = 31  # systemd's limit for a user name
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,15 @@ def lookup(name: str) -> QueueUser:
 
     return QueueUser(name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir,
                      ffi.new("unsigned int[]", list(groups) or [entry.pw_gid]))
+
+
+def dynamic_name(queue: str) -> str:
+    """The user ``"user": "dynamic"`` runs queue ``queue`` as: ``rq-<queue>``,
+    shortened with a checksum where the name would be too long."""
+    name = f"rq-{queue}"
+    if len(name) <= NAME_MAX:
+        return name
+    return f"rq-{queue[:NAME_MAX - 12]}-{zlib.crc32(queue.encode()):08x}"
 
 
 def user_name(uid: int) -> str:
@@ -104,8 +115,7 @@ class Identity:
     def _decide(self, name: str) -> tuple[str, QueueUser | None]:
         """(why not, who to become) for config ``user`` ``name``."""
         if name == DYNAMIC:
-            return (f"user \"{DYNAMIC}\" is systemd's DynamicUser=, which rqsys does not "
-                    "set up: name an existing user", None)
+            return self._dynamic()
         try:
             user = lookup(name)
         except KeyError:
@@ -118,6 +128,17 @@ class Identity:
         return (f"the queue's scripts run as user {name} (config \"user\"), but this daemon "
                 f"runs as {user_name(me)} and cannot become it (a daemon running as root "
                 "can)", None)
+
+    def _dynamic(self) -> tuple[str, QueueUser | None]:
+        """``"user": "dynamic"``: only systemd allocates it (rq-scan's drop-in)."""
+        name = dynamic_name(self.queue)
+        try:
+            if pwd.getpwuid(self._euid()).pw_name == name:
+                return "", None  # systemd started us as it
+        except KeyError:
+            pass
+        return (f"user \"{DYNAMIC}\" is systemd's DynamicUser= ({name}), which only "
+                f"rq@{self.queue}.service under systemd runs as", None)
 
     def _own_dir(self, user: QueueUser | None) -> str:
         """The queue's directory the user's alone (0700) while its scripts run

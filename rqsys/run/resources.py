@@ -93,6 +93,14 @@ def drop_in_path(unit_dir: Path, queue: str, name: str = DROP_IN_NAME) -> Path:
     return unit_dir / f"rq@{queue}.service.d" / name
 
 
+def drop_in_text(unit_dir: Path, queue: str, name: str) -> str:
+    """What queue ``queue``'s drop-in ``name`` says now ('' when there is none)."""
+    try:
+        return drop_in_path(unit_dir, queue, name).read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def delegates(unit_dir: Path, queue: str) -> bool:
     """Whether queue ``queue``'s drop-in hands its cgroup to its daemon now."""
     try:

@@ -21,8 +21,9 @@ from typing import IO, Protocol
 
 from rqsys import config, systemd
 from rqsys.errors import RQError
+from rqsys.install import units
 from rqsys.observe.events import EventLog
-from rqsys.run import credentials, resources
+from rqsys.run import credentials, resources, unituser
 from rqsys.store import Layout
 from rqsys.wire.client import QueueClient
 
@@ -117,21 +118,28 @@ class SystemdEnabler:
         self.stopping: dict[str, Helper] = {}
 
     def _limits_changed(self, names: list[str], removed: bool = False) -> bool:
-        """Bring each queue's limits and credentials drop-ins in line with its
-        config; True when one changed (systemd must then reload its units first)."""
+        """Bring each queue's limits, credentials and user drop-ins in line with
+        its config; True when one changed (systemd must then reload its units first)."""
         changed, layout = False, self.layout
-        for name in names if layout is not None else []:
+        if layout is None:
+            return False
+        for name in names:
             try:
-                cfg = {} if removed or layout is None else config.load_queue_config(layout, name)
+                cfg = {} if removed else config.load_queue_config(layout, name)
                 changed |= resources.sync_drop_in(self.unit_dir, name, cfg.get("limits"),
                                                       resources.limits_runs(cfg))
-                changed |= resources.write_drop_in(resources.drop_in_path(
-                    self.unit_dir, name, credentials.DROP_IN_NAME), credentials.drop_in(cfg))
+                changed |= self._write(name, credentials.DROP_IN_NAME, credentials.drop_in(cfg))
+                changed |= self._write(name, unituser.DROP_IN_NAME, unituser.drop_in(
+                    name, cfg, layout.queue_dir(name), units.rqsys_executable()))
                 for why in credentials.unreadable(cfg):
                     self.log.event("err", f"queue {name}: {why}")
             except (RQError, OSError) as exc:
                 self.log.event("err", f"queue {name}: drop-ins not written: {exc}")
         return changed
+
+    def _write(self, name: str, drop_in: str, text: str) -> bool:
+        return resources.write_drop_in(resources.drop_in_path(self.unit_dir, name, drop_in),
+                                       text)
 
     def _start(self, *args: str, reload_first: bool = False) -> Helper | None:
         argv = [self.systemctl, *args]
@@ -183,10 +191,11 @@ class SystemdEnabler:
                 else "try-reload-or-restart")
         return self._run(verb, f"rq@{name}.service", reload_first=changed)
 
-    def _read_at_start(self, name: str) -> tuple[bool, str]:
+    def _read_at_start(self, name: str) -> tuple[bool, str, str]:
         """What of queue ``name``'s drop-ins systemd applies only when it starts the unit."""
         return (resources.delegates(self.unit_dir, name),
-                credentials.drop_in_text(self.unit_dir, name))
+                resources.drop_in_text(self.unit_dir, name, credentials.DROP_IN_NAME),
+                resources.drop_in_text(self.unit_dir, name, unituser.DROP_IN_NAME))
 
     def disable(self, name: str) -> int | None:
         self._limits_changed([name], removed=True)  # read again at the next daemon-reload

@@ -187,19 +187,23 @@ class Layout:
     def mark_queue(self, name: str, mark: str, text: str) -> None:
         """Write a marker file (DISABLED_MARK, SCANDIR_MARK) into a queue's directory."""
         durable.write_file_durably(self.queue_dir(name) / mark, text.encode())
-        self._adopt(self.queue_dir(name) / mark)
+        self._adopt(self.queue_dir(name) / mark, like=self.queue_dir(name))
 
-    def _adopt(self, *paths: Path) -> None:
-        """Give paths root made to the owner of ``queue/`` (user rq under systemd).
+    def _adopt(self, *paths: Path, like: Path | None = None) -> None:
+        """Give paths root made to the owner of ``queue/`` (user rq under systemd),
+        or of ``like`` (a queue's directory) once that is not root's: a queue
+        handed to its own user (``rqsys.run.unituser``) keeps it.
 
         rq-scan runs as root (it enables units); the queue daemons run as the
-        unprivileged owner of ``queue/`` and must own what rq-scan creates.
+        unprivileged owner of their directory and must own what rq-scan creates.
         """
         if os.geteuid() != 0:
             return
         owner = os.stat(self.queues)
         if owner.st_uid == 0:
-            return
+            return  # embedded mode as root: root's daemons own it all
+        if like is not None and (mine := os.stat(like)).st_uid != 0:
+            owner = mine
         for path in paths:
             os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
@@ -216,7 +220,8 @@ class Layout:
             (qdir / state).mkdir(parents=True, exist_ok=True)
         (qdir / TMP_DIR).mkdir(exist_ok=True)
         durable.write_file_durably(qdir / "config.json", json.dumps(config, indent=2).encode())
-        self._adopt(qdir, qdir / TMP_DIR, qdir / "config.json", *(qdir / st for st in STATES))
+        self._adopt(qdir, qdir / TMP_DIR, qdir / "config.json", *(qdir / st for st in STATES),
+                    like=qdir)
         return qdir
 
     def link_form(self, name: str, form: Path | None) -> None:
@@ -230,7 +235,7 @@ class Layout:
                 link.unlink()
             return
         os.symlink(form, tmp)
-        self._adopt(tmp)
+        self._adopt(tmp, like=self.queue_dir(name))
         durable.replace(tmp, link, sync=False)
 
     def trash_queue(self, name: str) -> Path:

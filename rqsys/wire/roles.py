@@ -15,8 +15,8 @@ config before roles) or ``{"password", "role", "queues"}``; ``queues``
 A socket peer's role comes from the kernel (``SO_PEERCRED`` and
 ``SO_PEERGROUPS``): root and the daemon's own user are admins (the web, the
 timers and the queues' own scripts run as it); a member of group
-``rq-admin`` is an admin, of group ``rq`` an operator, of group ``rq-view``
-a viewer; anyone else may do nothing.
+``rq-admin`` (or ``rq-web``, the console's) is an admin, of group ``rq`` an
+operator, of group ``rq-view`` a viewer; anyone else may do nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from typing import Any
 from rqsys.errors import Forbidden
 
 ROLES = ("viewer", "operator", "admin")
-GROUPS = {"rq-admin": "admin", "rq": "operator", "rq-view": "viewer"}  # best first
+# best first; rq-web: the console's own group (it reads queues of their own users)
+GROUPS = {"rq-admin": "admin", "rq-web": "admin", "rq": "operator", "rq-view": "viewer"}
 NOBODY = ""  # a peer with no role
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13; Python does not name it
 MAX_GROUPS = 256  # Python reads at most 1024 bytes of an option: past it, the primary group
