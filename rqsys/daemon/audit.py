@@ -13,6 +13,9 @@ Who asked: the ``actor`` a request names (``{"user", "address"}``: the web
 acting for its HTTP user) is believed from an admin peer only (the web runs
 as the daemon's own user); otherwise the actor is the peer the kernel names:
 its user (name, else ``uid N``), and its pid and process name as where.
+:func:`actor` is that rule, for the records here and for the timeline lines
+of what a request does to a message (``Request.actor``: ``alice
+(10.0.0.5)``, ``root (rq, pid 4242)``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import pwd
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rqsys.background import AUDIT, Background
 from rqsys.observe import audit
@@ -33,6 +36,39 @@ if TYPE_CHECKING:
 
 MAX_IDS = 1000  # ids listed in one record; ``count`` says how many there were
 NOT_FILTER = ("op", "action", "ids", "actor")  # a bulk request's fields that are no filter
+
+
+class Actor(NamedTuple):
+    """Who asked, and from where, as the audit trail and the timelines name them."""
+
+    who: str  # the HTTP user (else ``http <address>``); a socket peer's user (else ``uid N``)
+    where: str  # the HTTP client's address; a socket peer's ``pid N (process name)``
+    text: str  # one phrase, for a timeline's ``by``: ``alice (10.0.0.5)``, ``root (rq, pid 42)``
+
+
+def actor(conn: Connection, given: Any) -> Actor:
+    """The given actor (``{"user", "address"}``) from an admin peer, else the peer."""
+    if isinstance(given, dict) and conn.role == "admin":
+        address = str(given.get("address") or "")
+        who = str(given.get("user") or f"http {address}")
+        return Actor(who, address, f"{who} ({address})" if address and address not in who
+                     else who)
+    who, comm = _user(conn.uid), _comm(conn.pid)
+    return Actor(who, f"pid {conn.pid} ({comm})", f"{who} ({comm}, pid {conn.pid})")
+
+
+_NAMES: dict[int, str] = {}  # uid -> user name, looked up once
+
+
+def _user(uid: int) -> str:
+    name = _NAMES.get(uid)
+    if name is None:
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except (KeyError, OverflowError):
+            name = f"uid {uid}"
+        _NAMES[uid] = name
+    return name
 
 
 class Auditor:
@@ -49,13 +85,12 @@ class Auditor:
         except OSError as exc:
             log.event("warning", f"no audit file in {audit_dir}: {exc}")
         self._syncing = False
-        self._names: dict[int, str] = {}  # uid -> user name, looked up once
 
     def answered(self, conn: Connection, op: str, args: dict[str, Any], reply: Reply) -> None:
         """Record ``op``'s outcome (``reply``) for the client of ``conn``."""
-        actor, where = self.actor(conn, args.get("actor"))
+        who, where, _text = actor(conn, args.get("actor"))
         action, target = describe(op, args, reply)
-        rec = audit.record(actor, where, action, self.queue, outcome(reply), time.time(),
+        rec = audit.record(who, where, action, self.queue, outcome(reply), time.time(),
                            **target)
         if self.send is not None:
             self.send(audit.text(rec), **audit.journal_fields(rec))
@@ -67,23 +102,6 @@ class Auditor:
             self.log.event("err", f"audit record not written: {exc}: {audit.text(rec)}")
             return
         self._sync()
-
-    def actor(self, conn: Connection, given: Any) -> tuple[str, str]:
-        """(who, from where): the given actor from an admin peer, else the peer."""
-        if isinstance(given, dict) and conn.role == "admin":
-            address = str(given.get("address") or "")
-            return str(given.get("user") or f"http {address}"), address
-        return self._user(conn.uid), f"pid {conn.pid} ({_comm(conn.pid)})"
-
-    def _user(self, uid: int) -> str:
-        name = self._names.get(uid)
-        if name is None:
-            try:
-                name = pwd.getpwuid(uid).pw_name
-            except (KeyError, OverflowError):
-                name = f"uid {uid}"
-            self._names[uid] = name
-        return name
 
     def _sync(self) -> None:
         if self._syncing or self.file is None or not self.file.dirty:

@@ -20,8 +20,8 @@ class Deletion(Steps):
     """One bulk delete of a list of ids, answered through ``finish``."""
 
     def __init__(self, transitions: Transitions, ids: list[str], state: str,
-                 finish: Finish) -> None:
-        super().__init__(transitions, ids, finish, STEP)
+                 finish: Finish, by: str = "") -> None:
+        super().__init__(transitions, ids, finish, STEP, by)
         self.state = state
         self.left = 0  # deletes of this step not durable yet
 

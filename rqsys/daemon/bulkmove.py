@@ -15,6 +15,9 @@ released: a queued one back in the que in its place, startable again.
 A crash between the two halves of a step leaves a message in both queues
 (never in neither): the copy is made before the original goes; the hold is
 in memory only, so the next start queues the original again.
+
+Each copy's ``created`` line names where it came from and who moved it
+(``by``: ``moved from billing by alice (10.0.0.5)``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from rqsys.wire.client import QueueClient
 
 STEP = 50
 DROPPED = ("msg_id", "count", "url", "due")  # the copy is a new message, due now
+MAX_BY = 200  # a creator's length (``rqsys.wire.schema.BY``)
 
 
 class Mover:
@@ -44,8 +48,14 @@ class Mover:
         self.ctx, self.store, self.background = ctx, store, background
         self.transitions, self.ledger = transitions, transitions.ledger
 
-    def run(self, ids: list[str], dest: str, state: str, finish: Finish) -> None:
-        Move(self, ids, dest, state, finish).step()
+    def run(self, ids: list[str], dest: str, state: str, finish: Finish, by: str = "") -> None:
+        """``by``: who asked (``Request.actor``), named on each copy's timeline."""
+        Move(self, ids, dest, state, finish, by).step()
+
+    def origin(self, by: str) -> str:
+        """The copies' creator: ``moved from <this queue>[ by <who>]``."""
+        origin = f"moved from {self.ctx.name}" + (f" by {by}" if by else "")
+        return origin[:MAX_BY]
 
     def copy(self, msg_id: str, dest: str, state: str) -> dict[str, Any] | None:
         """The message as the other queue gets it (None: passed over: one
@@ -61,20 +71,20 @@ class Mover:
             return None
         return dict({k: v for k, v in msg.items() if k not in DROPPED}, dest=dest)
 
-    def send(self, dest: str, msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def send(self, dest: str, msgs: list[dict[str, Any]], origin: str) -> list[dict[str, Any]]:
         """On the peer lane: one create_many to the other queue's daemon."""
         with QueueClient(self.ctx.layout, dest, timeout=tunables.DUP_TIMEOUT) as client:
-            return list(client.call("create_many", msgs=msgs,
-                                    by=f"moved from {self.ctx.name}")["results"])
+            return list(client.call("create_many", msgs=msgs, by=origin)["results"])
 
 
 class Move(Steps):
     """One bulk move of a list of ids to ``dest``, answered through ``finish``."""
 
     def __init__(self, mover: Mover, ids: list[str], dest: str, state: str,
-                 finish: Finish) -> None:
-        super().__init__(mover.transitions, ids, finish, STEP)
+                 finish: Finish, by: str = "") -> None:
+        super().__init__(mover.transitions, ids, finish, STEP, by)
         self.mover, self.dest, self.state = mover, dest, state
+        self.origin = mover.origin(by)  # the copies' creator
 
     def act(self, batch: list[str]) -> bool:
         """Send the step's copies; True if there are some (the step's deletes
@@ -90,7 +100,7 @@ class Move(Steps):
     def _send(self, chosen: list[tuple[str, Any]]) -> None:
         """The copies to the other queue, on its peer lane (off the loop)."""
         msgs = [m for _i, m in chosen]
-        self.mover.background.submit(lambda: self.mover.send(self.dest, msgs),
+        self.mover.background.submit(lambda: self.mover.send(self.dest, msgs, self.origin),
                                      lambda got, error: self._created(chosen, got, error),
                                      peer_lane(self.dest))
 

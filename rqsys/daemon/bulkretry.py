@@ -3,7 +3,9 @@
 The loop marks a batch of ``BATCH`` ids busy (``Retries.take_batch``);
 the ``retry`` background lane renames them into que/, clears their status
 and fsyncs err/ and que/ once (``rqsys.store.retrybatch``); back on the loop
-the moved join the schedule (``Retries.batch_landed``).  ``IN_FLIGHT``
+the moved join the schedule (``Retries.batch_landed``), each ``retried``
+event naming who asked (``by``) on its timeline line, written with the rest
+of the loop turn's lines.  ``IN_FLIGHT``
 batches are on the lane at a time, so the lane always has the next one
 while the loop queues the last; between two callbacks the loop serves
 every other client.  Answered once the last batch is durable.
@@ -28,9 +30,10 @@ class BulkRetry:
     """One bulk retry of a list of ids, answered through ``finish``."""
 
     def __init__(self, transitions: Transitions, background: Background, ids: list[str],
-                 finish: Finish) -> None:
+                 finish: Finish, by: str = "") -> None:
         self.retries, self.background, self.ids, self.finish = (transitions.retries, background,
                                                                 ids, finish)
+        self.by = by  # who asked (``Request.actor``), on each retried message's timeline
         self.next = 0  # the first id not yet submitted
         self.pending = 0  # batches on the lane
         self.retried = self.passed = 0
@@ -60,7 +63,7 @@ class BulkRetry:
         if isinstance(error, retrybatch.BatchFailed):
             moved = error.moved
         moved = moved or []
-        self.retries.batch_landed(chosen, moved)
+        self.retries.batch_landed(chosen, moved, self.by)
         self.retried += len(moved)
         self.passed += len(chosen) - len(moved)
         if error is not None and self.error is None:

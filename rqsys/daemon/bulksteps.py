@@ -18,11 +18,12 @@ class Steps:
     """A list of ids worked through ``size`` at a time; ``act`` is the step's work."""
 
     def __init__(self, transitions: Transitions, ids: list[str], finish: Finish,
-                 size: int) -> None:
+                 size: int, by: str = "") -> None:
         self.transitions, self.ledger = transitions, transitions.ledger
         self.ids, self.finish, self.size = ids, finish, size
         self.next = 0  # the first id of the next step
         self.done = self.passed = 0
+        self.by = by  # who asked (``Request.actor``): named in each delete's entry
 
     def step(self) -> None:
         """The next step with work to do (a loop, not a recursion: 100,000
@@ -43,7 +44,7 @@ class Steps:
         try:
             if state and self.ledger.store.find(msg_id) != state:
                 raise BadRequest(f"{msg_id} is no longer in {state}")
-            self.transitions.delete(msg_id, then)
+            self.transitions.delete(msg_id, then, self.by)
         except RQError:
             self.passed += 1
             return False

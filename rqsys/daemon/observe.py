@@ -95,7 +95,8 @@ class Observer:
 
     def retry_op(self, r: Request) -> None:
         """err → que for one message, answered once durable."""
-        self.transitions.retries.retry([r.args["msg_id"]], _answer(r, {"ok": True}))
+        self.transitions.retries.retry([r.args["msg_id"]], _answer(r, {"ok": True}),
+                                       by=r.actor())
 
     def group_op(self, r: Request) -> Reply | None:
         """Retry or delete every message of a failure group; answered with how
@@ -109,7 +110,8 @@ class Observer:
 
         def finish(done: int, _passed: int, error: BaseException | None) -> None:
             r.fail(error) if error is not None else r.answer({"ok": True, "count": done})
-        self.search.batches.run(ids, r.args["action"], finish, "err")  # in steps: others are served
+        self.search.batches.run(ids, r.args["action"], finish, "err",  # in steps: others are served
+                                r.actor())
         return None
 
     def _when_built(self, r: Request, op: Handler) -> None:

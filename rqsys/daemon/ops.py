@@ -129,13 +129,13 @@ class Ops:
         self.transitions.run_now(r.args["msg_id"], _when_durable(r, {"ok": True}))
 
     def delete(self, r: Request) -> None:
-        self.transitions.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
+        self.transitions.delete(r.args["msg_id"], _when_durable(r, {"ok": True}), r.actor())
 
     def destroy(self, r: Request) -> Reply | None:
         """Delete a message; a running one has its whole process group killed first."""
         worker = self.runner.workers.get(r.args["msg_id"])
         if worker is None:
-            self.transitions.delete(r.args["msg_id"], _when_durable(r, {"ok": True}))
+            self.transitions.delete(r.args["msg_id"], _when_durable(r, {"ok": True}), r.actor())
             return None
         self.runner.destroy(worker)
         return {"ok": True, "killed": True}

@@ -5,7 +5,9 @@ Both kinds leave the message the same: its count kept, its last run's status
 set aside as ``status.last`` (``retrybatch.set_status_aside``), so its status
 reads blank as RQ's retried message's does, while the failure's text stays
 beside its timeline for whoever looks into it; and both join the que through
-``_requeued``.  A single retry moves on the loop; a bulk one moves its batches
+``_requeued``, whose ``retried`` event names who asked (``by``: the
+request's actor, ``rqsys.daemon.audit.actor``) on the message's timeline.
+A single retry moves on the loop; a bulk one moves its batches
 off the loop (``rqsys.daemon.bulkretry``: ``take_batch``, ``batch_landed``).  The
 ``Transitions`` object holds one ``Retries`` over its ``Ledger``.
 """
@@ -27,10 +29,10 @@ class Retries:
         self.ledger, self.store = ledger, ledger.store
         self._offload = offload  # runs work on the sync lane, then a callback on the loop
 
-    def retry(self, msg_ids: list[str], done: Done, strict: bool = True) -> int:
+    def retry(self, msg_ids: list[str], done: Done, strict: bool = True, by: str = "") -> int:
         """err → que: each runs again as it was; ``done`` once the moves are
         durable.  Not ``strict``: those no longer in err are passed over.
-        How many moved."""
+        ``by``: who asked.  How many moved."""
         readable = []
         for msg_id in dict.fromkeys(msg_ids):  # every check and read before the first move
             state = self._retry_state(msg_id)
@@ -42,7 +44,7 @@ class Retries:
         for msg_id, msg in readable:
             self.ledger.move(msg_id, "err", "que")
             retrybatch.set_status_aside(self.store.msg_path("que", msg_id))
-            self._requeued(msg_id, msg)
+            self._requeued(msg_id, msg, by)
         moved = len(readable)
         dirs = [self.store.state_dir("err"), self.store.state_dir("que")]
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
@@ -65,19 +67,21 @@ class Retries:
             ledger.mark_busy(msg_id, "being retried")
         return chosen
 
-    def batch_landed(self, chosen: list[str], moved: list[tuple[str, Msg]]) -> None:
+    def batch_landed(self, chosen: list[str], moved: list[tuple[str, Msg]],
+                     by: str = "") -> None:
         """err → que, the disk half durable: the moved join the schedule as
-        ``retry`` adds one; every one of ``chosen`` is free again."""
+        ``retry`` adds one (``by``: who asked); every one of ``chosen`` is free again."""
         for msg_id, msg in moved:
-            self._requeued(msg_id, msg)
+            self._requeued(msg_id, msg, by)
         for msg_id in chosen:
             self.ledger.free(msg_id)
 
-    def _requeued(self, msg_id: str, msg: Msg) -> None:
-        """The picture follows a message retried into que/."""
+    def _requeued(self, msg_id: str, msg: Msg, by: str) -> None:
+        """The picture follows a message retried into que/; its event names ``by``."""
         ledger = self.ledger
         ledger.tally["err"] -= 1
         ledger.schedule.add(msg_id, msg)
         ledger.unique.hold_again(msg_id, msg, time.time())
         ledger.queued(msg_id, msg)
-        ledger.log.event("retried", "err → que", msg_id, RQ_STATE="que")
+        ledger.log.event("retried", "err → que", msg_id, RQ_STATE="que",
+                         **({"RQ_BY": by} if by else {}))

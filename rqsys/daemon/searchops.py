@@ -48,13 +48,14 @@ class Batches:
     def __init__(self, transitions: Transitions, background: Background) -> None:
         self.transitions, self.background = transitions, background
 
-    def run(self, ids: list[str], action: str, finish: Finish, state: str = "") -> None:
+    def run(self, ids: list[str], action: str, finish: Finish, state: str = "",
+            by: str = "") -> None:
         """``state``: a delete passes over a message no longer in it (the index
-        lags the store by a moment; the store decides)."""
+        lags the store by a moment; the store decides); ``by``: who asked."""
         if action == "retry":
-            BulkRetry(self.transitions, self.background, ids, finish).start()
+            BulkRetry(self.transitions, self.background, ids, finish, by).start()
         else:
-            Deletion(self.transitions, ids, state, finish).step()
+            Deletion(self.transitions, ids, state, finish, by).step()
 
 
 class SearchOps:
@@ -95,7 +96,7 @@ class SearchOps:
         ``ids`` (in ``state``: those no longer in it are passed over), in
         steps; answered with how many were acted on and passed over, once all
         of it is durable."""
-        args = dict(r.args)
+        args, by = dict(r.args), r.actor()
         action, dest, chosen = args.pop("action"), args.pop("dest", ""), args.pop("ids", None)
         if (action == "move") != bool(dest) or dest == self.ctx.name:
             raise BadRequest("dest: name another queue to move to (with action move only)")
@@ -114,9 +115,9 @@ class SearchOps:
                     r.answer({"ok": True, "action": action, "matched": len(ids),
                               "count": done, "passed_over": passed})
             if action == "move":
-                self.mover.run(ids, dest, args.get("state", ""), finish)
+                self.mover.run(ids, dest, args.get("state", ""), finish, by)
             else:
-                self.batches.run(ids, action, finish, args.get("state", ""))
+                self.batches.run(ids, action, finish, args.get("state", ""), by)
         if chosen is not None:
             found(list(dict.fromkeys(chosen)))  # once each, as chosen
             return

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rqsys.daemon.audit import actor as actor_of
 from rqsys.errors import (
     BadRequest,
     Forbidden,
@@ -58,6 +59,15 @@ class Request:
     errors: Callable[[str, BaseException], Reply]  # the answer to an exception
     peer: str = ""  # who is asking: "socket pid <pid> uid <uid>" (SO_PEERCRED)
     push: Callable[[Reply], bool] | None = None  # one more answer line (watch); False: closed
+    conn: Connection | None = None  # the client's connection (None: asked inside the daemon)
+
+    def actor(self) -> str:
+        """Who asks, as the audit trail names them (``rqsys.daemon.audit.actor``):
+        ``alice (10.0.0.5)`` for the web's user, else the peer the kernel names;
+        "" for a request made inside the daemon."""
+        if self.conn is None:
+            return ""
+        return actor_of(self.conn, self.args.get("actor")).text
 
     def fail(self, exc: BaseException) -> None:
         """Answer later with the error ``exc`` (an exception that is no RQError is a bug)."""
@@ -215,7 +225,7 @@ class Server:
             reply = handler(Request(op, args, fds,
                                     lambda reply: self._answer(conn, reply, op, args),
                                     self.error_reply, conn.peer,
-                                    lambda reply: self._push(conn, reply)))
+                                    lambda reply: self._push(conn, reply), conn))
         except Exception as exc:
             reply = self.error_reply(op, exc)
         if reply is not None:

@@ -309,10 +309,11 @@ class Transitions:
 
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
 
-    def delete(self, msg_id: str, done: Done) -> None:
+    def delete(self, msg_id: str, done: Done, by: str = "") -> None:
         """prep | que | done | err | relayed → gone (a running one is destroyed
-        instead); ``done`` is called once the delete is durable."""
-        if self.ledger.wait_while_busy(msg_id, lambda: self.delete(msg_id, done), done):
+        instead); ``done`` is called once the delete is durable; ``by``: who
+        asked (in the ``deleted`` entry: the message's timeline goes with it)."""
+        if self.ledger.wait_while_busy(msg_id, lambda: self.delete(msg_id, done, by), done):
             return
         why = self.ledger.busy(msg_id)
         if why:
@@ -324,7 +325,8 @@ class Transitions:
         self.ledger.unique.forget(msg_id)
         if state in COUNTED:
             self.ledger.tally[state] -= 1
-        self.log.event("deleted", f"deleted from {state}", msg_id, **batch_of(queued))
+        self.log.event("deleted", f"deleted from {state}" + (f" by {by}" if by else ""), msg_id,
+                       **batch_of(queued), **({"RQ_BY": by} if by else {}))
         self._offload(finish, lambda _result, error: done(error))
 
     def prune(self, now: float, days: float, prep_days: float | None,

@@ -11,7 +11,7 @@ from typing import Any
 from rqsys.observe import timeline
 
 TIME_COLUMNS = ["Created", "Started", "Ended", "Waited", "Ran"]
-SHOWN_KEYS = ("t", "ev", "text", "folded", "earlier")  # the others: shown as its details
+SHOWN_KEYS = ("t", "ev", "by", "text", "folded", "earlier")  # the others: as its details
 
 
 def when(at: Any) -> str:
@@ -41,10 +41,11 @@ def row_times(msg_dir: Path, msg: dict[str, Any]) -> dict[str, str]:
 
 
 def events(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The timeline's rows; a fold of status lines with the ones before it kept."""
+    """The timeline's rows; a fold of status lines with the ones before it kept;
+    ``by``: who made it (a create's origin; who retried it: ``alice (10.0.0.5)``)."""
     rows = []
     for item in items:
-        row = {"when": when(item.get("t")), "ev": item.get("ev", ""),
+        row = {"when": when(item.get("t")), "ev": item.get("ev", ""), "by": item.get("by", ""),
                "text": item.get("text", ""), "details": _details(item), "folded": 0}
         folded = item.get("folded")
         if isinstance(folded, int) and folded > 1:

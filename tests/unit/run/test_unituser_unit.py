@@ -70,7 +70,8 @@ def test_target_follows_the_config_and_needs_the_console_group(
     layout.make_dirs()
     qdir = layout.queue_dir("q")
     qdir.mkdir()
-    (qdir / "config.json").write_text(json.dumps({"name": "q", "script": "/bin/true", "user": "nobody"}))
+    cfg = {"name": "q", "script": "/bin/true", "user": "nobody"}
+    (qdir / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="group rq-web does not exist"):
         unituser.target(layout, "q")
     real = grp.getgrnam
