@@ -31,6 +31,7 @@ from typing import Any
 
 from rqsys import config
 from rqsys.errors import ConfigError
+from rqsys.observe.audit import AUDIT_KEEP, SUFFIX
 from rqsys.run.identity import DYNAMIC, dynamic_name
 from rqsys.store import Layout
 
@@ -118,11 +119,26 @@ def hand_over(top: Path, uid: int, gid: int, mode: int) -> int:
     return changed + 1
 
 
+def hand_over_audit(audit_dir: Path, queue: str, uid: int) -> int:
+    """The queue's audit files (``<queue>.jsonl`` and its rotated ones) its
+    daemon's to append to; how many changed hands."""
+    changed = 0
+    for name in (f"{queue}{SUFFIX}", *(f"{queue}{SUFFIX}.{n}" for n in range(1, AUDIT_KEEP + 1))):
+        try:
+            if os.lstat(audit_dir / name).st_uid != uid:
+                os.chown(audit_dir / name, uid, -1, follow_symlinks=False)
+                changed += 1
+        except FileNotFoundError:
+            continue
+    return changed
+
+
 def main(layout: Layout, queue: str) -> int:
     """``rqsys queue-owner QUEUE`` (ExecStartPre=+ of a queue with a user)."""
     uid, gid, mode = target(layout, queue)
     try:
         changed = hand_over(layout.queue_dir(queue), uid, gid, mode)
+        changed += hand_over_audit(layout.audit_dir, queue, uid)
     except OSError as exc:
         print(f"rqsys: queue {queue}: its directory cannot be handed to its user: {exc}",
               file=sys.stderr)

@@ -156,9 +156,12 @@ class Layout:
         return self.root / "audit"
 
     def make_batch_dir(self, batch_id: str) -> Path:
-        """``batches/<id>/``, owned as ``queue/`` is (the daemons write in it)."""
+        """``batches/<id>/``, owned as ``queue/`` is, and writable by its group
+        (each member queue's daemon writes its ends there, as group rq when
+        the queue runs as a user of its own: ``rqsys.run.unituser``)."""
         path = self.batches / batch_id
         path.mkdir(parents=True)
+        path.chmod(0o2770)  # whatever the umask
         self._adopt(self.batches, path)
         return path
 

@@ -5,7 +5,9 @@ rq-scan writes a drop-in of ``rq@<queue>.service`` for a queue with ``"user"``:
 ``ExecStartPre=+rqsys queue-owner %i`` that hands the queue's directory to that
 user, group ``rq-web``, 2750.  So the daemon and its scripts run as that user,
 a queue of user rq cannot read the other's files while the console's group
-can, and a queue without the user gets its directory back (rq:rq, 2770).  A
+can, and a queue without the user gets its directory back (rq:rq, 2770), as a
+queue given one later hands it all over.  The daemon, whoever it runs as,
+goes on writing its audit trail and its batch members' ends (group rq).  A
 user that does not exist runs nothing: the message stays queued and the
 journal says why.
 """
@@ -118,7 +120,8 @@ def main_uid(box: Container, queue: str) -> int:
     pid = box.show(f"rq@{queue}.service", "MainPID")
     assert pid not in ("", "0"), journal(box, f"rq@{queue}.service")
     status = box.run("cat", f"/proc/{pid}/status").stdout
-    return int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+    return int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("Uid:")))
 
 
 def uid_of(box: Container, user: str) -> int:
@@ -261,3 +264,17 @@ def test_a_user_that_does_not_exist_runs_nothing_and_says_so(box: Container) -> 
     assert state_of(store, msg_id) == "que", why
     assert store.read_status("que", msg_id) == "", why
     assert not (store.msg_dir("que", msg_id) / "job").exists(), why
+
+
+def test_a_batch_member_in_a_queue_of_its_own_user_records_its_end(box: Container) -> None:
+    # Given queue uf run as rqalice
+    install(box, "uf", WHO, {"user": "rqalice"})
+    # When a batch has a member there
+    out = box.run(RQ, "batch", "--file", "-", input=json.dumps({"messages": [{"dest": "uf"}]}))
+    assert out.stdout.startswith("ok http://"), out.stdout
+    ended = box.path(f"/var/lib/rq/batches/{out.stdout.strip().rsplit('/', 1)[1]}/ended.uf")
+    # Then its daemon (rqalice, group rq) records the member's end in the batch
+    wait_for(lambda: ended.exists() or "batch ends not written" in journal(
+        box, "rq@uf.service"), ENDED, "the member's end, or why not")
+    assert ended.exists(), journal(box, "rq@uf.service")
+    assert ended.read_text().split()[1] == "done", ended.read_text()
