@@ -21,7 +21,7 @@ DEB_DEBS  := dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all-d
 # (power cuts on ext4 and xfs images, cgroup v2 limits), crash points
 # (strace's fault injection), and the .deb.
 TEST_DEBS := systemd systemd-container man-db mandoc iproute2 curl strace \
-             chromium chromium-driver nix-bin e2fsprogs xfsprogs nats-server \
+             chromium chromium-driver nix-bin jq e2fsprogs xfsprogs nats-server \
              qemu-system-x86 linux-image-amd64 initramfs-tools \
              $(DEB_DEBS)
 

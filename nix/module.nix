@@ -7,7 +7,12 @@
 # holding `run` and `config.json`) linked into <stateDir>/scandir by
 # tmpfiles, plus an enabled rq@<name>.socket; each timers.<name> becomes
 # <stateDir>/timers/<name>.json.  Secrets (basic auth) are read from a file
-# at service start and never copied into the store.
+# at service start and never copied into the store; web.users gives them
+# roles, merged with their hashes then.
+#
+# What rq-scan writes as drop-ins elsewhere (a queue's user and credentials)
+# this module generates, /etc/systemd/system being Nix's: each such queue
+# gets a drop-in of its own on rq@<name>.service (queueService).
 #
 # A queue with `pool` is a pool queue (docs/SCALING.md): its config names the
 # pool, its rq@<name>.service runs from boot, and the package is built with
@@ -15,8 +20,10 @@
 # here through nixpkgs' services.nats (JetStream on, clustered by routes).
 #
 # Uses only builtins and these lib functions: mkOption mkEnableOption mkIf
-# mkMerge types mapAttrs' mapAttrsToList nameValuePair optional optionals
-# optionalAttrs filterAttrs hasPrefix (nix/tests/lib-stub.nix provides them).
+# mkMerge types (bool str path package attrs port strMatching ints.between
+# enum nullOr either listOf attrsOf submodule) mapAttrs' mapAttrsToList
+# nameValuePair optional optionals optionalAttrs filterAttrs hasPrefix
+# (nix/tests/lib-stub.nix provides them).
 {
   config,
   lib,
@@ -120,6 +127,62 @@ let
         };
         description = "Make this a pool queue, worked by many hosts through NATS JetStream (docs/SCALING.md); its daemon then runs from boot.";
       };
+      user = mkOption {
+        type = types.nullOr (types.strMatching "[A-Za-z_][A-Za-z0-9_.-]{0,31}");
+        default = null;
+        example = "dynamic";
+        description = ''
+          The Unix user the queue's daemon and scripts run as (config.json `user`): an
+          existing user, or "dynamic" for systemd's DynamicUser= (as rq-<name>, so the
+          queue name may have at most 28 characters).  Its rq@<name>.service gets what
+          rq-scan's drop-in would give it; rqsys queue-owner hands the queue's directory
+          to it before each start.
+        '';
+      };
+      credentials = mkOption {
+        type = types.attrsOf (types.either credentialPath (types.submodule encryptedOptions));
+        default = { };
+        example = {
+          token = "/run/secrets/api-token";
+          db = {
+            encrypted = "/etc/credstore.encrypted/db";
+          };
+        };
+        description = ''
+          Secrets the script reads in $CREDENTIALS_DIRECTORY/NAME (config.json
+          `credentials`): NAME to a file's absolute path (LoadCredential=), or to
+          { encrypted = path; } for a file systemd-creds encrypt made
+          (LoadCredentialEncrypted=).  Paths outside the store, as strings.
+        '';
+      };
+    };
+  };
+
+  credentialPath = types.strMatching "/.+";
+  encryptedOptions = {
+    options.encrypted = mkOption {
+      type = credentialPath;
+      description = "A file systemd-creds encrypt made (LoadCredentialEncrypted=).";
+    };
+  };
+
+  webUserOptions = {
+    options = {
+      role = mkOption {
+        type = types.enum [
+          "viewer"
+          "operator"
+          "admin"
+        ];
+        default = "admin";
+        description = "viewer: every read; operator: also what changes messages; admin: also what changes queues.";
+      };
+      queues = mkOption {
+        type = types.listOf (types.strMatching ".+");
+        default = [ ];
+        example = [ "etl-*" ];
+        description = "Shell globs of the queues the user sees and acts on; empty: all.";
+      };
     };
   };
 
@@ -198,6 +261,12 @@ let
           ack_wait = q.pool.ackWait;
         };
       }
+      // lib.optionalAttrs (q.user != null) { inherit (q) user; }
+      // lib.optionalAttrs (q.credentials != { }) {
+        credentials = builtins.mapAttrs (
+          _: c: if builtins.isString c then c else { inherit (c) encrypted; }
+        ) q.credentials;
+      }
     );
 
   scandirEntry =
@@ -257,6 +326,35 @@ let
     // lib.optionalAttrs (tls != { }) { inherit tls; };
   tls = lib.filterAttrs (_: v: v != null) cfg.nats.tls;
 
+  # web.users: each user's role and queues (not secret), merged at start with
+  # the password hashes of basicAuthFile (secret, never in the store) by
+  # authFilter.  A named user missing from the file fails rq-config.service:
+  # no user is ever written without a password.
+  webRoles = pkgs.writeText "rq-web-users.json" (
+    builtins.toJSON (
+      builtins.mapAttrs (
+        _: u: { inherit (u) role; } // lib.optionalAttrs (u.queues != [ ]) { inherit (u) queues; }
+      ) cfg.web.users
+    )
+  );
+  authFilter = pkgs.writeText "rq-basic-auth.jq" ''
+    def hash: if type == "object" then .password else . end;
+    def account($role): (if type == "object" then del(.role, .queues) else {password: .} end) + $role;
+    $auth[0] as $file
+    | $roles[0] as $roles
+    | if ($file | type) != "object" or ($file.users | type) != "object" then
+        error($authFile + ": not a JSON object with \"users\" (services.rq.web.basicAuthFile)")
+      else . end
+    | [$roles | keys[] | . as $u | select(($file.users[$u] | hash) as $h | ($h | type) != "string" or $h == "")] as $missing
+    | if $missing != [] then
+        error("services.rq.web.users: no password hash for " + ($missing | join(", "))
+              + " in " + $authFile + " (services.rq.web.basicAuthFile); config.json not written")
+      else
+        . + {basic_auth: ($file | .users |= with_entries(.key as $u
+               | if $roles[$u] then .value |= account($roles[$u]) else . end))}
+      end
+  '';
+
   writeConfig = ''
     set -eu
     umask 027
@@ -266,7 +364,7 @@ let
       if cfg.web.basicAuthFile == null then
         ''cp ${publicConfig} "$dir/config.json.tmp"''
       else
-        ''${pkgs.jq}/bin/jq --slurpfile auth ${toString cfg.web.basicAuthFile} '. + {basic_auth: $auth[0]}' ${publicConfig} > "$dir/config.json.tmp"''
+        ''${pkgs.jq}/bin/jq --arg authFile ${toString cfg.web.basicAuthFile} --slurpfile auth ${toString cfg.web.basicAuthFile} --slurpfile roles ${webRoles} -f ${authFilter} ${publicConfig} > "$dir/config.json.tmp"''
     }
     chown ${cfg.user}:${cfg.group} "$dir/config.json.tmp"
     mv "$dir/config.json.tmp" "$dir/config.json"
@@ -290,6 +388,74 @@ let
     };
   };
 
+  # A queue's own drop-in, rq@<name>.service.d/overrides.conf.  NixOS names the
+  # template's rq@.service.d/overrides.conf alike, and systemd reads only the
+  # instance's of two drop-ins of one name: so it repeats the template's whole
+  # (serviceDropIn, and unprivileged unless the queue has a user of its own).
+  queueService =
+    name: q:
+    mkMerge [
+      serviceDropIn
+      (if q.user == null then unprivileged else queueUser name q.user)
+      (queueCredentials q.credentials)
+      { overrideStrategy = "asDropin"; }
+      # A pool queue's daemon pulls: it runs from boot, after a local NATS.
+      (lib.optionalAttrs (q.pool != null) {
+        wantedBy = [ "multi-user.target" ];
+        after = lib.optional natsServer.enable "nats.service";
+        wants = lib.optional natsServer.enable "nats.service";
+      })
+    ];
+  # What rqsys/run/unituser.py's drop-in gives: a named user with its own
+  # primary group (the empty Group= resets upstream's Group=rq, and systemd
+  # then takes the user's primary group from the user database at start, as
+  # rq-scan looks it up; the user need not be declared in users.users), or a
+  # DynamicUser= named as rqsys's identity.dynamic_name does for names of at
+  # most 28 characters (asserted), keeping group cfg.group as rq-scan's does.
+  queueUser = name: user: {
+    serviceConfig =
+      (
+        if user == "dynamic" then
+          {
+            DynamicUser = "yes";
+            User = "rq-${name}";
+            Group = cfg.group;
+          }
+        else
+          {
+            User = user;
+            Group = "";
+            RemoveIPC = "no";
+          }
+      )
+      // {
+        SupplementaryGroups = [ cfg.group ];
+        ExecStartPre = [ "+${rqPackage}/bin/rqsys queue-owner %i" ];
+      };
+  };
+  # What rqsys/run/credentials.py's drop-in gives (% is a specifier there).
+  queueCredentials =
+    creds:
+    let
+      lines =
+        encrypted:
+        lib.mapAttrsToList (n: c: "${n}:${builtins.replaceStrings [ "%" ] [ "%%" ] (credentialFile c)}") (
+          lib.filterAttrs (_: c: builtins.isString c != encrypted) creds
+        );
+      plain = lines false;
+      sealed = lines true;
+    in
+    {
+      serviceConfig =
+        lib.optionalAttrs (plain != [ ]) { LoadCredential = plain; }
+        // lib.optionalAttrs (sealed != [ ]) { LoadCredentialEncrypted = sealed; };
+    };
+  credentialFile = c: if builtins.isString c then c else c.encrypted;
+  # Queues whose rq@<name>.service needs a drop-in of its own.
+  ownServiceQueues = lib.filterAttrs (
+    _: q: q.pool != null || q.user != null || q.credentials != { }
+  ) cfg.queues;
+
   badEnvVars = lib.filterAttrs (
     _: q: builtins.any (n: lib.hasPrefix "RQ_" n) (builtins.attrNames q.envVars)
   ) cfg.queues;
@@ -302,6 +468,24 @@ let
   ) cfg.timers;
   badNames = builtins.filter (n: builtins.match "[A-Za-z0-9][A-Za-z0-9_-]{0,63}" n == null) (
     builtins.attrNames cfg.queues
+  );
+  # rqsys names a dynamic user rq-<queue>, shortened past 31 characters with a crc32.
+  longDynamic = builtins.attrNames (
+    lib.filterAttrs (n: q: q.user == "dynamic" && builtins.stringLength n > 28) cfg.queues
+  );
+  eachCredential =
+    f:
+    builtins.concatLists (
+      lib.mapAttrsToList (
+        qn: q: builtins.filter (x: x != null) (lib.mapAttrsToList (n: c: f "${qn}.${n}" n c) q.credentials)
+      ) cfg.queues
+    );
+  storeCredentials = eachCredential (
+    where: _: c: if lib.hasPrefix "/nix/store" (credentialFile c) then where else null
+  );
+  badCredentialNames = eachCredential (
+    where: n: _:
+    if builtins.match "[A-Za-z0-9_.-]{1,255}" n == null || n == "." || n == ".." then where else null
   );
 in
 {
@@ -369,9 +553,27 @@ in
         default = null;
         example = "/run/secrets/rq-basic-auth.json";
         description = ''
-          A JSON file {"realm": ..., "users": {"name": "password"}} enabling basic
-          authentication. Read at start by root; never copied into the store (give a
-          path as a string, not a Nix path literal).
+          A JSON file {"realm": ..., "users": {"name": "$argon2id$..."}} enabling basic
+          authentication (rqsys passwd prints a hash). Read at start by root; never
+          copied into the store (give a path as a string, not a Nix path literal).
+          A user it names that web.users does not is an admin of every queue.
+        '';
+      };
+      users = mkOption {
+        type = types.attrsOf (types.submodule webUserOptions);
+        default = { };
+        example = {
+          alice.role = "viewer";
+          etl = {
+            role = "operator";
+            queues = [ "etl-*" ];
+          };
+        };
+        description = ''
+          Roles of basicAuthFile's users (docs/SECURITY.md, Roles): each becomes
+          {"password": <its hash from the file>, "role": ..., "queues": [...]} in
+          config.json at start.  A user named here but not in the file fails
+          rq-config.service rather than be written without a password.
         '';
       };
     };
@@ -514,6 +716,22 @@ in
           assertion = !(lib.hasPrefix "/nix/store" (toString cfg.web.basicAuthFile));
           message = "services.rq.web.basicAuthFile is in the Nix store, readable by everyone; give a path outside it";
         }
+        {
+          assertion = cfg.web.users == { } || cfg.web.basicAuthFile != null;
+          message = "services.rq.web.users needs services.rq.web.basicAuthFile, which holds their password hashes (users: ${builtins.concatStringsSep ", " (builtins.attrNames cfg.web.users)})";
+        }
+        {
+          assertion = longDynamic == [ ];
+          message = "services.rq.queues.<name>.user = \"dynamic\" needs a queue name of at most 28 characters: rqsys shortens a longer rq-<name> with a crc32, which Nix cannot compute for the unit's User= (queues: ${builtins.concatStringsSep ", " longDynamic})";
+        }
+        {
+          assertion = storeCredentials == [ ];
+          message = "services.rq.queues.<name>.credentials are in the Nix store, readable by everyone; give paths outside it (credentials: ${builtins.concatStringsSep ", " storeCredentials})";
+        }
+        {
+          assertion = badCredentialNames == [ ];
+          message = "services.rq.queues.<name>.credentials: a name is letters, digits, _, - and . (not . or ..), at most 255 (credentials: ${builtins.concatStringsSep ", " badCredentialNames})";
+        }
       ];
 
       services.rq.generated = {
@@ -532,7 +750,12 @@ in
           description = "rqsys message queues";
         };
       };
-      users.groups = lib.optionalAttrs (cfg.group == "rq") { rq = { }; };
+      # rq-web: the console's group (rq-web.service's SupplementaryGroups=): it
+      # reads the directories of queues with users of their own (group rq-web,
+      # 2750, made so by rqsys queue-owner, which fails without the group).
+      users.groups = lib.optionalAttrs (cfg.group == "rq") { rq = { }; } // {
+        rq-web = { };
+      };
 
       systemd.tmpfiles.rules =
         map (d: "d ${cfg.stateDir}${d} 0750 ${cfg.user} ${cfg.group} -") [
@@ -543,6 +766,12 @@ in
           "/queue"
           "/trash"
           "/tmp"
+        ]
+        # Written by every queue daemon, those running as users of their own too
+        # (group cfg.group, their SupplementaryGroups=).
+        ++ map (d: "d ${cfg.stateDir}${d} 2770 ${cfg.user} ${cfg.group} -") [
+          "/audit"
+          "/batches"
         ]
         ++ [ "d /run/rq 0755 root root -" ]
         ++ lib.mapAttrsToList (
@@ -556,7 +785,13 @@ in
       systemd.services.rq-config = {
         description = "rqsys configuration";
         after = [ "systemd-tmpfiles-setup.service" ];
-        restartTriggers = [ publicConfig ];
+        restartTriggers = [
+          publicConfig
+        ]
+        ++ lib.optionals (cfg.web.basicAuthFile != null) [
+          webRoles
+          authFilter
+        ];
         script = writeConfig;
         serviceConfig = {
           Type = "oneshot";
@@ -589,28 +824,26 @@ in
       systemd.sockets.rq-relay-worker.socketConfig.SocketGroup = cfg.group;
     }
 
-    # One enabled socket per declared queue.
+    # One enabled socket per declared queue (its overrides.conf hides the
+    # template's, as queueService says: so it repeats SocketGroup=).
     {
       systemd.sockets = lib.mapAttrs' (
         name: _:
         lib.nameValuePair "rq@${name}" {
           overrideStrategy = "asDropin";
           wantedBy = [ "sockets.target" ];
+          socketConfig.SocketGroup = cfg.group;
         }
       ) cfg.queues;
     }
 
-    # Pool queues: their daemons pull, so they run from boot, after a local NATS.
+    # What rq-scan's drop-ins would give a queue (it cannot write them: NixOS
+    # makes /etc/systemd/system): its user, its credentials; and a pool
+    # queue's start at boot.
     {
       systemd.services = lib.mapAttrs' (
-        name: _:
-        lib.nameValuePair "rq@${name}" {
-          overrideStrategy = "asDropin";
-          wantedBy = [ "multi-user.target" ];
-          after = lib.optional natsServer.enable "nats.service";
-          wants = lib.optional natsServer.enable "nats.service";
-        }
-      ) poolQueues;
+        name: q: lib.nameValuePair "rq@${name}" (queueService name q)
+      ) ownServiceQueues;
     }
 
     (mkIf natsServer.enable {
@@ -641,6 +874,8 @@ in
       systemd.services.rq-web = mkMerge [
         serviceDropIn
         unprivileged
+        # The console reads the queues of users of their own (group rq-web, 2750).
+        { serviceConfig.SupplementaryGroups = [ "rq-web" ]; }
       ];
       systemd.sockets.rq-web = {
         wantedBy = [ "sockets.target" ];

@@ -27,6 +27,8 @@ let
       evalOptions path t.options v
     else if t ? inner then
       (if v == null then null else coerce path t.inner v)
+    else if t ? either then
+      coerce path (builtins.head (builtins.filter (a: a.check v) t.either)) v
     else if t ? elem && builtins.isList v then
       builtins.genList (i: coerce "${path}.[${toString i}]" t.elem (builtins.elemAt v i)) (
         builtins.length v

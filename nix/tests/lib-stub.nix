@@ -1,7 +1,7 @@
 # A stand-in for the few nixpkgs `lib` functions nix/module.nix and
 # nix/package.nix use, so they can be evaluated without nixpkgs
 # (tests/repo/test_nix.py).  Option types carry a `check`; submodule, nullOr,
-# listOf and attrsOf say what they wrap.
+# either, listOf and attrsOf say what they wrap.
 let
   type = name: check: { inherit name check; };
   isPathLike =
@@ -69,7 +69,9 @@ rec {
       type "integer between ${toString lo} and ${toString hi}" (
         v: builtins.isInt v && v >= lo && v <= hi
       );
+    enum = values: type "one of ${builtins.toJSON values}" (v: builtins.elem v values);
     nullOr = t: type "null or ${t.name}" (v: v == null || t.check v) // { inner = t; };
+    either = a: b: type "${a.name} or ${b.name}" (v: a.check v || b.check v) // { either = [ a b ]; };
     listOf = t: type "list of ${t.name}" builtins.isList // { elem = t; };
     attrsOf = t: type "attribute set of ${t.name}" builtins.isAttrs // { elem = t; };
     submodule = m: type "submodule" builtins.isAttrs // { inherit (m) options; };

@@ -8,7 +8,10 @@ nixpkgs, no network); it lives in flake.nix's checks.
 
 from __future__ import annotations
 
+import grp
 import json
+import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -19,8 +22,11 @@ import pytest
 from conftest import REPO, need, wait_for
 
 from rqsys import config
+from rqsys.run import credentials, unituser
+from rqsys.run.identity import dynamic_name
 from rqsys.scan import scandir
 from rqsys.store import QueueStore
+from rqsys.wire import roles
 
 EVAL = REPO / "nix" / "tests" / "eval-module.nix"
 NIX_FILES = sorted([REPO / "flake.nix", *(REPO / "nix").rglob("*.nix")])
@@ -108,8 +114,9 @@ def test_each_queue_gets_an_enabled_socket_drop_in(full: dict[str, Any]) -> None
     sockets = full["systemd"]["sockets"]
     instances = {name for name in sockets if name.startswith("rq@") and name != "rq@"}
     assert instances == {"rq@hello", "rq@resize"}
-    for name in instances:
-        assert sockets[name] == {"overrideStrategy": "asDropin", "wantedBy": ["sockets.target"]}
+    for name in instances:  # its overrides.conf hides the template's: SocketGroup again
+        assert sockets[name] == {"overrideStrategy": "asDropin", "wantedBy": ["sockets.target"],
+                                 "socketConfig": {"SocketGroup": "rq"}}
     assert sockets["rq@"]["socketConfig"] == {"SocketGroup": "rq"}
     assert sockets["rq-relay-worker"] == {"socketConfig": {"SocketGroup": "rq"}}
 
@@ -137,7 +144,7 @@ def test_web_socket_listens_where_asked(full: dict[str, Any]) -> None:
 def test_system_user_and_group_are_created(full: dict[str, Any]) -> None:
     assert full["users"]["users"]["rq"]["isSystemUser"] is True
     assert full["users"]["users"]["rq"]["home"] == STATE
-    assert full["users"]["groups"] == {"rq": {}}
+    assert full["users"]["groups"] == {"rq": {}, "rq-web": {}}
 
 
 def test_scandir_entries_are_linked_by_tmpfiles(full: dict[str, Any]) -> None:
@@ -226,7 +233,7 @@ def test_without_basic_auth_the_public_config_is_copied() -> None:
 
 def test_custom_user_creates_no_account() -> None:
     out = evaluate({"enable": True, "user": "svc", "group": "svc", "web": {"enable": False}})
-    assert out["users"] == {"users": {}, "groups": {}}
+    assert out["users"] == {"users": {}, "groups": {"rq-web": {}}}  # the console's, always
     assert out["systemd"]["services"]["rq@"]["serviceConfig"]["User"] == "svc"
     assert out["systemd"]["sockets"]["rq@"]["socketConfig"]["SocketGroup"] == "svc"
     assert "rq-web" not in out["systemd"]["sockets"]
@@ -236,6 +243,165 @@ def test_custom_user_creates_no_account() -> None:
 def test_disabled_module_generates_nothing() -> None:
     out = evaluate({"queues": {"hello": {"script": "/x"}}})
     assert out == {"failedAssertions": []}
+
+
+# ------------------------------------------------------------------ users, credentials, roles
+RQSYS = "/nix/store/00000000000000000000000000000000-rqsys/bin/rqsys"
+IDENTITY_KEYS = ("DynamicUser", "User", "Group", "RemoveIPC", "SupplementaryGroups",
+                 "ExecStartPre")
+OWN = {"enable": True, "stateDir": STATE, "queues": {
+    "named": {"script": "/srv/named", "user": "nobody",
+              "credentials": {"token": "/run/secrets/100%", "db": {"encrypted": "/etc/c/db"}}},
+    "dyn": {"script": "/srv/dyn", "user": "dynamic"},
+    "plain": {"script": "/srv/plain"}}}
+
+
+@pytest.fixture(scope="module")
+def own() -> dict[str, Any]:
+    return evaluate(OWN)
+
+
+def unit_lines(section: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """A NixOS serviceConfig's lines for ``keys`` (a list: one line per item)."""
+    lines = []
+    for key in keys:
+        value = section.get(key)
+        for item in value if isinstance(value, list) else [] if value is None else [value]:
+            lines.append(f"{key}={item}")
+    return lines
+
+
+def rq_scan_lines(text: str) -> list[str]:
+    """The settings of a drop-in rq-scan writes (its header and [Service] left out)."""
+    return [line for line in text.splitlines() if line and not line.startswith(("#", "["))]
+
+
+def test_a_named_user_gets_rq_scans_drop_in(own: dict[str, Any], tmp_path: Path) -> None:
+    section = own["systemd"]["services"]["rq@named"]["serviceConfig"]
+    wanted = rq_scan_lines(unituser.drop_in("named", {"user": "nobody"}, tmp_path, RQSYS))
+    primary = grp.getgrgid(pwd.getpwnam("nobody").pw_gid).gr_name
+    # rq-scan names the primary group; the module's empty Group= leaves it to systemd
+    assert f"Group={primary}" in wanted
+    assert sorted(unit_lines(section, IDENTITY_KEYS)) == sorted(
+        "Group=" if line == f"Group={primary}" else line for line in wanted)
+    assert section["RemoveIPC"] == "no" and section["SupplementaryGroups"] == ["rq"]
+
+
+def test_a_dynamic_user_gets_rq_scans_drop_in(own: dict[str, Any], tmp_path: Path) -> None:
+    section = own["systemd"]["services"]["rq@dyn"]["serviceConfig"]
+    wanted = rq_scan_lines(unituser.drop_in("dyn", {"user": "dynamic"}, tmp_path, RQSYS))
+    assert wanted == ["DynamicUser=yes", "User=rq-dyn", "SupplementaryGroups=rq",
+                      f"ExecStartPre=+{RQSYS} queue-owner %i"]
+    keys = tuple(k for k in IDENTITY_KEYS if k != "Group")
+    assert sorted(unit_lines(section, keys)) == sorted(wanted)
+    assert section["Group"] == "rq"  # the template's, which rq-scan's drop-in keeps
+
+
+def test_a_queues_drop_in_repeats_the_templates(own: dict[str, Any]) -> None:
+    # NixOS names both drop-ins overrides.conf; systemd reads only the instance's
+    services = own["systemd"]["services"]
+    assert {n for n in services if n.startswith("rq@")} == {"rq@", "rq@named", "rq@dyn"}
+    for name in ("rq@named", "rq@dyn"):
+        assert services[name]["overrideStrategy"] == "asDropin"
+        assert services[name]["environment"] == services["rq@"]["environment"]
+        assert services[name]["serviceConfig"]["ReadWritePaths"] == ["", STATE]
+        assert services[name]["after"] == ["rq-config.service"]
+        assert "wantedBy" not in services[name]  # socket-activated, as before
+    pooled = evaluate({"enable": True, "nats": {"servers": ["nats://10.0.0.1:4222"]},
+                       "queues": {"p": {"script": "/x", "user": "nobody",
+                                        "pool": {"name": "p"}}}})["systemd"]["services"]["rq@p"]
+    assert pooled["wantedBy"] == ["multi-user.target"]
+    assert pooled["serviceConfig"]["User"] == "nobody"
+
+
+def test_credentials_reach_config_and_drop_in(own: dict[str, Any], tmp_path: Path) -> None:
+    files = entry_files(own["services"]["rq"]["generated"]["scandir"]["named"])
+    entry = tmp_path / "named"
+    entry.mkdir()
+    (entry / "config.json").write_text(files["config.json"]["text"])
+    (entry / "run").write_text("#!/bin/sh\n")
+    (entry / "run").chmod(0o755)
+    effective = scandir.entry_config("named", entry)
+    assert effective["user"] == "nobody"
+    assert effective["credentials"] == {"token": "/run/secrets/100%",
+                                        "db": {"encrypted": "/etc/c/db"}}
+    section = own["systemd"]["services"]["rq@named"]["serviceConfig"]
+    keys = ("LoadCredential", "LoadCredentialEncrypted")
+    assert sorted(unit_lines(section, keys)) == sorted(
+        rq_scan_lines(credentials.drop_in(effective)))
+    assert section["LoadCredential"] == ["token:/run/secrets/100%%"]
+    assert "credentials" not in json.loads(entry_files(
+        own["services"]["rq"]["generated"]["scandir"]["dyn"])["config.json"]["text"])
+
+
+def test_the_consoles_group_and_the_shared_directories(own: dict[str, Any]) -> None:
+    assert own["users"]["groups"]["rq-web"] == {}
+    web = own["systemd"]["services"]["rq-web"]["serviceConfig"]
+    assert web["SupplementaryGroups"] == ["rq-web"] and web["User"] == "rq"
+    rules = own["systemd"]["tmpfiles"]["rules"]
+    for name in ("audit", "batches"):
+        assert f"d {STATE}/{name} 2770 rq rq -" in rules
+
+
+def test_a_dynamic_name_nix_writes_is_rqsys_own() -> None:
+    assert dynamic_name("q" * 28) == "rq-" + "q" * 28  # what the module writes
+    assert dynamic_name("q" * 29) != "rq-" + "q" * 29  # a crc32: refused below
+
+
+# ------------------------------------------------------------------ basic auth and roles
+def write_config(tmp_path: Path, users: dict[str, Any], auth: dict[str, Any]
+                 ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run rq-config.service's script (its store files written out, the real jq)."""
+    need(shutil.which("jq") is not None, "jq")
+    (tmp_path / "auth.json").write_text(json.dumps(auth))
+    me, group = pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+    out = evaluate({"enable": True, "stateDir": str(tmp_path / "state"), "user": me,
+                    "group": group, "web": {"basicAuthFile": str(tmp_path / "auth.json"),
+                                            "users": users}})
+    rq_config = out["systemd"]["services"]["rq-config"]
+    script = rq_config["script"].replace(
+        "/nix/store/00000000000000000000000000000000-jq/bin/jq", str(shutil.which("jq")))
+    for stored in rq_config["restartTriggers"]:
+        local = tmp_path / stored["name"]
+        local.write_text(stored["text"])
+        script = script.replace(stored["storePath"], str(local))
+    assert "/nix/store" not in script
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    return done, tmp_path / "state" / "config" / "config.json"
+
+
+def test_web_users_get_their_roles_and_hashes(tmp_path: Path) -> None:
+    auth = {"realm": "rq", "users": {"ann": "$argon2id$ann", "bob": "$argon2id$bob",
+                                     "cyd": {"password": "$argon2id$cyd", "role": "viewer"}}}
+    done, written = write_config(tmp_path, {"ann": {"role": "viewer", "queues": ["etl-*"]},
+                                            "cyd": {}}, auth)
+    assert done.returncode == 0, done.stderr
+    merged = config.validate("config", json.loads(written.read_text()), "config.json")
+    assert merged["basic_auth"]["users"] == {
+        "ann": {"password": "$argon2id$ann", "role": "viewer", "queues": ["etl-*"]},
+        "bob": "$argon2id$bob",  # not in web.users: a bare hash, an admin
+        "cyd": {"password": "$argon2id$cyd", "role": "admin"}}  # the module's role wins
+    accounts = roles.accounts(merged["basic_auth"])
+    assert accounts["ann"].may("viewer", "etl-a") and not accounts["ann"].may("viewer", "x")
+    assert not accounts["ann"].may("operator", "etl-a") and accounts["bob"].may("admin", "x")
+
+
+def test_a_web_user_without_a_hash_fails_rq_config(tmp_path: Path) -> None:
+    written = tmp_path / "state" / "config" / "config.json"
+    written.parent.mkdir(parents=True)
+    written.write_text('{"old": true}')
+    done, _ = write_config(tmp_path, {"ann": {}, "eve": {"role": "viewer"}},
+                           {"realm": "rq", "users": {"ann": "$argon2id$ann",
+                                                     "eve": {"role": "admin"}}})
+    assert done.returncode != 0
+    assert "services.rq.web.users: no password hash for eve in " in done.stderr
+    assert json.loads(written.read_text()) == {"old": True}  # never a user without one
+
+
+def test_a_basic_auth_file_without_users_fails_rq_config(tmp_path: Path) -> None:
+    done, written = write_config(tmp_path, {}, {"realm": "rq"})
+    assert done.returncode != 0 and 'not a JSON object with "users"' in done.stderr
+    assert not written.exists()
 
 
 # ------------------------------------------------------------------ bad input
@@ -253,6 +419,16 @@ def test_disabled_module_generates_nothing() -> None:
     ({"web": {"port": 70000}}, "services.rq.web.port' has a value"),
     ({"queue": {}}, "services.rq.queue' does not exist"),
     ({"generated": {}}, "services.rq.generated' is read-only"),
+    ({"queues": {"q": {"script": "/x", "user": "no one"}}},
+     "services.rq.queues.q.user' has a value of the wrong type"),
+    ({"queues": {"q": {"script": "/x", "credentials": {"t": "relative/t"}}}},
+     "services.rq.queues.q.credentials.t' has a value of the wrong type"),
+    ({"queues": {"q": {"script": "/x", "credentials": {"t": {"path": "/t"}}}}},
+     "services.rq.queues.q.credentials.t.path' does not exist"),
+    ({"queues": {"q": {"script": "/x", "credentials": {"t": {"encrypted": 1}}}}},
+     "services.rq.queues.q.credentials.t.encrypted' has a value of the wrong type"),
+    ({"web": {"users": {"ann": {"role": "root"}}}}, "services.rq.web.users.ann.role' has a"),
+    ({"web": {"users": {"ann": {"queues": [""]}}}}, "services.rq.web.users.ann.queues.[0]'"),
 ])
 def test_bad_option_values_are_refused(settings: dict[str, Any], message: str) -> None:
     assert message in evaluation_error({"enable": True, **settings})
@@ -268,6 +444,16 @@ def test_bad_option_values_are_refused(settings: dict[str, Any], message: str) -
     ({"timers": {"t": {"msg": {"dest": "q"}}}}, "needs exactly one of period"),
     ({"timers": {"t": {"period": 60, "msg": {"dest": "q", "colour": "red"}}}}, "needs a dest"),
     ({"web": {"basicAuthFile": "/nix/store/abc-auth.json"}}, "is in the Nix store"),
+    ({"web": {"users": {"ann": {}}}},
+     "services.rq.web.users needs services.rq.web.basicAuthFile, which holds their password"),
+    ({"queues": {"q" * 29: {"script": "/x", "user": "dynamic"}}},
+     "needs a queue name of at most 28 characters: rqsys shortens a longer rq-<name> with a "
+     "crc32, which Nix cannot compute"),
+    ({"queues": {"q": {"script": "/x", "credentials": {"t": {"encrypted": "/nix/store/a-t"}}}}},
+     "credentials are in the Nix store, readable by everyone; give paths outside it "
+     "(credentials: q.t)"),
+    ({"queues": {"q": {"script": "/x", "credentials": {"..": "/run/t"}}}},
+     "(credentials: q...)"),
 ])
 def test_inconsistent_settings_fail_an_assertion(settings: dict[str, Any], message: str) -> None:
     failed = evaluate({"enable": True, **settings})["failedAssertions"]

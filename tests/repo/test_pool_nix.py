@@ -66,9 +66,10 @@ def test_a_pool_queue_config_is_what_rqsys_reads(pooled: dict[str, Any],
 
 def test_a_pool_queue_runs_from_boot_after_the_local_nats(pooled: dict[str, Any]) -> None:
     services = pooled["systemd"]["services"]
-    assert services["rq@tc"] == {"overrideStrategy": "asDropin",
-                                 "wantedBy": ["multi-user.target"],
-                                 "after": ["nats.service"], "wants": ["nats.service"]}
+    tc = services["rq@tc"]  # it repeats the shared rq@ drop-in: NixOS names both overrides.conf
+    assert tc["overrideStrategy"] == "asDropin" and tc["wantedBy"] == ["multi-user.target"]
+    assert tc["after"] == tc["wants"] == ["rq-config.service", "nats.service"]
+    assert tc["serviceConfig"]["User"] == "rq" and tc["environment"] == {"RQ_ROOT": "/var/lib/rq"}
     assert "rq@plain" not in services  # a plain queue stays socket-activated
     assert pooled["environment"]["systemPackages"][0]["args"] == {"withPool": True}
 
