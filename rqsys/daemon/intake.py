@@ -98,9 +98,12 @@ class Intake:
             existing = self.ledger.schedule.find_same_params(msg)
             if existing:
                 return self._created(existing)
+        span = self.ctx.tracing.create(msg) if self.ctx.tracing is not None else None
         staged = self.store.stage(msg, state)
         self.dups.hold(staged)
         staged.origin = r.args.get("by") or r.peer
+        if span is not None:
+            self.ctx.tracing.created(span, staged.msg_id, staged.origin)
         specs = r.args.get("attachments") or []
         if not specs and not r.fds:
             self._await_publish(staged, state, r)

@@ -38,6 +38,7 @@ from rqsys.daemon.server import Handler, Server
 from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import RQError
 from rqsys.fdclose import FdBatch
+from rqsys.observe import tracing
 from rqsys.observe.events import EventLog
 from rqsys.pool import member_for
 from rqsys.run.output import ScriptOutput
@@ -123,6 +124,7 @@ class QueueDaemon:
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
+        self.ctx.tracing = tracing.start(self.ctx.sysconfig, self.log, self.ctx.name)
         self.observer.load()
         self.transitions.load()
         self.batch_ends.recover(self.store, set(self.schedule.msgs))
@@ -219,6 +221,8 @@ class QueueDaemon:
         self.notifier.stopping()
         self.log.flush()
         self.closing.close()
+        if self.ctx.tracing is not None:
+            self.ctx.tracing.shutdown()  # the spans not sent yet
 
     def _timeout(self) -> float:
         if self.intake.pending or self.after.ended:  # taken in after this turn's phase

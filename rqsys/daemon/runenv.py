@@ -8,6 +8,7 @@ from typing import Any
 
 from rqsys import config
 from rqsys.daemon.context import QueueContext
+from rqsys.observe import tracing
 from rqsys.run import credentials as creds
 from rqsys.run.identity import Identity
 from rqsys.run.spawn import QueueEnviron
@@ -51,13 +52,17 @@ class RunEnvironment:
     def strings(self) -> QueueEnviron:
         if self._strings is None:
             self._strings = QueueEnviron(self.shared(), RUN_KEYS | self._gpu_keys()
-                                         | self._credential_keys())
+                                         | self._credential_keys() | self._trace_keys())
         return self._strings
 
     def _credential_keys(self) -> frozenset[str]:
         """CREDENTIALS_DIRECTORY, where each run has its own (embedded mode)."""
         per_run = self.credentials is not None and self.credentials.per_run
         return frozenset({creds.ENV}) if per_run else frozenset()
+
+    def _trace_keys(self) -> frozenset[str]:
+        """TRACEPARENT, each run's own when traces are on."""
+        return frozenset({tracing.ENV}) if self.ctx.tracing is not None else frozenset()
 
     def _gpu_keys(self) -> frozenset[str]:
         return GPU_KEYS if (self.ctx.config.get("budget") or {}).get("gpus") else frozenset()

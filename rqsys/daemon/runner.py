@@ -2,10 +2,9 @@
 lines and dup requests on fd 3, the answers on fd 4, and their exits.
 
 Each script's status pipe and pidfd are watched by ``children``.  Where a
-message goes when its script ends is the transitions' business
-(``transitions``); a dup to another queue is ``outbound``'s, to this queue
-``intake``'s; both answer later, and the answers are written on fd 4 in the
-order the script asked.
+message goes when its script ends is ``transitions``' business; a dup to
+another queue is ``outbound``'s, to this queue ``intake``'s; both answer
+later, and the answers are written on fd 4 in the order the script asked.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runenv import RunEnvironment
 from rqsys.daemon.runlimits import Run, RunLimits, explain
+from rqsys.daemon.runtraces import RunTraces
 from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
 from rqsys.errors import BadRequest, NotFound, ProtocolError, RQError, SpawnError, Unavailable
@@ -63,6 +63,7 @@ class Runner:
         self.credentials = Credentials(ctx.layout.root, ctx.name, log, ctx.config,
                                        owner=self.identity)
         self.env = RunEnvironment(ctx, self.credentials, self.identity)
+        self.traces = RunTraces(ctx)  # each run's span, when tracing is on
         self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
@@ -165,7 +166,9 @@ class Runner:
     def _run_env(self, msg_id: str, msg: Msg, real: str, job: str) -> dict[str, str] | None:
         """A run's own variables (and credentials); None: they cannot be, it ended in err."""
         try:
-            return self.env.of_run(msg_id, msg, real, job, self._gpus_of(msg_id))
+            run = self.env.of_run(msg_id, msg, real, job, self._gpus_of(msg_id))
+            self.traces.started(msg_id, msg, run)
+            return run
         except CredentialError as exc:  # named, never their content
             self.log.event("err", str(exc), msg_id, RQ_STATE="run")
             self._conclude(msg_id, msg, Outcome("err", str(exc), kind="err"), None)
@@ -177,6 +180,7 @@ class Runner:
         fitting; a lone surrogate stored before intake refused them), it alone ends
         in err; else the queue's script is (SCRIPTERROR): it waits in que."""
         self.credentials.close_run(msg_id)
+        self.traces.ended(msg_id, Outcome("que", f"not started: {exc}"), None)
         errno_ = getattr(exc, "errno", None)
         why = "its params hold a lone UTF-16 surrogate" if isinstance(exc, UnicodeError) else ""
         if errno_ == errno.E2BIG and not spawn.env_problem(self.env.shared(), tuple(argv)):
@@ -321,6 +325,7 @@ class Runner:
                   worker: Worker | None = None) -> None:
         """End a run: retried when the queue's policy says so (``retry``)."""
         self.credentials.close_run(msg_id)  # its directory, once all it started is gone
+        self.traces.ended(msg_id, outcome, worker)
         outcome = retried(outcome, msg, self.ctx.config)
         if outcome.state == "que" and (USED in msg or budget(msg, self.ctx.config)):
             outcome.fields[USED] = time_used(worker)

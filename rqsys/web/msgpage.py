@@ -9,7 +9,7 @@ from typing import Any
 
 import falcon
 
-from rqsys.observe import timeline
+from rqsys.observe import timeline, tracing
 from rqsys.web import access, logs, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import query, render
@@ -26,6 +26,7 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
     acts = access.account(req).may("operator", queue)  # else its buttons are not shown
     render(web, resp, "message.html", f"Message {msg_id}", crumbs, msg_id=msg_id, state=state,
            status=msg.get("status", ""), progress=progress(msg.get("progress")),
+           trace=trace_of(web, msg),
            after=[(url, str(url).startswith(("http://", "https://")))
                   for url in msg.get("after") or []],
            actions=actions(web, queue, msg_id, state) if acts else [],
@@ -38,6 +39,15 @@ def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: st
            attach_action=query(web.path("q", queue, msg_id, "attach", "new"),
                                back=web.msg_path(queue, msg_id))
            if state == "prep" and acts else "")
+
+
+def trace_of(web: Web, msg: dict[str, Any]) -> dict[str, str] | None:
+    """The message's trace id, and its link when ``tracing.link`` is configured."""
+    found = tracing.trace_id(str(msg.get(tracing.FIELD) or ""))
+    if not found:
+        return None
+    link = str((web.sysconfig.get("tracing") or {}).get("link") or "")
+    return {"id": found, "href": link.replace("{trace_id}", found)}
 
 
 def actions(web: Web, queue: str, msg_id: str, state: str) -> list[dict[str, Any]]:

@@ -155,6 +155,12 @@ def _post(params: list[dict[str, Any]], body: dict[str, Any], summary: str,
                      "responses": _answers(schema)}}
 
 
+TRACEPARENT = {"name": "traceparent", "in": "header", "required": False,
+               "description": "W3C trace context: with traces on (rqsys(8) TRACES) the "
+               "message's create span continues it; a malformed one is ignored",
+               "schema": {"type": "string"}}
+
+
 def _duplicate_header(path: dict[str, Any]) -> dict[str, Any]:
     """new_message's ok answer may be an existing message's URL: its header says so."""
     path["post"]["responses"]["200"]["headers"] = {"RQ-Duplicate": {
@@ -291,7 +297,7 @@ def _queue_paths() -> dict[str, Any]:
                 "ids": {"type": "array", "items": {"type": "string"}},
                 "total": {"type": "integer"}}})}},
         "/q/{name}/new_message": _duplicate_header(_post(
-            [QUEUE], _mesg_form(), "Create a message (mesg=<JSON>, _method inside)")),
+            [QUEUE, TRACEPARENT], _mesg_form(), "Create a message (mesg=<JSON>, _method inside)")),
         "/q/{name}/adminoper": _post([QUEUE], _with({"oper": {
             "enum": list(ADMIN_OPERS)}}), "Set the admin state"),
         "/timers.json": _get([], {"type": "array", "items": TIMER},

@@ -14,6 +14,7 @@ import falcon
 from rqsys import config
 from rqsys.errors import BadRequest, Forbidden, RQError, SpawnError, TooLarge, Unavailable
 from rqsys.message import split_method
+from rqsys.observe import tracing
 from rqsys.run.spawn import script_argv
 from rqsys.store import ADMIN_OPERS, QUEUE_NAME_RE, STATES, check_queue_name
 from rqsys.web import access, body, newform, pages
@@ -183,6 +184,9 @@ class NewMessage(Resource):
         msg, method = split_method(body.message_from(params, pairs), outer)
         if method not in CREATE_METHODS:
             raise BadRequest(f"_method must be commit, prep or single_que, not {method!r:.40}")
+        parent = req.get_header(tracing.FIELD) or ""
+        if isinstance(msg, dict) and tracing.trace_id(parent):  # W3C: a bad one is ignored
+            msg.setdefault(tracing.FIELD, parent)
         got = self.web.act(req, name, "create", msg=msg, by=f"http {req.remote_addr}",
                             **CREATE_METHODS[method])
         if got.get("duplicate"):  # RQ's answer stays ["ok", url]: the flag is a header
