@@ -41,10 +41,12 @@ COPIED_FIELDS = ("src", "param1", "param2", "param3", "param4", "max_count",
                  "timeout", "retry_max", "priority", "tags")
 
 
-def copy_fields(source: dict[str, Any], dest: str, orig_url: str) -> dict[str, Any]:
+def copy_fields(source: dict[str, Any], dest: str, orig_url: str, due: float = 0,
+                **extra: Any) -> dict[str, Any]:
     """A new message copying ``source`` (a clone or a dup) for ``dest``."""
     msg = {k: source[k] for k in COPIED_FIELDS if k in source}
-    msg.update(dest=dest, count=0, due=0, orig_msg_id=source.get("orig_msg_id") or orig_url)
+    msg.update(dest=dest, count=0, due=due, orig_msg_id=source.get("orig_msg_id") or orig_url,
+               **extra)
     return msg
 
 

@@ -261,9 +261,9 @@ class Runner:
 
         try:
             target = self.ctx.dup_target(cmd.dest)
-            msg = copy_fields(worker.msg, cmd.dest, self.ctx.url(worker.msg_id))
-            if cmd.due:
-                msg["due"] = time.time() + cmd.due
+            msg = copy_fields(worker.msg, cmd.dest, self.ctx.url(worker.msg_id),
+                              due=time.time() + cmd.due if cmd.due else 0,
+                              **self.traces.carried(worker.msg_id))  # the copy in its trace
             if target == self.ctx.name:
                 self.intake.dup_here(msg, worker.msg_id, then)
             else:

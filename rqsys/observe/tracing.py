@@ -23,10 +23,12 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rqsys.observe.events import EventLog
 from rqsys.store.layout import MSG_ID_RE
+
+if TYPE_CHECKING:
+    from rqsys.observe.events import EventLog
 
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 TRACEPARENT_RE = re.compile(r"^00-(?!0{32})([0-9a-f]{32})-(?!0{16})([0-9a-f]{16})-[0-9a-f]{2}$")

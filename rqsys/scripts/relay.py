@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from rqsys.errors import BadRequest, RQError
+from rqsys.observe.tracing import trace_id
 from rqsys.scripts.jobkit import Job
 from rqsys.scripts.rqhttp import Connections, Peer, PeerError, PeerRefused, PeerUnknown
 from rqsys.store import QueueStore, check_msg_id, check_queue_name, file_md5
@@ -126,6 +127,12 @@ class Relay:
                    relay_via=[*via, self.job.host])
         return msg
 
+    def trace_header(self) -> dict[str, str]:
+        """The hop's W3C ``traceparent``: this run's span, when the relay queue's
+        daemon traces (a header: RQ, which knows no such field, ignores it)."""
+        parent = self.job.env.get("TRACEPARENT", "")
+        return {"traceparent": parent} if trace_id(parent) else {}
+
     def orig_msg_id(self) -> str:
         """The id the far message carries back to its first queue."""
         return str(self.job.msg.get("orig_msg_id") or self.job.full_id)
@@ -168,7 +175,8 @@ class Relay:
         self.step()
         self.job.log(f"attempting remote {self.target}")
         mesg = dict(self.outgoing(), _method="prep")  # RQ reads _method inside mesg
-        url = self.peer.post_form(f"{self.target}/new_message", {"mesg": json.dumps(mesg)})
+        url = self.peer.post_form(f"{self.target}/new_message", {"mesg": json.dumps(mesg)},
+                                  self.trace_header())
         try:
             url_parts(str(url), 3)
         except BadRequest as exc:

@@ -123,11 +123,13 @@ class Peer:
                 self.conns.give(self.key, conn)
             return Reply(status, data)
 
-    def post_form(self, url: str, fields: dict[str, str]) -> Any:
+    def post_form(self, url: str, fields: dict[str, str],
+                  headers: dict[str, str] | None = None) -> Any:
         """POST a form; the ``x`` of an ``["ok", x]`` answer."""
         body = urlencode(dict(fields, x_format="json")).encode()
         reply = self.request("POST", url, body,
-                             {"Content-Type": "application/x-www-form-urlencoded"})
+                             {"Content-Type": "application/x-www-form-urlencoded",
+                              **(headers or {})})
         return rq_answer(reply, url)
 
     def get_json(self, url: str) -> Any:

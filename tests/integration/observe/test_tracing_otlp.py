@@ -12,14 +12,12 @@ endpoint), nothing is traced and the script has no ``TRACEPARENT``.
 from __future__ import annotations
 
 import secrets
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from conftest import wait_for
 from daemon_util import settle
+from otlp import Collector
 from web_support import web_server  # noqa: F401
 
 from rqsys.observe import tracing
@@ -28,64 +26,18 @@ ECHO = 'echo "done ${TRACEPARENT-unset}" >&3'
 FAIL = 'echo "failing on purpose"; exit 3'
 
 
-class Collector:
-    """An OTLP/HTTP trace endpoint: every span received, decoded."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
-
-        self.spans: list[dict[str, Any]] = []
-        spans, decode = self.spans, ExportTraceServiceRequest.FromString
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                spans.extend(flatten(decode(body)) if self.path == "/v1/traces" else [])
-                self.send_response(200 if self.path == "/v1/traces" else 404)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def of_trace(self, trace: str, count: int) -> dict[str, dict[str, Any]]:
-        """The spans of ``trace`` by name, once ``count`` have come."""
-        def got() -> dict[str, dict[str, Any]] | None:
-            found = {s["name"].split()[0]: s for s in self.spans if s["trace"] == trace}
-            return found if len(found) >= count else None
-        return wait_for(got, 20, f"{count} spans of trace {trace}")
-
-
-def flatten(request: Any) -> list[dict[str, Any]]:
-    spans = []
-    for resource in request.resource_spans:
-        host = {a.key: a.value.string_value for a in resource.resource.attributes}
-        for scope in resource.scope_spans:
-            for span in scope.spans:
-                spans.append({"name": span.name, "trace": span.trace_id.hex(),
-                              "id": span.span_id.hex(), "parent": span.parent_span_id.hex(),
-                              "resource": host, "start": span.start_time_unix_nano,
-                              "end": span.end_time_unix_nano,
-                              "attrs": {a.key: attr_value(a.value) for a in span.attributes}})
-    return spans
-
-
-def attr_value(value: Any) -> Any:
-    return getattr(value, value.WhichOneof("value"))
-
-
 @pytest.fixture
 def collector() -> Iterator[Collector]:
     got = Collector()
     yield got
     got.server.shutdown()
+
+
+def spans_of(collector: Collector, trace: str, queue: str) -> dict[str, dict[str, Any]]:
+    """The create, queued and run spans of ``trace`` in ``queue``, by their first word."""
+    names = {f"{word} {queue}" for word in ("create", "queued", "run")}
+    found = collector.of_trace(trace, names)
+    return {name.split()[0]: span for name, span in found.items() if name in names}
 
 
 def traced(daemon, collector: Collector, name: str):
@@ -107,7 +59,7 @@ def test_a_message_s_spans_continue_its_creator_s_trace(make_queue, daemon, coll
     msg_id = proc.call("create", msg={"dest": "tq", "traceparent": given})["msg_id"]
     status = settle(proc, msg_id)["status"]
     # Then create, queued and run spans arrive in the creator's trace
-    spans = collector.of_trace(trace, 3)
+    spans = spans_of(collector, trace, "tq")
     create, queued, run = spans["create"], spans["queued"], spans["run"]
     assert create["parent"] == caller and queued["parent"] == run["parent"] == create["id"]
     assert create["attrs"]["rq.msg_id"] == msg_id == run["attrs"]["rq.msg_id"]
@@ -128,7 +80,7 @@ def test_a_message_without_a_parent_starts_a_trace_and_a_failure_says_why(
     msg_id = proc.call("create", msg={"dest": "tf"})["msg_id"]
     assert settle(proc, msg_id)["state"] == "err"
     trace = tracing.trace_id(proc.call("get", msg_id=msg_id)["msg"]["traceparent"])
-    spans = collector.of_trace(trace, 3)
+    spans = spans_of(collector, trace, "tf")
     assert spans["create"]["parent"] == ""  # a root
     assert (spans["run"]["attrs"]["rq.verdict"], spans["run"]["attrs"]["rq.failure"]) == (
         "err", "exit")
@@ -159,7 +111,32 @@ def test_the_http_header_continues_a_trace_and_the_page_links_it(
     msg_id = got[1].rsplit("/", 1)[1]
     settle(proc, msg_id)
     # Then its create span is the header's child, and the page links its trace
-    assert collector.of_trace(trace, 3)["create"]["parent"] == caller
+    assert spans_of(collector, trace, "th")["create"]["parent"] == caller
     _s, _h, page = web.request("GET", f"/q/th/{msg_id}")
     assert f'<a class="mono" href="http://jaeger.example/trace/{trace}">{trace}</a>' in (
         page.decode())
+
+
+DUPPER = """
+echo "dup 0-x-tq" >&3
+read -r -u 4 answer
+echo "done $answer" >&3
+"""
+
+
+def test_a_dup_is_in_its_run_s_trace(make_queue, daemon, collector) -> None:
+    # Given two traced queues, the first's script copying its message to the second
+    make_queue("ts", DUPPER)
+    make_queue("tq", ECHO)
+    source, copies = traced(daemon, collector, "ts"), traced(daemon, collector, "tq")
+    # When a message of the first runs
+    msg_id = source.call("create", msg={"dest": "ts"})["msg_id"]
+    answer = settle(source, msg_id)["status"]
+    assert answer.startswith("ok ")
+    copy_id = answer.rsplit("/", 1)[1]
+    # Then its copy is created in the same trace, the child of the run that made it
+    trace = tracing.trace_id(source.call("get", msg_id=msg_id)["msg"]["traceparent"])
+    settle(copies, copy_id)
+    mine, theirs = spans_of(collector, trace, "ts"), spans_of(collector, trace, "tq")
+    assert theirs["create"]["parent"] == mine["run"]["id"]
+    assert theirs["create"]["attrs"]["rq.msg_id"] == copy_id
