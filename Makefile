@@ -28,7 +28,7 @@ TEST_DEBS := systemd systemd-container man-db mandoc iproute2 curl strace \
 VERSION  := $(shell sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' debian/changelog)
 ARCH     := $(shell dpkg --print-architecture 2>/dev/null || uname -m)
 DEB      := build/deb/rqsys_$(VERSION)_$(ARCH).deb
-DEB_TREE := debian rqsys man units setup.py pyproject.toml MANIFEST.in README.md
+DEB_TREE := debian rqsys man units docs setup.py pyproject.toml MANIFEST.in README.md
 DEB_SKIP := --exclude=__pycache__ --exclude='*.so' --exclude=_rqspawn.c --exclude='*.egg-info'
 # dpkg-buildpackage with Debian's own python3 and nothing of the caller's
 # environment (a venv or pyenv first on PATH would build for another Python).

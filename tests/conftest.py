@@ -147,6 +147,20 @@ def guests(request: pytest.FixtureRequest,
 
 
 @pytest.fixture
+def passable_tmp() -> Iterator[Path]:
+    """A directory every user may pass through (pytest's tmp_path is its user's
+    alone): for scripts run as another user (a queue's ``user``)."""
+    import shutil
+    import tempfile
+
+    need(os.geteuid() == 0, "running a script as another user needs root")
+    base = Path(tempfile.mkdtemp(prefix="rq-passable-", dir="/var/tmp"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
 def layout(tmp_path: Path) -> Layout:
     lay = Layout(tmp_path / "root", tmp_path / "root" / "sock")
     lay.make_dirs()

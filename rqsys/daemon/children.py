@@ -91,6 +91,7 @@ class Children:
         pid, wait_status, worker.rusage = child.wait()
         if pid == 0:
             return  # not ended after all (cannot happen for a ready pidfd)
+        worker.wait_status = wait_status
         if child.status_r in self._status:
             self._on_lines(worker, worker.read_lines()[0])  # before fd 4 is closed
         del self._pidfds[child.pidfd]

@@ -40,5 +40,4 @@ class RunTraces:
         self.parents.pop(msg_id, None)
         if span is None:
             return
-        self.ctx.tracing.ran(span, outcome.state, outcome.text, outcome.kind,
-                             worker.rusage if worker is not None else None)
+        self.ctx.tracing.ran(span, outcome, worker)

@@ -134,13 +134,19 @@ class Tracing:
         return span, self._header(span)
 
     @staticmethod
-    def ran(span: Any, verdict: str, status: str, kind: str, rusage: Any) -> None:
-        """End a run's span with what became of it (``kind``: why a failure failed)."""
-        span.set_attribute("rq.verdict", verdict)
-        span.set_attribute("rq.status", status[:200])
-        if kind:
-            span.set_attribute("rq.failure", kind)
-        if rusage is not None:
+    def ran(span: Any, outcome: Any, worker: Any) -> None:
+        """End a run's span with what became of it: the ``Outcome`` and, when it
+        ran, its ``Worker``'s exit and resource use."""
+        span.set_attribute("rq.verdict", outcome.state)
+        span.set_attribute("rq.status", outcome.text[:200])
+        if outcome.kind:
+            span.set_attribute("rq.failure", outcome.kind)  # err, exit, signal, timeout...
+        status = getattr(worker, "wait_status", None)
+        if status is not None and os.WIFSIGNALED(status):
+            span.set_attribute("rq.signal", os.WTERMSIG(status))
+        elif status is not None:
+            span.set_attribute("rq.exit_code", os.waitstatus_to_exitcode(status))
+        if (rusage := getattr(worker, "rusage", None)) is not None:
             span.set_attribute("rq.cpu_s", round(rusage.ru_utime + rusage.ru_stime, 6))
             span.set_attribute("rq.maxrss_kb", int(rusage.ru_maxrss))
         span.end()

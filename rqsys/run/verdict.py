@@ -53,6 +53,7 @@ class Worker:
     stop_reason: str = ""  # "stopping" (daemon stop), "destroy", "timeout" or "cancel"
     stop_text: str = ""  # the status a "timeout" ends with
     rusage: Any = None  # os.wait4's resource usage, once reaped
+    wait_status: int | None = None  # os.wait4's, once reaped
     _buf: bytearray = field(default_factory=bytearray)
     _cutting: bool = False
     _replies: collections.deque[list[str]] = field(default_factory=collections.deque)

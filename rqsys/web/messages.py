@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl
 import falcon
 
 from rqsys.errors import BadRequest, NotFound
-from rqsys.observe import timeline
+from rqsys.observe import timeline, tracing
 from rqsys.run import protocol
 from rqsys.store import check_attach_name
 from rqsys.web import body, logs, msgpage, upload
@@ -30,9 +30,11 @@ def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
                    for name, info in got["attachments"].items()}
     times = {key: got.get(key) for key in timeline.TIME_FIELDS}
     running = got["state"] == "run"
+    trace = tracing.trace_id(str(got["msg"].get(tracing.FIELD) or ""))
+    traced = {"trace_id": trace} if trace else {}
     return dict(got["msg"], msg_id=msg_id, url=web.msg_url(queue, msg_id), state=got["state"],
                 status=rq_status_text(got["state"], got["status"]),
-                status_text=got["status"], _attachments=attachments, **times,
+                status_text=got["status"], _attachments=attachments, **times, **traced,
                 progress=protocol.progress(got["status"]) if running else None,
                 last_lines=got.get("last_lines", []), cancelled=bool(got.get("cancelled")),
                 _timeline=got.get("timeline", []))

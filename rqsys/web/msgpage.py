@@ -16,7 +16,7 @@ from rqsys.web.html import query, render
 
 ENDED = ("done", "err", "relayed")
 NOT_FIELDS = ("_attachments", "status", "status_text", "state", "_timeline", "progress",
-              "last_lines", *timeline.TIME_FIELDS)  # shown elsewhere on the page
+              "last_lines", "trace_id", *timeline.TIME_FIELDS)  # shown elsewhere on the page
 
 
 def message_page(web: Web, req: falcon.Request, resp: falcon.Response, queue: str,

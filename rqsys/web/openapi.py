@@ -95,6 +95,9 @@ MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_at
                                    "description": "in err: the last 20 lines (not blank) "
                                    "its failed run wrote, as a terminal shows them"},
                     "cancelled": {"type": "boolean", "description": "in err by a cancel"},
+                    "trace_id": {"type": "string", "pattern": "^[0-9a-f]{32}$",
+                                 "description": "its trace's id (traceparent's second "
+                                 "part), when it has one (rqsys(8) TRACES)"},
                     "_attachments": {"type": "object", "additionalProperties": {
                         "type": "object", "required": ["md5", "size"],
                         "properties": {"md5": {"type": "string"},

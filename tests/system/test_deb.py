@@ -249,6 +249,13 @@ def test_man_pages_open(installed: Installed, page: tuple[str, ...]) -> None:
     assert "NAME" in text and page[-1] in text
 
 
+def test_the_operators_docs_are_installed(installed: Installed) -> None:
+    listed = installed.run("dpkg", "-L", "rqsys").stdout.split()
+    docs = {Path(p).name.removesuffix(".gz") for p in listed if p.startswith("/usr/share/doc/")}
+    wanted = {Path(line).name for line in (PROJECT / "debian" / "rqsys.docs").read_text().split()}
+    assert wanted <= docs and "SECURITY.md" in wanted, sorted(docs)
+
+
 def test_systemd_analyze_verify_prints_nothing(installed: Installed) -> None:
     listed = installed.run("dpkg", "-L", "rqsys").stdout.split()
     units = [Path(p).name.replace("@.", "@verify.") for p in listed

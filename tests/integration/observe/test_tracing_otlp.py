@@ -64,7 +64,8 @@ def test_a_message_s_spans_continue_its_creator_s_trace(make_queue, daemon, coll
     assert create["parent"] == caller and queued["parent"] == run["parent"] == create["id"]
     assert create["attrs"]["rq.msg_id"] == msg_id == run["attrs"]["rq.msg_id"]
     assert queued["end"] <= run["start"] <= run["end"]
-    assert (run["attrs"]["rq.verdict"], run["attrs"]["rq.run"]) == ("done", 1)
+    assert (run["attrs"]["rq.verdict"], run["attrs"]["rq.run"], run["attrs"]["rq.exit_code"]) == (
+        "done", 1, 0)
     assert run["attrs"]["rq.cpu_s"] >= 0 and run["attrs"]["rq.maxrss_kb"] > 0
     assert run["resource"]["service.name"] == "rqsys"
     # And the script saw its run's span, the message keeps its create span
@@ -82,8 +83,8 @@ def test_a_message_without_a_parent_starts_a_trace_and_a_failure_says_why(
     trace = tracing.trace_id(proc.call("get", msg_id=msg_id)["msg"]["traceparent"])
     spans = spans_of(collector, trace, "tf")
     assert spans["create"]["parent"] == ""  # a root
-    assert (spans["run"]["attrs"]["rq.verdict"], spans["run"]["attrs"]["rq.failure"]) == (
-        "err", "exit")
+    attrs = spans["run"]["attrs"]
+    assert (attrs["rq.verdict"], attrs["rq.failure"], attrs["rq.exit_code"]) == ("err", "exit", 3)
 
 
 def test_untraced_daemons_trace_nothing(make_queue, daemon, collector) -> None:
@@ -110,8 +111,9 @@ def test_the_http_header_continues_a_trace_and_the_page_links_it(
     assert status == 200, got
     msg_id = got[1].rsplit("/", 1)[1]
     settle(proc, msg_id)
-    # Then its create span is the header's child, and the page links its trace
+    # Then its create span is the header's child, its JSON and page name its trace
     assert spans_of(collector, trace, "th")["create"]["parent"] == caller
+    assert web.get_json(f"/q/th/{msg_id}.json")[1]["trace_id"] == trace
     _s, _h, page = web.request("GET", f"/q/th/{msg_id}")
     assert f'<a class="mono" href="http://jaeger.example/trace/{trace}">{trace}</a>' in (
         page.decode())

@@ -15,15 +15,12 @@ import hashlib
 import json
 import os
 import pwd
-import shutil
 import signal
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import need, wait_for
+from conftest import wait_for
 from daemon_util import settle
 
 from rqsys.store import QueueStore
@@ -45,13 +42,9 @@ else echo "done $out refused: ${got##*: }" >&3; fi
 
 
 @pytest.fixture
-def tmp_path() -> Iterator[Path]:
-    """A root every user may pass through (pytest's own is its user's alone)."""
-    need(os.geteuid() == 0, "a queue's user is switched to by a daemon running as root")
-    base = Path(tempfile.mkdtemp(prefix="rq-users-", dir="/var/tmp"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def tmp_path(passable_tmp: Path) -> Path:
+    """The root (conftest's layout) where the queues' users may pass."""
+    return passable_tmp
 
 
 def attach(proc, tmp_path: Path, **msg) -> str:

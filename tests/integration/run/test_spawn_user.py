@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import need, wait_for
+from conftest import wait_for
 
 from rqsys.fdclose import close_fds
 from rqsys.run.identity import lookup
@@ -32,12 +29,8 @@ STATUS = "grep -E '^(Uid|Gid|Groups|CapEff):' /proc/self/status | tr -s '\\t ' '
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
-    need(os.geteuid() == 0, "switching a script's user needs root")
-    path = Path(tempfile.mkdtemp(prefix="rq-spawn-user-", dir="/var/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def base(passable_tmp: Path) -> Path:
+    return passable_tmp
 
 
 def ids(uid: int, gid: int, groups: list[int]) -> str:

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import stat
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,12 +60,8 @@ def test_users_that_cannot_be_had_are_refused(tmp_path: Path, name: str, why: st
 
 
 @pytest.fixture
-def open_base() -> Iterator[Path]:
-    """A directory every user may pass through (pytest's tmp_path is root's alone)."""
-    base = Path(tempfile.mkdtemp(prefix="rq-identity-", dir="/var/tmp"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def open_base(passable_tmp: Path) -> Path:
+    return passable_tmp
 
 
 def test_a_root_daemon_switches_and_makes_the_queue_directory_the_users(
@@ -78,9 +71,6 @@ def test_a_root_daemon_switches_and_makes_the_queue_directory_the_users(
     (open_base / "queue").chmod(0o755)
     assert blocked_way(lookup("nobody"), qdir) == ""
     ident, _log = identity(open_base, {"user": "nobody"}, 0)
-    if os.geteuid() != 0:
-        assert "cannot make" in ident.refusal  # chown needs root
-        return
     assert ident.switch is not None and ident.switch.uid == NOBODY.pw_uid
     assert ident.switch.environ()["USER"] == "nobody"
     st = os.stat(qdir)
