@@ -68,7 +68,7 @@ class Bulk:
         except OSError as exc:
             results[n] = _failed(n, StoreError(f"not stored: {exc}"))
             return None
-        staged.origin = r.args.get("by") or r.peer
+        staged.origin = r.claimed()
         return staged
 
     def _then(self, n: int, staged: Staged, results: list[dict[str, Any]], left: list[int],

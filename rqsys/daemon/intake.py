@@ -103,7 +103,7 @@ class Intake:
         span = self.ctx.tracing.create(msg) if self.ctx.tracing is not None else None
         staged = self.store.stage(msg, state)
         self.dups.hold(staged)
-        staged.origin = r.args.get("by") or r.peer
+        staged.origin = r.claimed()
         if span is not None:
             self.ctx.tracing.created(span, staged.msg_id, staged.origin)
         specs = r.args.get("attachments") or []

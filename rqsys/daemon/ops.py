@@ -144,7 +144,7 @@ class Ops:
         """A queued message to err, ``cancelled by <who>``, answered once
         durable; a running one is stopped (TERM to its group, KILL after
         stop_grace) and ends so: answered at once, ``stopping``."""
-        msg_id, who = r.args["msg_id"], r.args.get("by") or r.peer
+        msg_id, who = r.args["msg_id"], r.claimed()
         worker = self.runner.workers.get(msg_id)
         if worker is not None:
             self.runner.cancel(worker, who)

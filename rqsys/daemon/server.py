@@ -69,6 +69,15 @@ class Request:
             return ""
         return actor_of(self.conn, self.args.get("actor")).text
 
+    def claimed(self) -> str:
+        """Who the request says made it (its ``by``: ``timer t``, ``batch b``...),
+        believed from an admin peer (the web, timers, the daemons) or inside the
+        daemon; from any other peer, the kernel's name for it, beside its claim."""
+        said = str(self.args.get("by") or "")
+        if self.conn is None or (said and self.conn.role == "admin"):
+            return said or self.peer
+        return f"{self.peer} (says: {said[:80]})" if said else self.peer
+
     def fail(self, exc: BaseException) -> None:
         """Answer later with the error ``exc`` (an exception that is no RQError is a bug)."""
         self.answer(self.errors(self.op, exc))

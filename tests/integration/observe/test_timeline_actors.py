@@ -162,3 +162,24 @@ def _as_nobody_in(layout, gid: int, request: dict) -> dict:
     done = subprocess.run(argv, cwd=layout.socket_dir, capture_output=True, text=True,
                           timeout=30, check=True)
     return json.loads(done.stdout)
+
+
+def test_a_creator_claimed_by_a_peer_that_is_no_admin_is_named_by_the_kernel(
+        layout, make_queue, daemon, rq_group):
+    # Given a queue, and an operator's process (user nobody in group rq)
+    make_queue("q", "sleep 30")
+    proc = daemon("q")
+    # When it creates a message saying a timer made it, then cancels it as "root"
+    made = _as_nobody_in(layout, rq_group, {"op": "create", "msg": {}, "by": "timer nightly"})
+    msg_id = made["msg_id"]
+    wait_for(lambda: proc.call("status", msg_id=msg_id)["state"] == "run", 10, "it runs")
+    assert _as_nobody_in(layout, rq_group, {"op": "cancel", "msg_id": msg_id,
+                                            "by": "root"})["ok"] is True
+    # Then its timeline names the process the kernel names, beside what it said
+    got = wait_for(lambda: (s := proc.call("status", msg_id=msg_id))["state"] == "err" and s,
+                   20, "cancelled")
+    peer = f"socket pid \\d+ uid {NOBODY}"
+    assert re.fullmatch(rf"cancelled by {peer} \(says: root\)", got["status"]), got
+    (created,) = [e for e in timeline.read(store_of(layout, "q").msg_dir("err", msg_id))
+                  if e["ev"] == "created"]
+    assert re.fullmatch(rf"{peer} \(says: timer nightly\)", created["by"]), created
