@@ -93,7 +93,6 @@ class Tracing:
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
         self.tracer = self.provider.get_tracer("rqsys")
         self.queue, self.kinds, self.w3c = queue, SpanKind, TraceContextTextMapPropagator()
-        self.url = url
 
     def _parent(self, traceparent: str | None) -> Any:
         return self.w3c.extract({FIELD: traceparent}) if traceparent else None

@@ -22,6 +22,7 @@ waits for processes to die: only a background lane calls these.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from rqsys.run import resources
 MOUNTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))  # unified, or hybrid's v2
 CONTROLLERS = ("memory", "cpu", "pids")
 DAEMON_LEAF = "daemon"
+# systemd starts processes in the unit's own cgroup (ExecReload='s kill): enabling
+# the controllers then fails (EBUSY) until they are moved or gone; tried again
+ENABLE_TRIES, ENABLE_PAUSE = 50, 0.1
 RUN_PREFIX = "msg-"
 EMPTY_TIMEOUT = 30.0  # seconds for a killed sub-cgroup to empty
 CPU_PERIOD_US = 100_000
@@ -146,19 +150,31 @@ class Delegation:
         daemon left, enable the controllers; the names of those runs."""
         leaf = self.unit / DAEMON_LEAF
         leaf.mkdir(exist_ok=True)
-        for pid in _read(self.unit / "cgroup.procs").split():
-            with contextlib.suppress(ProcessLookupError):  # it has just exited
-                _write(leaf / "cgroup.procs", pid)
+        self._move_in(leaf)
         stale = sorted(p.name for p in self.unit.iterdir()
                        if p.name.startswith(RUN_PREFIX) and p.is_dir())
         for name in stale:
             self._remove(self.unit / name)
         given = _read(self.unit / "cgroup.controllers").split()
         wanted = [c for c in CONTROLLERS if c in given]
-        if wanted:
-            _write(self.unit / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+        for attempt in range(ENABLE_TRIES) if wanted else ():
+            try:
+                _write(self.unit / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+                break
+            except OSError as exc:  # EBUSY: a process joined the unit meanwhile (ExecReload=)
+                if exc.errno != errno.EBUSY or attempt == ENABLE_TRIES - 1:
+                    raise
+                time.sleep(ENABLE_PAUSE)
+                self._move_in(leaf)
         self.controllers = set(wanted)
         return stale
+
+    def _move_in(self, leaf: Path) -> None:
+        """Every process in the unit's own cgroup into ``leaf``: a cgroup with
+        processes of its own cannot give controllers to its children."""
+        for pid in _read(self.unit / "cgroup.procs").split():
+            with contextlib.suppress(ProcessLookupError):  # it has just exited
+                _write(leaf / "cgroup.procs", pid)
 
     def run_path(self, msg_id: str) -> Path:
         return self.unit / f"{RUN_PREFIX}{msg_id}"

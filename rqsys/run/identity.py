@@ -150,10 +150,10 @@ class Identity:
             return ""  # made later, by the store, as the daemon's
         except OSError as exc:
             return f"cannot look at {self.queue_dir}: {exc.strerror}"
-        if user is None and st.st_uid == os.geteuid():
+        if user is None and st.st_uid == self._euid():
             return ""
         uid, gid, mode = ((user.uid, user.gid, PRIVATE_MODE) if user is not None
-                          else (os.geteuid(), os.getegid(), 0o755))
+                          else (self._euid(), os.getegid(), 0o755))
         try:
             if (st.st_uid, st.st_gid) != (uid, gid):
                 os.chown(self.queue_dir, uid, gid, follow_symlinks=False)
