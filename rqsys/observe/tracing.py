@@ -19,9 +19,11 @@ batches from the SDK's own thread; a stopping daemon flushes them.
 
 from __future__ import annotations
 
+import calendar
 import os
 import re
 import socket
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -69,9 +71,6 @@ def created_ns(msg_id: str) -> int | None:
     """When the message was made, from its id (ns since the epoch), or None."""
     if not MSG_ID_RE.match(msg_id):
         return None
-    import calendar
-    import time
-
     stamp = time.strptime(msg_id[:16], "%Y%m%d.%H%M.%S")
     return (calendar.timegm(stamp) * 1000 + int(msg_id[17:20])) * 1_000_000
 

@@ -105,7 +105,7 @@ def hand_over(top: Path, uid: int, gid: int, mode: int) -> int:
     if (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (uid, gid, mode):
         return 0
     changed = 0
-    for where, dirs, files in os.walk(top, topdown=False):
+    for where, dirs, files in os.walk(top, topdown=False, onerror=_unreadable):
         for name in files:
             os.chown(os.path.join(where, name), uid, gid, follow_symlinks=False)
         for name in dirs:
@@ -117,6 +117,11 @@ def hand_over(top: Path, uid: int, gid: int, mode: int) -> int:
     os.chown(top, uid, gid, follow_symlinks=False)
     os.chmod(top, mode)
     return changed + 1
+
+
+def _unreadable(exc: OSError) -> None:
+    """os.walk skips a directory it cannot list: here that is a hand-over not done whole."""
+    raise exc
 
 
 def hand_over_audit(audit_dir: Path, queue: str, uid: int) -> int:
