@@ -37,7 +37,7 @@ DEB_ENV  := env -i HOME="$$HOME" LANG=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin
 .PHONY: install install-test run man vendor-js test test-fast lint bench bench-ab deb conformance test-powercut test-crashpoints test-pool-1000 clean
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/build_spawn.py
+$(VENV)/.installed: pyproject.toml setup.py rqsys/_native/spawn.c rqsys/_native/rqspawnd.c rqsys/_native/build_spawn.py
 	@bash .ci/install-debs $(RUN_DEBS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PIP) install --upgrade pip

@@ -1,7 +1,8 @@
 """Build steps pyproject.toml cannot express: the cffi module, man pages, units.
 
 - ``cffi_modules`` compiles the spawn helper (rqsys/_native); ``build_ext``
-  also links ``rqsys/_native/rqrelay``, the relay queue's small C script.
+  also links ``rqsys/_native/rqrelay``, the relay queue's small C script, and
+  ``rqsys/_native/rqspawnd``, a queue daemon's fork server.
 - The man pages in ``man/*.scd`` are built with scdoc(1) when the package is
   installed and land in ``share/man/manN/``; without scdoc they are left out
   with a warning (set RQSYS_REQUIRE_MAN=1 to make that an error).
@@ -63,18 +64,21 @@ class InstallDataWithMan(install_data):
 
 
 class BuildExtWithShim(build_ext):
-    """build_ext that also links the rqrelay executable beside the spawn helper."""
+    """build_ext that also links the small executables beside the spawn helper:
+    rqrelay (the relay queue's script) and rqspawnd (a daemon's fork server)."""
 
     def run(self) -> None:
         super().run()
-        target = Path(self.get_ext_fullpath("rqsys._native._rqspawn")).parent / "rqrelay"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        source = "rqsys/_native/rqrelay.c"
-        objects = self.compiler.compile([source], output_dir=self.build_temp,
-                                        extra_postargs=["-O2", "-Wall"])
-        # LDFLAGS as the shared object gets them (Debian's hardening: relro, now)
-        self.compiler.link_executable(objects, target.name, output_dir=str(target.parent),
-                                      extra_postargs=shlex.split(os.environ.get("LDFLAGS", "")))
+        here = Path(self.get_ext_fullpath("rqsys._native._rqspawn")).parent
+        here.mkdir(parents=True, exist_ok=True)
+        for name in ("rqrelay", "rqspawnd"):
+            objects = self.compiler.compile([f"rqsys/_native/{name}.c"],
+                                            output_dir=self.build_temp,
+                                            extra_postargs=["-O2", "-Wall"])
+            # LDFLAGS as the shared object gets them (Debian's hardening: relro, now)
+            self.compiler.link_executable(
+                objects, name, output_dir=str(here),
+                extra_postargs=shlex.split(os.environ.get("LDFLAGS", "")))
 
 
 def data_files() -> list[tuple[str, list[str]]]:

@@ -40,7 +40,21 @@ struct child {
     long long as_limit;
     volatile int *child_errno;
     const struct user *user;   /* NULL: the script runs as the daemon does */
+    int keep;                  /* an fd left open until exec (close-on-exec), or -1 */
+    struct slot *slot;         /* where the child says how far it got, or NULL */
 };
+
+/* A fork server's page, shared with the daemon (rqspawnd.c): the kernel
+ * writes the pid of start ``id``'s child before the child first runs, the
+ * child SLOT_EXECING just before execve, or SLOT_FAILED and the errno when
+ * it gives up.  Plain stores, each followed by a system call: the daemon
+ * reads them to tell the child from what its scripts left behind, and once
+ * the server died. */
+struct slot {
+    volatile unsigned int id;
+    volatile int pid, state, err;
+};
+enum { SLOT_NONE, SLOT_EXECING, SLOT_FAILED };
 
 /* Who a queue's script runs as when it is not the daemon's user (a queue's
  * "user", the daemon being root). */
@@ -68,15 +82,33 @@ void rq_reset_signals(unsigned long long mask)
     reset_mask = mask;
 }
 
-static void close_from(int first)
+static void close_range_of(int first, unsigned int last)
 {
 #ifdef SYS_close_range
-    if (syscall(SYS_close_range, first, ~0U, 0) == 0)
+    if (syscall(SYS_close_range, first, last, 0) == 0)
         return;
 #endif
     long max = sysconf(_SC_OPEN_MAX);
-    for (int fd = first; fd < max; fd++)
-        close(fd);
+    for (long fd = first; fd < max && fd <= (long)last; fd++)
+        close((int)fd);
+}
+
+/* Every fd from ``first`` up closed but ``keep`` (-1: none). */
+static void close_from(int first, int keep)
+{
+    if (keep < first) {
+        close_range_of(first, ~0U);
+        return;
+    }
+    if (keep > first) close_range_of(first, (unsigned int)keep - 1);
+    close_range_of(keep + 1, ~0U);
+}
+
+static void mark(struct slot *slot, int state, int err)
+{
+    if (!slot) return;
+    slot->err = err;
+    slot->state = state;
 }
 
 static void reset_signals(void)
@@ -172,7 +204,7 @@ static int child_setup(const struct child *c)
     if (blocking(w) < 0 || blocking(r) < 0) return -1;
     if (dup2(d, 0) < 0 || dup2(o, 1) < 0 || dup2(o, 2) < 0) return -1;
     if (dup2(w, 3) < 0 || dup2(r, 4) < 0) return -1;
-    close_from(5);
+    close_from(5, c->keep);
     if (become(c->user) < 0) return -1;
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0) return -1;
     return getppid() == c->parent ? 0 : -1;   /* parent died before prctl */
@@ -185,26 +217,34 @@ static int child_main(void *arg)
     sigfillset(&all);
     sigprocmask(SIG_SETMASK, &all, NULL);
     reset_signals();
-    if (leave_group() < 0) {
-        *c->child_errno = errno ? errno : EINVAL;
-        _exit(127);
+    if (leave_group() == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (child_setup(c) == 0) {
+            mark(c->slot, SLOT_EXECING, 0);
+            execve(c->path, c->argv, c->envp);
+        }
     }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    if (child_setup(c) == 0)
-        execve(c->path, c->argv, c->envp);
-    *c->child_errno = errno ? errno : EINVAL;
+    int err = errno ? errno : EINVAL;
+    *c->child_errno = err;
+    mark(c->slot, SLOT_FAILED, err);
     _exit(127);
 }
 
 /* The parent is suspended until the child execs or exits (CLONE_VFORK), so
  * the child's stack can be an array in this frame. */
-static pid_t start_child(struct child *c, int *pidfd)
+/* With a slot (a fork server's start) the kernel writes the child's pid
+ * there before the child first runs (CLONE_PARENT_SETTID; the clone()
+ * wrapper takes one of it and CLONE_PIDFD, which shares its argument). */
+static pid_t start_child(struct child *c, int *pidfd, int flags)
 {
     char stack[RQ_CHILD_STACK] __attribute__((aligned(16)));
-    return clone(child_main, stack + sizeof stack,
-                 CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, c, pidfd);
+    flags |= CLONE_VM | CLONE_VFORK | SIGCHLD;
+    if (c->slot)
+        return clone(child_main, stack + sizeof stack, flags | CLONE_PARENT_SETTID, c,
+                     (pid_t *)&c->slot->pid);
+    return clone(child_main, stack + sizeof stack, flags | (pidfd ? CLONE_PIDFD : 0), c, pidfd);
 }
 
 static void close_pair(int p[2])
@@ -237,8 +277,8 @@ static int start_limited(const char *path, char *const argv[], char *const envp[
     volatile int child_errno = 0;
     int pidfd = -1;
     struct child c = {path, cwd, argv, envp, out, st[1], rp[0], parent, as_limit,
-                      &child_errno, user};
-    pid_t pid = start_child(&c, &pidfd);
+                      &child_errno, user, -1, NULL};
+    pid_t pid = start_child(&c, &pidfd, 0);
     int saved = errno;
     if (pid < 0 || child_errno) {
         close_pair(st);

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.leftovers import After, Leftovers
+from rqsys.daemon.leftovers import After, Leftovers, Starting
 from rqsys.errors import ProtocolError
 from rqsys.fdclose import FdBatch
 from rqsys.observe.events import EventLog
@@ -44,9 +44,11 @@ class Children:
 
     def __init__(self, selector: selectors.BaseSelector, on_lines: OnLines,
                  on_exit: OnExit, closing: FdBatch, ctx: QueueContext | None = None,
-                 log: EventLog | None = None, after: After | None = None) -> None:
+                 log: EventLog | None = None, after: After | None = None,
+                 starting: Starting | None = None) -> None:
         """``ctx``, ``log`` and ``after`` (the runner's ``Deadlines.after``):
-        what the run's leftovers are ended with; without them they are not."""
+        what the run's leftovers are ended with; without them they are not.
+        ``starting``: the fork server's children, not leftovers."""
         self._epoll = select.epoll(flags=select.EPOLL_CLOEXEC)
         selector.register(self._epoll.fileno(), selectors.EVENT_READ, self._ready)
         self._on_lines, self._on_exit = on_lines, on_exit
@@ -54,7 +56,7 @@ class Children:
         self._status: dict[int, Worker] = {}  # status pipe fd -> its script
         self._pidfds: dict[int, Worker] = {}
         self.leftovers = None if ctx is None or log is None or after is None else \
-            Leftovers(ctx, selector, log, after, self._running)
+            Leftovers(ctx, selector, log, after, self._running, starting)
 
     def watch(self, worker: Worker) -> None:
         child = worker.child

@@ -25,7 +25,11 @@ it; an unmarked one is looked into.  One in the run's own sub-cgroup or
 scope (``runlimits``) is left to that cgroup's stop, only reaped here.
 Zombie children outside the daemon's session (orphans that exited while
 their run went on; never a script, nor a subprocess of the daemon's) are
-reaped at each run's end and each leftover's.
+reaped at each run's end and each leftover's.  Scripts are the daemon's
+children too when the fork server started them (``rqsys.run.forkserver``):
+the server and the child it is starting are not looked at, and the
+server's answers are taken first (a script that started, and maybe ended,
+before its answer was read is then running, not an orphan).
 
 What escapes: a process with no mark when its run ends and no marked one
 between it and the daemon: it left the session (setsid, ``setsid -f``, a
@@ -66,6 +70,7 @@ READ_SIZE = 4096  # the daemon's children list: 128 scripts take about 1 KiB
 
 After = Callable[[float, Callable[[], None]], None]  # the runner's Deadlines.after
 Running = Callable[[], Iterable[tuple[int, str]]]  # the running scripts: (pid, msg_id)
+Starting = Callable[[list[int]], set[int]]  # of these, the fork server's children
 
 
 def become_subreaper() -> bool:
@@ -176,9 +181,10 @@ class Leftovers:
     """The daemon's orphans: each run's ended at its end; zombies reaped."""
 
     def __init__(self, ctx: QueueContext, selector: selectors.BaseSelector, log: EventLog,
-                 after: After, running: Running) -> None:
+                 after: After, running: Running, starting: Starting | None = None) -> None:
+        """``starting``: the fork server's children (``Starts.children``)."""
         self.ctx, self.selector, self.log = ctx, selector, log
-        self.after, self.running = after, running
+        self.after, self.running, self.starting = after, running, starting
         self._watched: dict[int, _Proc] = {}  # pidfd -> its process
         self._by_pid: dict[int, int] = {}  # pid -> pidfd, of the watched
         self._zombies_due = False
@@ -224,8 +230,14 @@ class Leftovers:
             size *= 4  # thousands of orphans: read again, all of it
         if not data:
             return []
+        kids = [int(word) for word in data.split()]
         running = {pid for pid, _ in self.running()}
-        return [pid for pid in map(int, data.split()) if pid not in running]
+        others = [pid for pid in kids if pid not in running]
+        if others and self.starting is not None:  # the server's, or a script it just started?
+            busy = self.starting(others)  # maybe its answers taken: more are running now
+            running = {pid for pid, _ in self.running()} | busy
+            others = [pid for pid in kids if pid not in running]
+        return others
 
     def _sweep(self, others: list[int], run: _Run, sig: int
                ) -> tuple[list[_Proc], list[tuple[_Proc, str]]]:

@@ -211,6 +211,7 @@ class QueueDaemon:
         self.auditor.close()
         self.observer.close()
         self.runner.output.close_all()
+        self.runner.starts.close()
         if self.runner.children.leftovers is not None:  # what ignored TERM: not left to init
             self.runner.children.leftovers.kill_now()
         self.store.flush(force=True)

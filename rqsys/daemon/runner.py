@@ -20,8 +20,9 @@ from rqsys import tunables
 from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.deadlines import USED, Deadlines, budget, time_used, timed_out_text
+from rqsys.daemon.dups import Dups
 from rqsys.daemon.handoff import HANDED, HandOff
-from rqsys.daemon.intake import Intake, copy_fields
+from rqsys.daemon.intake import Intake
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.runenv import RunEnvironment
@@ -29,7 +30,7 @@ from rqsys.daemon.runlimits import Run, RunLimits, explain
 from rqsys.daemon.runtraces import RunTraces
 from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
-from rqsys.errors import BadRequest, NotFound, ProtocolError, RQError, SpawnError, Unavailable
+from rqsys.errors import BadRequest, ProtocolError, SpawnError
 from rqsys.fdclose import FdBatch
 from rqsys.observe import lastlines, timeline
 from rqsys.observe.events import EventLog
@@ -39,7 +40,7 @@ from rqsys.run.credentials import CredentialError, Credentials
 from rqsys.run.identity import Identity
 from rqsys.run.output import ScriptOutput
 from rqsys.run.protocol import Command
-from rqsys.run.spawn import ScriptPath, script_argv
+from rqsys.run.spawn import ExecFailed, ScriptPath, script_argv
 from rqsys.run.verdict import Outcome, Worker
 from rqsys.store import QueueStore
 
@@ -55,7 +56,7 @@ class Runner:
         self.transitions, self.ledger = transitions, transitions.ledger
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
         self.identity = Identity(ctx.name, ctx.layout.queue_dir(ctx.name), log, ctx.config)
-        self.starts = Starts(clock, closing, self.identity)  # the spawn helper, timed
+        self.starts = Starts(clock, closing, self.identity, selector, log)  # timed
         self.workers: dict[str, Worker] = {}
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0
@@ -64,11 +65,13 @@ class Runner:
                                        owner=self.identity)
         self.env = RunEnvironment(ctx, self.credentials, self.identity)
         self.traces = RunTraces(ctx)  # each run's span, when tracing is on
+        self.dups = Dups(ctx, store, intake, outbound, self.traces, self._write_replies)
         self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
         self.children = Children(selector, self._on_lines, self._on_exit, closing, ctx, log,
-                                 lambda seconds, act: self.deadlines.after(seconds, act))
+                                 lambda seconds, act: self.deadlines.after(seconds, act),
+                                 self.starts.children)
         self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
         self.limits = RunLimits(ctx, outbound.background, log)
         self.limits.recover()
@@ -129,32 +132,58 @@ class Runner:
         if (run := self._run_env(msg_id, msg, argv[-1], job)) is None:
             return
         limits = self.limits.for_message(msg)
-        out = None
+        program, words = self.limits.gated(path, argv) if limits else (path, argv)
+
+        def then(err: int) -> None:  # the fork server's answer
+            self._spawned(msg_id, queued, ExecFailed(program, err) if err else None, run, argv,
+                          limits)
+
+        out, handed = None, None
         try:
             out = self.output.stdout_fd(job, msg_id, msg["count"])  # None: the child opens it
-            program, words = self.limits.gated(path, argv) if limits else (path, argv)
-            handed = (None if limits or self.identity.switch
-                      else self.handoff.start(path, run, job, out))
-            child = handed or self.starts.spawn(
-                words, program, self.env.strings().array(run), job, out,
-                self.limits.as_limit(limits) if limits else -1)
+            if not (limits or self.identity.switch):
+                handed = self.handoff.start(path, run, job, out)
+            if handed is None:
+                out, given = None, out  # the start closes it
+                child = self.starts.spawn(words, program, self.env.strings(), run, job, given,
+                                          self.limits.as_limit(limits) if limits else -1, then)
         except (SpawnError, UnicodeEncodeError) as exc:
-            self._script.forget()  # resolved again before the next start
-            self._not_started(msg_id, queued, exc, {**self.env.shared(), **run}, argv)
+            self._spawned(msg_id, queued, exc, run, argv, limits)
             return
         finally:
             if out is not None:
-                self.starts.leave(out)  # the child has its copy (or none will run)
-        worker = Worker(msg_id, msg, child)
+                self.starts.leave(out)  # the worker has its copy (or none will run)
+        worker = self.workers[msg_id] = Worker(msg_id, msg, handed or child)
         worker.on_disk = "" if blank else None
-        self.transitions.coalesce(msg_id, msg, self.ctx.url(msg_id))
-        self.workers[msg_id] = worker
-        self.children.watch(worker)
         if left is not None:
             self._arm_timeout(worker, left)
+        if worker.child.pid or handed:  # else started once the fork server answers
+            self._running(worker, limits, handed is not None)
+
+    def _spawned(self, msg_id: str, queued: Msg, failed: SpawnError | UnicodeEncodeError | None,
+                 run: dict[str, str], argv: list[str], limits: dict[str, Any] | None) -> None:
+        """A start's end: running (its signals sent meanwhile delivered), or not started."""
+        worker = self.workers.get(msg_id)
+        if failed is None and worker is not None:
+            for sig in worker.child.early:
+                worker.child.signal_group(sig)
+            self._running(worker, limits)
+            return
+        if worker is not None:  # the fork server's: the script's pipes are closed now
+            del self.workers[msg_id]
+            self.starts.leave(*worker.child.release())
+        self._script.forget()  # resolved again before the next start
+        self._not_started(msg_id, queued, failed or SpawnError("not started"),
+                          {**self.env.shared(), **run}, argv)
+
+    def _running(self, worker: Worker, limits: dict[str, Any] | None, handed: bool = False) -> None:
+        """A started script: watched, its riders and limits taken, said."""
+        msg_id, msg = worker.msg_id, worker.msg
+        self.transitions.coalesce(msg_id, msg, self.ctx.url(msg_id))
+        self.children.watch(worker)
         if limits:
             self._limit(worker, limits)
-        self._say_started(msg_id, msg, child.pid if handed is None else None)
+        self._say_started(msg_id, msg, None if handed else worker.child.pid)
 
     def _say_started(self, msg_id: str, msg: Msg, pid: int | None) -> None:
         who, field = ((f"handed to the {HANDED}", {"RQ_HANDED": HANDED}) if pid is None
@@ -238,7 +267,7 @@ class Runner:
             self.log.warn(f"bad status line ignored: {item}", worker.msg_id)
             return
         if item.kind == "dup":
-            self._dup(worker, item)
+            self.dups.request(worker, item)
             return
         worker.status = item.text
         if item.terminal:
@@ -247,41 +276,6 @@ class Runner:
             self.store.write_status("run", worker.msg_id, item.text)
             worker.on_disk = item.text
         self.log.record("status", worker.msg_id, item.text, RQ_STATE="run")
-
-    def _dup(self, worker: Worker, cmd: Command) -> None:
-        """Copy the running message (attachments hard-linked) to ``cmd.dest``;
-        the answer goes to fd 4 when it comes (``ok <url>`` or ``fail <why>``)."""
-        slot = worker.expect_reply()
-        target = ""
-
-        def then(url: Any, error: BaseException | None) -> None:
-            answer = f"ok {url}" if error is None else f"fail {self._dup_failure(error, target)}"
-            slot.append(answer + "\n")
-            self._write_replies(worker)
-
-        try:
-            target = self.ctx.dup_target(cmd.dest)
-            msg = copy_fields(worker.msg, cmd.dest, self.ctx.url(worker.msg_id),
-                              due=time.time() + cmd.due if cmd.due else 0,
-                              **self.traces.carried(worker.msg_id))  # the copy in its trace
-            if target == self.ctx.name:
-                self.intake.dup_here(msg, worker.msg_id, then)
-            else:
-                self.outbound.dup(target, msg, self.store.attachments("run", worker.msg_id),
-                                  then)
-        except (RQError, OSError) as exc:
-            then(None, exc)
-
-    def _dup_failure(self, error: BaseException, target: str) -> str:
-        """The text after ``fail`` on fd 4: RQ's ``couldn't connect to queue - X``
-        when the target queue does not exist or does not run (not when it
-        took too long to answer), else why."""
-        not_running = isinstance(error, Unavailable) and isinstance(
-            error.__cause__, FileNotFoundError | ConnectionRefusedError)
-        if target and (isinstance(error, NotFound) or not_running):
-            return f"couldn't connect to queue - {target}"
-        why = self.outbound.describe(error)
-        return why.splitlines()[0] if why else "error"
 
     def _write_replies(self, worker: Worker) -> None:
         if self.workers.get(worker.msg_id) is not worker:

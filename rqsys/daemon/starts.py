@@ -1,44 +1,95 @@
-"""The spawn helper as the queue's runner calls it.
+"""The spawn helper and the fork server as the queue's runner calls them.
 
-Each start's time in the helper (a failed one's too) is added to the
-loop's spawn seconds (``rqsys.daemon.loopclock``).  A start holds the
-script's ends of its pipes until its run ends (closed then with the run's
-other fds, ``rqsys.daemon.children``); the output fd it gives the script
-is left to the turn's batch (``rqsys.fdclose.FdBatch``), closed before
-the loop waits again, so the output's reader sees end of file when the
-script is done.
+A start goes to the fork server (``rqsys.run.forkserver``: the loop does
+not wait for the exec; the Child's pid comes with ``then(0)``, or
+``then(errno)`` says why it did not start) when the server takes it, and
+is made in process otherwise (started on return; ``then`` is not called).
+The server is started at the queue's first start, so a queue that runs
+nothing costs no process; ``RQ_FORK_SERVER=off`` in the daemon's
+environment keeps every start in process.
+
+Each start's time in the in-process helper (a failed one's too) is added to
+the loop's spawn seconds (``rqsys.daemon.loopclock``), and so is the time
+spent sending a request to the server.  A start holds the script's ends of
+its pipes until its run ends (closed then with the run's other fds,
+``rqsys.daemon.children``); the output fd it gives the script is closed
+with the turn's fds (``rqsys.fdclose.FdBatch``) once the script has its
+copy, so the output's reader sees end of file when the script is done.
 """
 
 from __future__ import annotations
 
 import os
+import selectors
 import time
 
+from rqsys import tunables
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.fdclose import FdBatch
+from rqsys.observe.events import EventLog
+from rqsys.run.forkserver import ForkServer, Then
 from rqsys.run.identity import Identity
-from rqsys.run.spawn import Child, spawn
+from rqsys.run.spawn import Child, QueueEnviron, spawn
 
 
 class Starts:
     """Starting scripts: timed, and their leftover fds closed with the turn's."""
 
-    def __init__(self, clock: LoopClock, closing: FdBatch, identity: Identity) -> None:
+    def __init__(self, clock: LoopClock, closing: FdBatch, identity: Identity,
+                 selector: selectors.BaseSelector, log: EventLog) -> None:
         self.clock, self.identity = clock, identity
         self._pid = os.getpid()  # the helper checks its child's parent against it
         self._closing = closing
+        self.server: ForkServer | None = None
+        if tunables.FORK_SERVER:
+            self.server = ForkServer(selector, self.leave, lambda text: log.warn(text))
+        self._server_tried = False
 
-    def spawn(self, words: list[str], program: str, env: object, job: str,
-              out: int | None, as_limit: int) -> Child:
-        """:func:`rqsys.run.spawn.spawn`, timed; the Child holds the script's
-        ends of its pipes."""
-        began = time.perf_counter()
+    def spawn(self, words: list[str], program: str, environ: QueueEnviron, run: dict[str, str],
+              job: str, out: int | None, as_limit: int, then: Then) -> Child:
+        """Start the script; the Child holds the script's ends of its pipes.  Its
+        ``pid`` is 0 while the fork server starts it (``then`` says how it went).
+        ``out`` is closed by this call, or once the script has its copy."""
+        began, sent = time.perf_counter(), None
         try:
-            return spawn(words, program, env, job, out, self._pid, as_limit, hold=True,
-                         user=self.identity.switch)
+            if (sent := self._send(words, program, environ, run, job, out, as_limit, then)):
+                return sent
+            return self._in_process(words, program, environ, run, job, out, as_limit)
         finally:
+            if out is not None and sent is None:
+                self.leave(out)  # the child has its copy (or none will run)
             self.clock.spawn_s += time.perf_counter() - began
 
-    def leave(self, fd: int) -> None:
-        """An fd to close with the turn's (a start's output: the child has its copy)."""
-        self._closing.add((fd,))
+    def _send(self, words: list[str], program: str, environ: QueueEnviron,
+              run: dict[str, str], job: str, out: int | None, as_limit: int,
+              then: Then) -> Child | None:
+        server = self.server
+        if server is None:
+            return None
+        if not server.running and not self._server_tried:
+            self._server_tried = True  # once: a server that died is started again by itself
+            server.start()
+        user = self.identity.switch
+        ids = None if user is None else (user.uid, user.gid, list(user.groups) or [user.gid])
+        env, envc = environ.blob(run)
+        return server.begin(program, words, env, envc, job, out, as_limit, ids, then,
+                            lambda: self._in_process(words, program, environ, run, job, out,
+                                                     as_limit))
+
+    def _in_process(self, words: list[str], program: str, environ: QueueEnviron,
+                    run: dict[str, str], job: str, out: int | None, as_limit: int) -> Child:
+        return spawn(words, program, environ.array(run), job, out, self._pid, as_limit,
+                     hold=True, user=self.identity.switch)
+
+    def children(self, unknown: list[int]) -> set[int]:
+        """Of the daemon's ``unknown`` children, the fork server's (none without one)."""
+        return set() if self.server is None else self.server.children(unknown)
+
+    def close(self) -> None:
+        """The daemon stops: its fork server, if any, exits."""
+        if self.server is not None:
+            self.server.close()
+
+    def leave(self, *fds: int) -> None:
+        """Fds to close with the turn's (a start's output: the child has its copy)."""
+        self._closing.add(fds)

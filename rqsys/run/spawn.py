@@ -56,6 +56,7 @@ class Child:
     reply_w: int  # we answer on the script's fd 4 here
     held: tuple[int, ...] = ()  # the script's ends of the pipes, when the start holds them
     closed: set[int] = field(default_factory=set)
+    early: list[int] = field(default_factory=list)  # signals sent before its pid came
     process = ""  # who RQ's exit texts name, when not ``pid N`` (a hand-over's)
 
     def release(self) -> list[int]:
@@ -63,12 +64,16 @@ class Child:
         held), now counted closed, for the caller to close (``FdBatch``: the
         ended runs of a turn together)."""
         fds = [fd for fd in (self.status_r, self.reply_w, *self.held, self.pidfd)
-               if fd not in self.closed]
+               if fd >= 0 and fd not in self.closed]
         self.closed.update(fds)
         return fds
 
     def signal_group(self, sig: int) -> None:
-        """Signal the script's whole process group (it leads its session)."""
+        """Signal the script's whole process group (it leads its session); one
+        the fork server is still starting (pid 0) gets it once it has started."""
+        if not self.pid:
+            self.early.append(sig)
+            return
         try:
             os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -146,6 +151,7 @@ class QueueEnviron:
         reset_only_changed_signals()  # made once the daemon has set its handlers
         self._base = [ffi.new("char[]", os.fsencode(f"{k}={v}"))
                       for k, v in base.items() if k not in run_keys]
+        self._base_bytes = b"".join(ffi.string(s) + b"\0" for s in self._base)  # type: ignore[attr-defined]
         # the envp array itself, made once: a run fills in its own slots after the base
         self._slots = len(run_keys)
         self._array = ffi.new("char *[]", [*self._base, *[ffi.NULL] * (self._slots + 1)])
@@ -165,6 +171,13 @@ class QueueEnviron:
         array[at + len(strings)] = self._ffi.NULL  # type: ignore[index]
         self._run = strings  # alive while the array points at them
         return array
+
+    def blob(self, run: dict[str, str]) -> tuple[bytes, int]:
+        """The queue's environment with one run's variables as NUL-terminated
+        ``K=V`` strings (a fork server's request), and how many there are."""
+        mine = "".join(f"{key}={value}\0" for key, value in run.items())
+        return (self._base_bytes + mine.encode(_FS_ENCODING, "surrogateescape"),
+                len(self._base) + len(run))
 
     def _run_strings(self, run: dict[str, str]) -> list[object]:
         """The run's C strings: its own (RQ_MSG_ID...) made, the others (an
