@@ -103,25 +103,29 @@ class ForkServer:
         if not os.access(PROGRAM, os.X_OK):
             self._warn(f"no fork server ({PROGRAM} missing): scripts start in process")
             return False
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        page = os.memfd_create("rqspawnd", os.MFD_CLOEXEC)
-        answers, write_end = os.pipe2(os.O_CLOEXEC)
+        made: list[int] = []  # the server's ends, closed here once it has them
+        answers = -1
         try:
-            os.ftruncate(page, mmap.PAGESIZE)
-            self._page = mmap.mmap(page, mmap.PAGESIZE)
-            self._server_pid = os.posix_spawn(
-                str(PROGRAM), [str(PROGRAM), "3", "4", "5", str(self._parent)], {},
-                file_actions=[(os.POSIX_SPAWN_DUP2, theirs.fileno(), 3),
-                              (os.POSIX_SPAWN_DUP2, page, 4),
-                              (os.POSIX_SPAWN_DUP2, write_end, 5)])
-        except OSError as exc:
-            ours.close()
-            os.close(answers)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            made.append(theirs.detach())
+            try:
+                made.append(page := os.memfd_create("rqspawnd", os.MFD_CLOEXEC))
+                answers, write_end = os.pipe2(os.O_CLOEXEC)
+                made.append(write_end)
+                os.ftruncate(page, mmap.PAGESIZE)
+                self._page = mmap.mmap(page, mmap.PAGESIZE)
+                self._server_pid = os.posix_spawn(
+                    str(PROGRAM), [str(PROGRAM), "3", "4", "5", str(self._parent)], {},
+                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, 3 + n) for n, fd in enumerate(made)])
+            except OSError:
+                ours.close()
+                close_fds([answers] if answers >= 0 else [])
+                raise
+        except OSError as exc:  # out of fds, or a system call filter refuses one
             self._warn(f"cannot start the fork server: {exc}; scripts start in process")
             return False
         finally:
-            theirs.close()
-            close_fds((page, write_end))
+            close_fds(made)
         ours.setblocking(False)
         os.set_blocking(answers, False)
         self._selector.register(ours, selectors.EVENT_READ, self._gone)
@@ -256,7 +260,7 @@ class ForkServer:
         self._page = None
         self._reap(self._server_pid)
         self._warn(f"the fork server (pid {self._server_pid}) died with "
-                   f"{len(self._pending)} start(s) in flight; started again")
+                   f"{len(self._pending)} start(s) in flight: those settled, a new server started")
         pending, self._pending = list(self._pending.values()), {}
         self.restarts += 1
         self.start()

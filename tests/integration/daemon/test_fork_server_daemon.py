@@ -1,0 +1,84 @@
+"""A queue daemon and its fork server (rqsys.run.forkserver): started at the
+first start, killed mid-drain without a message lost or run twice, and off
+with RQ_FORK_SERVER=off."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from conftest import wait_for
+from daemon_util import send, settle
+
+SCRIPT = 'echo "$RQ_MSG_ID" >> "$MARKS"; echo done >&3'
+
+
+def _servers(daemon_pid: int) -> list[int]:
+    """The daemon's live children named rqspawnd, oldest first: the server,
+    then any child it is starting (named so until its exec)."""
+    found = []
+    for word in Path(f"/proc/{daemon_pid}/task/{daemon_pid}/children").read_text().split():
+        try:
+            comm, rest = Path(f"/proc/{word}/stat").read_text().rsplit(") ", 1)
+        except OSError:
+            continue  # ended meanwhile
+        fields = rest.split()
+        if comm.endswith("(rqspawnd") and fields[0] != "Z":
+            found.append((int(fields[19]), int(word)))  # starttime, pid
+    return [pid for _start, pid in sorted(found)]
+
+
+def test_the_server_starts_with_the_first_script_and_its_scripts_are_the_daemons(
+        make_queue, daemon, tmp_path):
+    marks = tmp_path / "marks"
+    make_queue("q", SCRIPT, env_vars={"MARKS": str(marks)})
+    proc = daemon("q")
+    # Given a daemon that has run nothing: no fork server yet
+    assert _servers(proc.proc.pid) == []
+    # When a message runs, Then a server runs beside the daemon
+    msg_id = send(proc)
+    assert settle(proc, msg_id)["state"] == "done"
+    assert len(_servers(proc.proc.pid)) == 1
+    assert marks.read_text().split() == [msg_id]
+    # and the daemon names its script's pid, its own child's
+    assert f"{msg_id}: started: pid" in proc.stderr_text()
+
+
+def test_a_server_killed_mid_drain_loses_nothing_and_runs_nothing_twice(
+        make_queue, daemon, tmp_path):
+    # Given 300 messages draining through 4 workers
+    marks = tmp_path / "marks"
+    make_queue("q", SCRIPT, num_workers=4, env_vars={"MARKS": str(marks)})
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")
+    ids = [send(proc) for _ in range(300)]
+    proc.call("adminoper", oper="up")
+    # When its fork server is killed three times while starts are in flight
+    killed = []
+    for _ in range(3):
+        server = wait_for(lambda: next((p for p in _servers(proc.proc.pid)
+                                        if p not in killed), None), 10, "a fork server")
+        os.kill(server, signal.SIGKILL)
+        killed.append(server)
+        time.sleep(0.1)
+    # Then every message ends done, each script having run exactly once
+    for msg_id in ids:
+        assert settle(proc, msg_id, timeout=60)["state"] == "done"
+    assert sorted(marks.read_text().split()) == sorted(ids)
+    # and each death was said, and a new server started
+    said = proc.stderr_text()
+    assert all(f"the fork server (pid {pid}) died with" in said for pid in killed), said
+    assert proc.proc.poll() is None
+
+
+def test_rq_fork_server_off_starts_scripts_in_process(make_queue, daemon, tmp_path):
+    marks = tmp_path / "marks"
+    make_queue("q", SCRIPT, num_workers=2, env_vars={"MARKS": str(marks)})
+    proc = daemon("q", env={"RQ_FORK_SERVER": "off"})
+    ids = [send(proc) for _ in range(5)]
+    for msg_id in ids:
+        assert settle(proc, msg_id)["state"] == "done"
+    assert _servers(proc.proc.pid) == []
+    assert sorted(marks.read_text().split()) == sorted(ids)
