@@ -1,10 +1,12 @@
 """Running queue scripts: starting them (environment, fds), their status
 lines and dup requests on fd 3, the answers on fd 4, and their exits.
 
-Each script's status pipe and pidfd are watched by ``children``.  Where a
-message goes when its script ends is ``transitions``' business; a dup to
-another queue is ``outbound``'s, to this queue ``intake``'s; both answer
-later, and the answers are written on fd 4 in the order the script asked.
+A start sent to the fork server (``starts``) has its worker at once, pid 0:
+it holds its slot, and signals sent to it wait for its pid; it is watched,
+said started and given its limits when the answer comes, or ends as a start
+that failed.  Each script's status pipe and pidfd are watched by
+``children``.  Where a message goes when its script ends is
+``transitions``' business; its dup requests ``dups``'.
 """
 
 from __future__ import annotations
