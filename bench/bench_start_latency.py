@@ -1,0 +1,113 @@
+"""Enqueue-to-start latency with the fork server and without it (issue 35).
+
+Clients (threads, each on its own socket) send ``create`` at a steady pace,
+noting the wall-clock time before each; the queue's script (bash, 8
+workers) notes ``$EPOCHREALTIME`` as its first act, on the same clock.  The
+latency is the difference: durable intake, scheduling, the start and the
+script's exec.  1 client (one message every 20 ms) and 64 clients (each one
+every 100 ms, staggered: about 640 messages a second, under what 8 workers
+drain here), against two daemons alternated in the same run: one with its
+fork server, one with ``RQ_FORK_SERVER=off`` (the loop waits for each
+exec), the baseline.  Prints p50, p99 and the worst, in ms.
+
+    python bench/bench_start_latency.py [SECONDS]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+from bench_queue import Daemon, make_queue, report
+from scratch import scratch_layout
+
+from rqsys.store import Layout
+from rqsys.wire.client import QueueClient
+
+SCRIPT = 'printf "%s %s\\n" "$RQ_MSG_ID" "$EPOCHREALTIME" >> "$LOG"\necho done >&3'
+ROUNDS = 2
+SHAPES = ((1, 0.020), (64, 0.100))  # clients, seconds between one client's messages
+
+
+def run_clients(layout: Layout, name: str, clients: int, every: float,
+                seconds: float) -> dict[str, float]:
+    """Each client's (msg_id, time sent)."""
+    sent: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def client(offset: float) -> None:
+        with QueueClient(layout, name) as conn:
+            due = time.monotonic() + offset
+            end = due + seconds
+            while due < end:
+                time.sleep(max(0.0, due - time.monotonic()))
+                began = time.time()
+                msg_id = conn.call("create", msg={})["msg_id"]
+                with lock:
+                    sent[msg_id] = began
+                due += every
+
+    threads = [threading.Thread(target=client, args=(every * i / clients,))
+               for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sent
+
+
+def latencies(log: Path, sent: dict[str, float]) -> list[float]:
+    deadline = time.monotonic() + 60
+    while True:
+        started = dict(line.split() for line in log.read_text().splitlines() if line)
+        if all(msg_id in started for msg_id in sent) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return sorted((float(started[m].replace(",", ".")) - t) * 1000
+                  for m, t in sent.items() if m in started)
+
+
+def figures(waits: list[float]) -> str:
+    p50, p99 = waits[len(waits) // 2], waits[min(len(waits) - 1, int(len(waits) * 0.99))]
+    return f"p50 {p50:6.2f} ms, p99 {p99:6.2f} ms, worst {waits[-1]:6.1f} ms ({len(waits)})"
+
+
+def main() -> int:
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
+    scratch, layout = scratch_layout("latency-")
+    daemons: dict[str, Daemon] = {}
+    try:
+        for way in ("server", "inprocess"):
+            log = scratch / f"{way}.log"
+            log.touch()
+            make_queue(layout, way, SCRIPT, num_workers=8,
+                       env_vars={"LOG": str(log)})
+            (layout.root / f"{way}.run").write_text(f"#!/bin/bash\n{SCRIPT}\n")
+            if way == "inprocess":
+                os.environ["RQ_FORK_SERVER"] = "off"
+            daemons[way] = Daemon(layout, way)
+            os.environ.pop("RQ_FORK_SERVER", None)
+        got: dict[tuple[str, int], list[float]] = {}
+        for _round in range(ROUNDS):
+            for clients, every in SHAPES:
+                for way in daemons:
+                    sent = run_clients(layout, way, clients, every, seconds)
+                    got.setdefault((way, clients), []).extend(
+                        latencies(scratch / f"{way}.log", sent))
+        for clients, _every in SHAPES:
+            for way, what in (("server", "fork server"), ("inprocess", "in process (baseline)")):
+                report(f"enqueue -> start, {clients} client(s), {what}",
+                       figures(sorted(got[(way, clients)])))
+    finally:
+        for daemon in daemons.values():
+            daemon.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
