@@ -161,6 +161,8 @@ class Runner:
             self._arm_timeout(worker, left)
         if worker.child.pid or handed:  # else started once the fork server answers
             self._running(worker, limits, handed is not None)
+        else:
+            self.log.moved(msg_id, "run")  # its started event comes with the answer
 
     def _spawned(self, msg_id: str, queued: Msg, failed: SpawnError | UnicodeEncodeError | None,
                  run: dict[str, str], argv: list[str], limits: dict[str, Any] | None) -> None:

@@ -129,6 +129,14 @@ class EventLog:
         for sink in sinks:
             sink(kind, text, msg_id, fields)
 
+    def moved(self, msg_id: str, state: str) -> None:
+        """A message's directory moved with no event of its own yet (a start the
+        fork server has not answered): the sinks that write into it follow."""
+        for sink in self.sinks:
+            follow = getattr(sink, "moved", None)
+            if follow is not None:
+                follow(msg_id, state)
+
     def warn(self, text: str, msg_id: str = "") -> None:
         self.event("script" if msg_id else "daemon", text, msg_id)
 

@@ -87,6 +87,12 @@ class Timeline:
             if lines[0] != state:
                 self._pending[msg_id] = (state, lines[1])  # the newest state: where it is now
 
+    def moved(self, msg_id: str, state: str) -> None:
+        """The message's directory is in ``state`` now: its turn's lines go there."""
+        lines = self._pending.get(msg_id)
+        if lines is not None and lines[0] != state:
+            self._pending[msg_id] = (state, lines[1])
+
     def flush(self) -> None:
         """Write the turn's lines: one write(2) per message."""
         pending, self._pending = self._pending, {}
