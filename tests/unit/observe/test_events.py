@@ -40,3 +40,22 @@ def test_journal_entries_name_their_code_without_a_stack_walk() -> None:
     assert fields["CODE_FILE"].endswith("rqsys/observe/events.py")
     assert isinstance(fields["CODE_LINE"], int)
     assert fields["RQ_MSG_ID"] == "m1" and fields["RQ_COUNT"] == "0"
+
+
+def test_a_move_without_an_event_takes_a_timelines_pending_lines_along(tmp_path) -> None:
+    from rqsys.observe.timeline import Timeline
+
+    # Given a message retried into que/ whose line waits for the turn's flush
+    for state in ("que", "run"):
+        (tmp_path / state / "m1").mkdir(parents=True)
+    timeline = Timeline(lambda state, msg_id: str(tmp_path / state / msg_id), host="h")
+    log = EventLog("q", journal=False)
+    log.sinks.append(timeline)
+    log.record("retried", "m1", "err → que", RQ_STATE="que")
+    # When it moves to run/ in the same turn (a start the fork server has not answered)
+    (tmp_path / "que" / "m1").rmdir()
+    log.moved("m1", "run")
+    timeline.flush()
+    # Then its line is written where it is now, none lost
+    assert '"ev":"retried"' in (tmp_path / "run" / "m1" / "timeline").read_text()
+    assert timeline.failed == 0
