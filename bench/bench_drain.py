@@ -7,8 +7,9 @@ Beside rqsys, in the same run and on the same script:
 * the raw ceiling: Python ``posix_spawn`` of the script, N slots in flight;
 * task-spooler (Debian ``task-spooler``, ``tsp -S N``), gated by N jobs that
   block on a FIFO until released;
-* rqsys starting its scripts in process (``RQ_FORK_SERVER=off``: the loop
-  waits for each exec), alternated with the fork server's rounds.
+* rqsys starting its scripts in process (the default, ``RQ_FORK_SERVER=off``:
+  the loop waits for each exec), alternated with the rounds of a daemon
+  with its fork server (``RQ_FORK_SERVER=on``), the figures judged.
 
 For rqsys it also prints the daemon's own CPU per message (utime + stime of
 every thread from ``/proc``, its fork server's added: a figure steady even
@@ -357,7 +358,7 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     name = f"drain{slots}"
     script = make_queue(layout, name, "echo done >&3", num_workers=slots)
     make_queue(layout, f"{name}old", "echo done >&3", num_workers=slots)
-    daemon, old = Daemon(layout, name), _in_process_daemon(layout, f"{name}old")
+    daemon, old = _daemon(layout, name, "on"), _daemon(layout, f"{name}old", "off")
     bases, spoolers, runs, olds = [], [], [], []
     try:
         rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches
@@ -387,10 +388,10 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
                " callgrind: steady under load)")
 
 
-def _in_process_daemon(layout: Layout, name: str) -> Daemon:
-    """A daemon that starts its scripts in process (``RQ_FORK_SERVER=off``: the
-    loop waits for each exec), the same-run baseline of the fork server."""
-    os.environ["RQ_FORK_SERVER"] = "off"
+def _daemon(layout: Layout, name: str, fork_server: str) -> Daemon:
+    """A daemon with its fork server (``on``) or starting its scripts in
+    process (``off``: the loop waits for each exec), the same-run baseline."""
+    os.environ["RQ_FORK_SERVER"] = fork_server
     try:
         return Daemon(layout, name)
     finally:

@@ -7,8 +7,8 @@ latency is the difference: durable intake, scheduling, the start and the
 script's exec.  1 client (one message every 20 ms) and 64 clients (each one
 every 100 ms, staggered: about 640 messages a second, under what 8 workers
 drain here), against two daemons alternated in the same run: one with its
-fork server, one with ``RQ_FORK_SERVER=off`` (the loop waits for each
-exec), the baseline.  Prints p50, p99 and the worst, in ms.
+fork server (``RQ_FORK_SERVER=on``), one without (the default: the loop
+waits for each exec), the baseline.  Prints p50, p99 and the worst, in ms.
 
     python bench/bench_start_latency.py [SECONDS]
 """
@@ -30,7 +30,7 @@ from rqsys.wire.client import QueueClient
 
 SCRIPT = 'printf "%s %s\\n" "$RQ_MSG_ID" "$EPOCHREALTIME" >> "$LOG"\necho done >&3'
 ROUNDS = 2
-SHAPES = ((1, 0.020), (64, 0.100))  # clients, seconds between one client's messages
+SHAPES = ((1, 0.020), (64, 0.250))  # clients, seconds between one client's messages
 
 
 def run_clients(layout: Layout, name: str, clients: int, every: float,
@@ -87,8 +87,7 @@ def main() -> int:
             make_queue(layout, way, SCRIPT, num_workers=8,
                        env_vars={"LOG": str(log)})
             (layout.root / f"{way}.run").write_text(f"#!/bin/bash\n{SCRIPT}\n")
-            if way == "inprocess":
-                os.environ["RQ_FORK_SERVER"] = "off"
+            os.environ["RQ_FORK_SERVER"] = "on" if way == "server" else "off"
             daemons[way] = Daemon(layout, way)
             os.environ.pop("RQ_FORK_SERVER", None)
         got: dict[tuple[str, int], list[float]] = {}

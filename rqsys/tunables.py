@@ -61,10 +61,12 @@ AFTER_CHECK_DEADLINE_ENV = "RQ_AFTER_CHECK_DEADLINE"
 
 SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 
-# Scripts are started by a fork server (rqsys.run.forkserver), so the loop
-# never waits for an exec; RQ_FORK_SERVER=off in a daemon's environment
-# starts them in process instead (the loop waits for each exec: 250-450 us).
-FORK_SERVER = os.environ.get("RQ_FORK_SERVER", "on") != "off"
+# RQ_FORK_SERVER=on in a daemon's environment: scripts are started by a fork
+# server (rqsys.run.forkserver), so the loop never waits for an exec (in
+# process it waits 250-450 us a start).  Off by default: on a 2-core host it
+# drains 8 workers 10-16 % faster but costs more CPU a message, and the p99
+# of enqueue-to-start under 64 clients doubles (docs/BENCHMARKS.md).
+FORK_SERVER = os.environ.get("RQ_FORK_SERVER", "off") == "on"
 
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
 SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot

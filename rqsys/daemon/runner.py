@@ -46,6 +46,8 @@ from rqsys.run.spawn import ExecFailed, ScriptPath, script_argv
 from rqsys.run.verdict import Outcome, Worker
 from rqsys.store import QueueStore
 
+Bounds = tuple[dict[str, Any] | None, float | None]  # a run's limits, and the time it has left
+
 
 class Runner:
     """The queue's running scripts (at most ``num_workers``)."""
@@ -138,7 +140,7 @@ class Runner:
 
         def then(err: int) -> None:  # the fork server's answer
             self._spawned(msg_id, queued, ExecFailed(program, err) if err else None, run, argv,
-                          limits)
+                          (limits, left))
 
         out, handed = None, None
         try:
@@ -150,28 +152,26 @@ class Runner:
                 child = self.starts.spawn(words, program, self.env.strings(), run, job, given,
                                           self.limits.as_limit(limits) if limits else -1, then)
         except (SpawnError, UnicodeEncodeError) as exc:
-            self._spawned(msg_id, queued, exc, run, argv, limits)
+            self._spawned(msg_id, queued, exc, run, argv, (limits, left))
             return
         finally:
             if out is not None:
                 self.starts.leave(out)  # the worker has its copy (or none will run)
         worker = self.workers[msg_id] = Worker(msg_id, msg, handed or child)
         worker.on_disk = "" if blank else None
-        if left is not None:
-            self._arm_timeout(worker, left)
         if worker.child.pid or handed:  # else started once the fork server answers
-            self._running(worker, limits, handed is not None)
+            self._running(worker, (limits, left), handed is not None)
         else:
             self.log.moved(msg_id, "run")  # its started event comes with the answer
 
     def _spawned(self, msg_id: str, queued: Msg, failed: SpawnError | UnicodeEncodeError | None,
-                 run: dict[str, str], argv: list[str], limits: dict[str, Any] | None) -> None:
+                 run: dict[str, str], argv: list[str], bounds: Bounds) -> None:
         """A start's end: running (its signals sent meanwhile delivered), or not started."""
         worker = self.workers.get(msg_id)
         if failed is None and worker is not None:
             for sig in worker.child.early:
                 worker.child.signal_group(sig)
-            self._running(worker, limits)
+            self._running(worker, bounds)
             return
         if worker is not None:  # the fork server's: the script's pipes are closed now
             del self.workers[msg_id]
@@ -180,17 +180,18 @@ class Runner:
         self._not_started(msg_id, queued, failed or SpawnError("not started"),
                           {**self.env.shared(), **run}, argv)
 
-    def _running(self, worker: Worker, limits: dict[str, Any] | None, handed: bool = False) -> None:
-        """A started script: watched, its riders and limits taken, said."""
+    def _running(self, worker: Worker, bounds: Bounds, handed: bool = False) -> None:
+        """A started script: watched, its riders, timeout and limits taken, said."""
         msg_id, msg = worker.msg_id, worker.msg
+        limits, left = bounds
         self.transitions.coalesce(msg_id, msg, self.ctx.url(msg_id))
         self.children.watch(worker)
+        if left is not None:
+            self._arm_timeout(worker, left)
         if limits:
             self._limit(worker, limits)
-        self._say_started(msg_id, msg, None if handed else worker.child.pid)
-
-    def _say_started(self, msg_id: str, msg: Msg, pid: int | None) -> None:
-        who, field = ((f"handed to the {HANDED}", {"RQ_HANDED": HANDED}) if pid is None
+        pid = worker.child.pid
+        who, field = ((f"handed to the {HANDED}", {"RQ_HANDED": HANDED}) if handed
                       else (f"pid {pid}", {"RQ_PID": pid}))  # a hand-over: no pid
         self.log.event("started", f"{who}, count {msg['count']}", msg_id,
                        RQ_COUNT=msg["count"], RQ_STATE="run", **field,

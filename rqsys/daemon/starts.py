@@ -4,9 +4,9 @@ A start goes to the fork server (``rqsys.run.forkserver``: the loop does
 not wait for the exec; the Child's pid comes with ``then(0)``, or
 ``then(errno)`` says why it did not start) when the server takes it, and
 is made in process otherwise (started on return; ``then`` is not called).
-The server is started at the queue's first start, so a queue that runs
-nothing costs no process; ``RQ_FORK_SERVER=off`` in the daemon's
-environment keeps every start in process.
+The server is used when ``RQ_FORK_SERVER=on`` is in the daemon's
+environment (off by default: ``rqsys.tunables``), and started at the
+queue's first start, so a queue that runs nothing costs no process.
 
 Each start's time in the in-process helper (a failed one's too) is added to
 the loop's spawn seconds (``rqsys.daemon.loopclock``), and so is the time

@@ -1,6 +1,6 @@
-"""A queue daemon and its fork server (rqsys.run.forkserver): started at the
-first start, killed mid-drain without a message lost or run twice, and off
-with RQ_FORK_SERVER=off."""
+"""A queue daemon and its fork server (rqsys.run.forkserver, RQ_FORK_SERVER=on):
+started at the first start, killed mid-drain without a message lost or run
+twice, and none by default."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from conftest import wait_for
 from daemon_util import send, settle
 
 SCRIPT = 'echo "$RQ_MSG_ID" >> "$MARKS"; echo done >&3'
+ON = {"RQ_FORK_SERVER": "on"}
 
 
 def _servers(daemon_pid: int) -> list[int]:
@@ -34,7 +35,7 @@ def test_the_server_starts_with_the_first_script_and_its_scripts_are_the_daemons
         make_queue, daemon, tmp_path):
     marks = tmp_path / "marks"
     make_queue("q", SCRIPT, env_vars={"MARKS": str(marks)})
-    proc = daemon("q")
+    proc = daemon("q", env=ON)
     # Given a daemon that has run nothing: no fork server yet
     assert _servers(proc.proc.pid) == []
     # When a message runs, Then a server runs beside the daemon
@@ -51,7 +52,7 @@ def test_a_server_killed_mid_drain_loses_nothing_and_runs_nothing_twice(
     # Given 300 messages draining through 4 workers
     marks = tmp_path / "marks"
     make_queue("q", SCRIPT, num_workers=4, env_vars={"MARKS": str(marks)})
-    proc = daemon("q")
+    proc = daemon("q", env=ON)
     proc.call("adminoper", oper="pause")
     ids = [send(proc) for _ in range(300)]
     proc.call("adminoper", oper="up")
@@ -73,12 +74,28 @@ def test_a_server_killed_mid_drain_loses_nothing_and_runs_nothing_twice(
     assert proc.proc.poll() is None
 
 
-def test_rq_fork_server_off_starts_scripts_in_process(make_queue, daemon, tmp_path):
+def test_without_rq_fork_server_on_scripts_start_in_process(make_queue, daemon, tmp_path):
     marks = tmp_path / "marks"
     make_queue("q", SCRIPT, num_workers=2, env_vars={"MARKS": str(marks)})
-    proc = daemon("q", env={"RQ_FORK_SERVER": "off"})
+    proc = daemon("q")
     ids = [send(proc) for _ in range(5)]
     for msg_id in ids:
         assert settle(proc, msg_id)["state"] == "done"
     assert _servers(proc.proc.pid) == []
     assert sorted(marks.read_text().split()) == sorted(ids)
+
+
+def test_a_retried_message_started_by_the_server_keeps_every_timeline_line(make_queue,
+                                                                          daemon):
+    # Given a message that failed, retried: its retried line and its new start
+    # come in one turn, and the start's answer in a later one
+    make_queue("q", "exit 1")
+    proc = daemon("q", env=ON)
+    msg_id = send(proc)
+    assert settle(proc, msg_id)["state"] == "err"
+    proc.call("retry", msg_id=msg_id)
+    wait_for(lambda: proc.stderr_text().count(f"{msg_id}: err:") == 2, 10, "it failed again")
+    # Then its timeline holds both runs and the retry between them
+    kinds = [event["ev"] for event in proc.call("get", msg_id=msg_id)["timeline"]]
+    assert kinds.count("started") == 2 and "retried" in kinds, kinds
+    assert kinds.index("retried") < len(kinds) - 1 - kinds[::-1].index("started")
