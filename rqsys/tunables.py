@@ -64,7 +64,7 @@ SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 # RQ_FORK_SERVER=on in a daemon's environment: scripts are started by a fork
 # server (rqsys.run.forkserver), so the loop never waits for an exec (in
 # process it waits 250-450 us a start).  Off by default: on a 2-core host it
-# drains 8 workers 10-16 % faster but costs more CPU a message, and the p99
+# drains 8 workers 4-16 % faster but costs more CPU a message, and the p99
 # of enqueue-to-start under 64 clients doubles (docs/BENCHMARKS.md).
 FORK_SERVER = os.environ.get("RQ_FORK_SERVER", "off") == "on"
 

@@ -114,9 +114,9 @@ class ForkServer:
                 made.append(write_end)
                 os.ftruncate(page, mmap.PAGESIZE)
                 self._page = mmap.mmap(page, mmap.PAGESIZE)
-                self._server_pid = os.posix_spawn(
-                    str(PROGRAM), [str(PROGRAM), "3", "4", "5", str(self._parent)], {},
-                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, 3 + n) for n, fd in enumerate(made)])
+                self._server_pid = os.posix_spawn(  # dup2 onto itself: kept open by exec
+                    str(PROGRAM), [str(PROGRAM), *map(str, made), str(self._parent)], {},
+                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, fd) for fd in made])
             except OSError:
                 ours.close()
                 close_fds([answers] if answers >= 0 else [])
@@ -200,22 +200,24 @@ class ForkServer:
         return mine
 
     # ------------------------------------------------------------ answers
-    def _ready(self, _key: object, _mask: int) -> None:
-        """Take the answers that came (one read: they are whole, 12 bytes each)."""
+    def _ready(self, _key: object, _mask: int) -> bool:
+        """Take the answers that came (one read: they are whole, 12 bytes each);
+        False when none came (or the pipe is closed)."""
         if self._answers < 0:
-            return
+            return False
         try:
             data = os.read(self._answers, ANSWERS_READ)
         except BlockingIOError:
-            return
+            return False
         if not data:  # the server is gone: its socket's end of file settles the rest
             self._selector.unregister(self._answers)
             os.close(self._answers)
             self._answers = -1
-            return
+            return False
         for start, pid, err in ANSWER.iter_unpack(data):
             if (pending := self._pending.pop(start, None)) is not None:
                 self._settle(pending, pid, err)
+        return True
 
     def _settle(self, pending: Pending, pid: int, err: int) -> None:
         self._closing_out(pending)
@@ -250,8 +252,8 @@ class ForkServer:
         of file: the server died, and no child of it can still exec.  Settle
         the starts in flight, reap it, start another."""
         assert self._sock is not None and self._page is not None
-        while self._answers >= 0:
-            self._ready(None, 0)  # every answer it wrote, then its end of file
+        while self._answers >= 0 and self._ready(None, 0):
+            pass  # every answer it wrote, then its end of file
         self._selector.unregister(self._sock)
         self._sock.close()
         self._sock = None
