@@ -233,10 +233,10 @@ static int child_main(void *arg)
 }
 
 /* The parent is suspended until the child execs or exits (CLONE_VFORK), so
- * the child's stack can be an array in this frame. */
-/* With a slot (a fork server's start) the kernel writes the child's pid
- * there before the child first runs (CLONE_PARENT_SETTID; the clone()
- * wrapper takes one of it and CLONE_PIDFD, which shares its argument). */
+ * the child's stack can be an array in this frame.  With a slot (a fork
+ * server's start) the kernel writes the child's pid there before the child
+ * first runs (CLONE_PARENT_SETTID; the clone() wrapper takes one of it and
+ * CLONE_PIDFD, which shares its argument). */
 static pid_t start_child(struct child *c, int *pidfd, int flags)
 {
     char stack[RQ_CHILD_STACK] __attribute__((aligned(16)));

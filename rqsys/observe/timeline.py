@@ -84,8 +84,7 @@ class Timeline:
             self._pending[msg_id] = (state, [line])
         else:
             lines[1].append(line)
-            if lines[0] != state:
-                self._pending[msg_id] = (state, lines[1])  # the newest state: where it is now
+            self.moved(msg_id, state)  # the newest state: where it is now
 
     def moved(self, msg_id: str, state: str) -> None:
         """The message's directory is in ``state`` now: its turn's lines go there."""

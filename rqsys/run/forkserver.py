@@ -260,12 +260,13 @@ class ForkServer:
         start, pid, state, _err = SLOT.unpack_from(self._page, 0)
         self._page.close()
         self._page = None
-        self._reap(self._server_pid)
-        self._warn(f"the fork server (pid {self._server_pid}) died with "
-                   f"{len(self._pending)} start(s) in flight: those settled, a new server started")
+        dead = self._server_pid
+        self._reap(dead)
         pending, self._pending = list(self._pending.values()), {}
         self.restarts += 1
-        self.start()
+        again = "a new server started" if self.start() else "starts now made in process"
+        self._warn(f"the fork server (pid {dead}) died with {len(pending)} start(s) in "
+                   f"flight: those settled, {again}")
         for each in pending:
             if each.id == start and state == EXECING:
                 self._settle(each, pid, 0)

@@ -151,7 +151,7 @@ class QueueEnviron:
         reset_only_changed_signals()  # made once the daemon has set its handlers
         self._base = [ffi.new("char[]", os.fsencode(f"{k}={v}"))
                       for k, v in base.items() if k not in run_keys]
-        self._base_bytes = b"".join(ffi.string(s) + b"\0" for s in self._base)  # type: ignore[attr-defined]
+        self._base_bytes: bytes | None = None  # the base as one blob, for a fork server
         # the envp array itself, made once: a run fills in its own slots after the base
         self._slots = len(run_keys)
         self._array = ffi.new("char *[]", [*self._base, *[ffi.NULL] * (self._slots + 1)])
@@ -175,6 +175,9 @@ class QueueEnviron:
     def blob(self, run: dict[str, str]) -> tuple[bytes, int]:
         """The queue's environment with one run's variables as NUL-terminated
         ``K=V`` strings (a fork server's request), and how many there are."""
+        if self._base_bytes is None:  # made at the first start that goes to one
+            self._base_bytes = b"".join(self._ffi.string(s) + b"\0"  # type: ignore[attr-defined]
+                                        for s in self._base)
         mine = "".join(f"{key}={value}\0" for key, value in run.items())
         return (self._base_bytes + mine.encode(_FS_ENCODING, "surrogateescape"),
                 len(self._base) + len(run))
