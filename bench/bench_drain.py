@@ -7,6 +7,9 @@ Beside rqsys, in the same run and on the same script:
 * the raw ceiling: Python ``posix_spawn`` of the script, N slots in flight;
 * task-spooler (Debian ``task-spooler``, ``tsp -S N``), gated by N jobs that
   block on a FIFO until released;
+* the floor of a Python daemon (``drain_floor``): only the renames
+  ``queue/ -> run/ -> done/``, the start (``posix_spawn``), a pidfd and the
+  reaping, its CPU a message (this process's own, not its scripts');
 * rqsys starting its scripts in process (the default, ``RQ_FORK_SERVER=off``:
   the loop waits for each exec), alternated with the rounds of a daemon
   with its fork server (``RQ_FORK_SERVER=on``), the figures judged.
@@ -36,6 +39,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import drain_floor
 from bench_queue import Daemon, make_queue, report
 from scratch import scratch_layout
 
@@ -134,9 +139,23 @@ def _drain(fd: int) -> None:
         pass
 
 
+# ----------------------------------------------------------------- the Python floor
+def python_floor(scratch: Path, script: Path, slots: int, n: int) -> tuple[float, float]:
+    """(msgs/s, CPU us a message) of ``drain_floor`` over n messages in ``scratch``."""
+    names = drain_floor.prepare(scratch, n)
+    before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    drain_floor.drain(scratch, names, script, slots)
+    elapsed, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+    shutil.rmtree(scratch)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return n / elapsed, cpu / n * 1e6
+
+
 # ----------------------------------------------------------------- task-spooler
-def task_spooler(scratch: Path, slots: int, n: int) -> float | None:
-    """jobs/s of ``tsp -S slots`` over n jobs, gated; None without tsp."""
+def task_spooler(scratch: Path, slots: int, n: int) -> tuple[float, float] | None:
+    """(jobs/s, its server's CPU us a job) of ``tsp -S slots`` over n jobs,
+    gated; None without tsp.  The server's own CPU (utime + stime: its
+    forks counted, not its jobs'), the figure beside the daemon's."""
     tsp = shutil.which("tsp") or shutil.which("ts")
     if tsp is None:
         return None
@@ -159,14 +178,30 @@ def task_spooler(scratch: Path, slots: int, n: int) -> float | None:
         for _ in range(n):
             tsp_run("-n", str(job))
         _wait_running(tsp, env, slots)
-        started = time.perf_counter()
+        server = _tsp_server(env["TS_SOCKET"])
+        cpu0, started = cpu_seconds(server), time.perf_counter()
         os.close(os.open(gate, os.O_WRONLY))  # every gate job reads EOF and ends
         tsp_run("-w")  # waits for the last job
-        return n / (time.perf_counter() - started)
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server) - cpu0
+        return n / elapsed, cpu / n * 1e6
     finally:
         _open_gate(gate)  # on failure too: no gate job is left blocked on the FIFO
         subprocess.run([tsp, "-K"], env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+
+
+def _tsp_server(sock: str) -> int:
+    """The pid of the task-spooler server listening on ``sock``."""
+    mark = f"TS_SOCKET={sock}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() not in ("tsp", "ts"):
+                continue
+            if mark in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return int(pid)
+        except OSError:
+            pass  # ended meanwhile, or not ours to read
+    raise RuntimeError(f"no task-spooler server on {sock}")
 
 
 def _open_gate(gate: Path) -> None:
@@ -354,13 +389,14 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     script = make_queue(layout, name, "echo done >&3", num_workers=slots)
     make_queue(layout, f"{name}old", "echo done >&3", num_workers=slots)
     daemon, old = _daemon(layout, name, "on"), _daemon(layout, f"{name}old", "off")
-    bases, spoolers, runs, olds = [], [], [], []
+    bases, spoolers, runs, olds, floors = [], [], [], [], []
     try:
         rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches
         rqsys_drain(old, layout, f"{name}old", N // 4)
         for r in range(ROUNDS):  # alternate, so drift of the machine hits all four
             bases.append(ceiling(script, slots, N))
             spoolers.append(task_spooler(scratch / f"tsp-{slots}-{r}", slots, N))
+            floors.append(python_floor(scratch / f"floor-{slots}-{r}", script, slots, N))
             runs.append(rqsys_drain(daemon, layout, name, N))
             olds.append(rqsys_drain(old, layout, f"{name}old", N))
         traced = scratch / f"strace-{slots}.txt"
@@ -369,11 +405,17 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
         daemon.stop()
         old.stop()
     base = statistics.median(bases)
-    spooler = None if None in spoolers else statistics.median(s for s in spoolers if s)
+    spooler = spooler_cpu = None
+    if None not in spoolers:
+        spooler = statistics.median(s[0] for s in spoolers if s)
+        spooler_cpu = statistics.median(s[1] for s in spoolers if s)
     got = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
-    _report_slots(slots, base, spooler, got, syscalls_per_message(traced, STRACE_N))
+    _report_slots(slots, base, (spooler, spooler_cpu), got,
+                  syscalls_per_message(traced, STRACE_N))
     _report_in_process(slots, spooler, {k: statistics.median(run[k] for run in olds)
                                         for k in olds[0]})
+    _report_floor(slots, spooler, statistics.median(f[0] for f in floors),
+                  statistics.median(f[1] for f in floors))
     if SHOW_TABLE:
         _print_table(traced, STRACE_N)
     instr = instructions(layout, scratch, slots)
@@ -400,15 +442,24 @@ def _report_in_process(slots: int, spooler: float | None, old: dict[str, float])
            f"{old['spawn_us']:.0f} us blocked in the spawn helper (RQ_FORK_SERVER=off)")
 
 
-def _report_slots(slots: int, base: float, spooler: float | None, got: dict[str, float],
-                  calls: float | None) -> None:
+def _report_floor(slots: int, spooler: float | None, rate: float, cpu: float) -> None:
+    vs = f", {rate / spooler:.2f}x task-spooler" if spooler else ""
+    report(f"the Python floor, {slots} workers",
+           f"{rate:8.0f} msgs/s{vs}; its CPU {cpu:.0f} us a message (renames, posix_spawn,"
+           " pidfd, waitpid: drain_floor)")
+
+
+def _report_slots(slots: int, base: float, tsp: tuple[float | None, float | None],
+                  got: dict[str, float], calls: float | None) -> None:
+    spooler, spooler_cpu = tsp
     rate, ratio = got["rate"], got["rate"] / base
     report(f"raw posix_spawn ceiling, {slots} slots", f"{base:8.0f} runs/s")
     if spooler is None:
         report(f"task-spooler -S {slots}", "     n/a (apt-get install task-spooler)")
     else:
         report(f"task-spooler -S {slots}",
-               f"{spooler:8.0f} jobs/s ({spooler / base:.0%} of ceiling)")
+               f"{spooler:8.0f} jobs/s ({spooler / base:.0%} of ceiling); its server's CPU"
+               f" {spooler_cpu:.0f} us a job")
     ok = spooler is not None and rate >= spooler
     vs = f", {rate / spooler:.2f}x task-spooler" if spooler else ""
     report(f"rqsys drain, num_workers {slots}", f"{rate:8.0f} msgs/s ({ratio:.0%} of ceiling"
