@@ -4,11 +4,13 @@ Clients (threads, each on its own socket) send ``create`` at a steady pace,
 noting the wall-clock time before each; the queue's script (bash, 8
 workers) notes ``$EPOCHREALTIME`` as its first act, on the same clock.  The
 latency is the difference: durable intake, scheduling, the start and the
-script's exec.  1 client (one message every 20 ms) and 64 clients (each one
-every 100 ms, staggered: about 640 messages a second, under what 8 workers
-drain here), against two daemons alternated in the same run: one with its
-fork server (``RQ_FORK_SERVER=on``), one without (the default: the loop
-waits for each exec), the baseline.  Prints p50, p99 and the worst, in ms.
+script's exec.  It is also split where the client got its create's answer:
+intake (the durable create) and the rest (scheduling, the start, the exec).
+1 client (one message every 20 ms) and 64 clients (each one every 250 ms,
+staggered: 256 messages a second, under what 8 workers drain here), against
+two daemons alternated in the same run: one with its fork server
+(``RQ_FORK_SERVER=on``), one without (the default: the loop waits for each
+exec), the baseline.  Prints p50, p99 and the worst, in ms.
 
     python bench/bench_start_latency.py [SECONDS]
 """
@@ -34,9 +36,9 @@ SHAPES = ((1, 0.020), (64, 0.250))  # clients, seconds between one client's mess
 
 
 def run_clients(layout: Layout, name: str, clients: int, every: float,
-                seconds: float) -> dict[str, float]:
-    """Each client's (msg_id, time sent)."""
-    sent: dict[str, float] = {}
+                seconds: float) -> dict[str, tuple[float, float]]:
+    """Each message's (time sent, time its create was answered), by msg_id."""
+    sent: dict[str, tuple[float, float]] = {}
     lock = threading.Lock()
 
     def client(offset: float) -> None:
@@ -47,8 +49,9 @@ def run_clients(layout: Layout, name: str, clients: int, every: float,
                 time.sleep(max(0.0, due - time.monotonic()))
                 began = time.time()
                 msg_id = conn.call("create", msg={})["msg_id"]
+                answered = time.time()
                 with lock:
-                    sent[msg_id] = began
+                    sent[msg_id] = (began, answered)
                 due += every
 
     threads = [threading.Thread(target=client, args=(every * i / clients,))
@@ -60,15 +63,20 @@ def run_clients(layout: Layout, name: str, clients: int, every: float,
     return sent
 
 
-def latencies(log: Path, sent: dict[str, float]) -> list[float]:
+def latencies(log: Path, sent: dict[str, tuple[float, float]]
+              ) -> tuple[list[float], list[float], list[float]]:
+    """Milliseconds from sending to the script's first act, to the create's
+    answer (intake), and from the answer to the first act."""
     deadline = time.monotonic() + 60
     while True:
         started = dict(line.split() for line in log.read_text().splitlines() if line)
         if all(msg_id in started for msg_id in sent) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    return sorted((float(started[m].replace(",", ".")) - t) * 1000
-                  for m, t in sent.items() if m in started)
+    at = {m: float(started[m].replace(",", ".")) for m in sent if m in started}
+    return ([(at[m] - sent[m][0]) * 1000 for m in at],
+            [(answered - began) * 1000 for began, answered in sent.values()],
+            [(at[m] - sent[m][1]) * 1000 for m in at])
 
 
 def figures(waits: list[float]) -> str:
@@ -90,17 +98,22 @@ def main() -> int:
             os.environ["RQ_FORK_SERVER"] = "on" if way == "server" else "off"
             daemons[way] = Daemon(layout, way)
             os.environ.pop("RQ_FORK_SERVER", None)
-        got: dict[tuple[str, int], list[float]] = {}
+        got: dict[tuple[str, int, int], list[float]] = {}  # (way, clients, part) -> ms
         for _round in range(ROUNDS):
             for clients, every in SHAPES:
                 for way in daemons:
                     sent = run_clients(layout, way, clients, every, seconds)
-                    got.setdefault((way, clients), []).extend(
-                        latencies(scratch / f"{way}.log", sent))
+                    parts = latencies(scratch / f"{way}.log", sent)
+                    for part, waits in enumerate(parts):
+                        got.setdefault((way, clients, part), []).extend(waits)
         for clients, _every in SHAPES:
             for way, what in (("server", "fork server"), ("inprocess", "in process (baseline)")):
                 report(f"enqueue -> start, {clients} client(s), {what}",
-                       figures(sorted(got[(way, clients)])))
+                       figures(sorted(got[(way, clients, 0)])))
+                report("  of which intake (to the create's answer)",
+                       figures(sorted(got[(way, clients, 1)])))
+                report("  and from the answer to the start",
+                       figures(sorted(got[(way, clients, 2)])))
     finally:
         for daemon in daemons.values():
             daemon.stop()
