@@ -64,9 +64,11 @@ SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 # RQ_FORK_SERVER=on in a daemon's environment: scripts are started by a fork
 # server (rqsys.run.forkserver), so the loop never waits for an exec (in
 # process it waits 250-450 us a start).  Off by default: on a 2-core host it
-# drains 8 workers 4-16 % faster but costs more CPU a message, and the p99
-# of enqueue-to-start under 64 clients doubles (docs/BENCHMARKS.md).
-FORK_SERVER = os.environ.get("RQ_FORK_SERVER", "off") == "on"
+# drains 8 workers 4-16 % faster but costs more CPU a message, and adds
+# 0.5-3 ms to the start's p99 under 64 clients (docs/BENCHMARKS.md).  Any
+# other value is said when the daemon starts and taken as off.
+FORK_SERVER_SETTING = os.environ.get("RQ_FORK_SERVER", "off")
+FORK_SERVER = FORK_SERVER_SETTING == "on"
 
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
 SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot

@@ -155,8 +155,9 @@ static int serve_one(int sock, int out, struct slot *slot, size_t n, int *fds, i
     return failed;
 }
 
-/* Every disposition back to the default (SIGPIPE too: answers use
- * MSG_NOSIGNAL), signals unblocked: the children reset none. */
+/* Every disposition back to the default, signals unblocked: the children
+ * reset none.  SIGPIPE too: an answer pipe with no reader means the daemon
+ * is gone, and the server goes with it. */
 static void plain_signals(void)
 {
     struct sigaction dfl = {0};

@@ -5,7 +5,8 @@ not wait for the exec; the Child's pid comes with ``then(0)``, or
 ``then(errno)`` says why it did not start) when the server takes it, and
 is made in process otherwise (started on return; ``then`` is not called).
 The server is used when ``RQ_FORK_SERVER=on`` is in the daemon's
-environment (off by default: ``rqsys.tunables``), and started at the
+environment (off by default: ``rqsys.tunables``; another value is said and
+taken as off), and started at the
 queue's first start, so a queue that runs nothing costs no process.
 
 Each start's time in the in-process helper (a failed one's too) is added to
@@ -43,6 +44,9 @@ class Starts:
         self.server: ForkServer | None = None
         if tunables.FORK_SERVER:
             self.server = ForkServer(selector, self.leave, lambda text: log.warn(text))
+        elif tunables.FORK_SERVER_SETTING != "off":
+            log.warn(f"RQ_FORK_SERVER={tunables.FORK_SERVER_SETTING!r} is neither on nor"
+                     " off: scripts start in process")
         self._server_tried = False
 
     def spawn(self, words: list[str], program: str, environ: QueueEnviron, run: dict[str, str],

@@ -99,3 +99,20 @@ def test_a_retried_message_started_by_the_server_keeps_every_timeline_line(make_
     kinds = [event["ev"] for event in proc.call("get", msg_id=msg_id)["timeline"]]
     assert kinds.count("started") == 2 and "retried" in kinds, kinds
     assert kinds.index("retried") < len(kinds) - 1 - kinds[::-1].index("started")
+
+
+def test_an_rq_fork_server_value_neither_on_nor_off_is_said_and_taken_as_off(
+        make_queue, daemon, tmp_path):
+    # Given a daemon whose environment says RQ_FORK_SERVER=yes (not a value it knows)
+    marks = tmp_path / "marks"
+    make_queue("q", SCRIPT, env_vars={"MARKS": str(marks)})
+    proc = daemon("q", env={"RQ_FORK_SERVER": "yes"})
+    # Then it says so at its start
+    said = "RQ_FORK_SERVER='yes' is neither on nor off: scripts start in process"
+    wait_for(lambda: said in proc.stderr_text(), 10, "the warning")
+    # and runs its messages, each once, with no fork server
+    ids = [send(proc) for _ in range(3)]
+    for msg_id in ids:
+        assert settle(proc, msg_id)["state"] == "done"
+    assert _servers(proc.proc.pid) == []
+    assert sorted(marks.read_text().split()) == sorted(ids)
