@@ -9,7 +9,10 @@ Beside rqsys, in the same run and on the same script:
   block on a FIFO until released;
 * the floor of a Python daemon (``drain_floor``): only the renames
   ``queue/ -> run/ -> done/``, the start (``posix_spawn``), a pidfd and the
-  reaping, its CPU a message (this process's own, not its scripts');
+  reaping, its CPU a message (this process's own, not its scripts'); and
+  that floor with the other system calls rqsys's run path makes a message
+  (``drain_with_calls``: fd 4, a new session, the timeline, stats and log
+  lines, the group's signal, ``wait4``, the leftovers check's read);
 * rqsys starting its scripts in process (the default, ``RQ_FORK_SERVER=off``:
   the loop waits for each exec), alternated with the rounds of a daemon
   with its fork server (``RQ_FORK_SERVER=on``), the figures judged.
@@ -140,11 +143,13 @@ def _drain(fd: int) -> None:
 
 
 # ----------------------------------------------------------------- the Python floor
-def python_floor(scratch: Path, script: Path, slots: int, n: int) -> tuple[float, float]:
-    """(msgs/s, CPU us a message) of ``drain_floor`` over n messages in ``scratch``."""
+def python_floor(scratch: Path, script: Path, slots: int, n: int,
+                 calls: bool = False) -> tuple[float, float]:
+    """(msgs/s, CPU us a message) of ``drain_floor`` over n messages in
+    ``scratch``; ``calls``: with rqsys's other system calls (``drain_with_calls``)."""
     names = drain_floor.prepare(scratch, n)
     before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    drain_floor.drain(scratch, names, script, slots)
+    (drain_floor.drain_with_calls if calls else drain_floor.drain)(scratch, names, script, slots)
     elapsed, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
     shutil.rmtree(scratch)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -389,7 +394,7 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     script = make_queue(layout, name, "echo done >&3", num_workers=slots)
     make_queue(layout, f"{name}old", "echo done >&3", num_workers=slots)
     daemon, old = _daemon(layout, name, "on"), _daemon(layout, f"{name}old", "off")
-    bases, spoolers, runs, olds, floors = [], [], [], [], []
+    bases, spoolers, runs, olds, floors, with_calls = [], [], [], [], [], []
     try:
         rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches
         rqsys_drain(old, layout, f"{name}old", N // 4)
@@ -397,6 +402,8 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
             bases.append(ceiling(script, slots, N))
             spoolers.append(task_spooler(scratch / f"tsp-{slots}-{r}", slots, N))
             floors.append(python_floor(scratch / f"floor-{slots}-{r}", script, slots, N))
+            with_calls.append(python_floor(scratch / f"calls-{slots}-{r}", script, slots, N,
+                                           calls=True))
             runs.append(rqsys_drain(daemon, layout, name, N))
             olds.append(rqsys_drain(old, layout, f"{name}old", N))
         traced = scratch / f"strace-{slots}.txt"
@@ -414,8 +421,9 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
                   syscalls_per_message(traced, STRACE_N))
     _report_in_process(slots, spooler, {k: statistics.median(run[k] for run in olds)
                                         for k in olds[0]})
-    _report_floor(slots, spooler, statistics.median(f[0] for f in floors),
-                  statistics.median(f[1] for f in floors))
+    for floor, calls in ((floors, False), (with_calls, True)):
+        _report_floor(slots, spooler, statistics.median(f[0] for f in floor),
+                      statistics.median(f[1] for f in floor), calls)
     if SHOW_TABLE:
         _print_table(traced, STRACE_N)
     instr = instructions(layout, scratch, slots)
@@ -442,11 +450,13 @@ def _report_in_process(slots: int, spooler: float | None, old: dict[str, float])
            f"{old['spawn_us']:.0f} us blocked in the spawn helper (RQ_FORK_SERVER=off)")
 
 
-def _report_floor(slots: int, spooler: float | None, rate: float, cpu: float) -> None:
+def _report_floor(slots: int, spooler: float | None, rate: float, cpu: float,
+                  calls: bool) -> None:
     vs = f", {rate / spooler:.2f}x task-spooler" if spooler else ""
-    report(f"the Python floor, {slots} workers",
-           f"{rate:8.0f} msgs/s{vs}; its CPU {cpu:.0f} us a message (renames, posix_spawn,"
-           " pidfd, waitpid: drain_floor)")
+    what = ("with rqsys's system calls", "rqsys's other calls: drain_with_calls") if calls \
+        else ("", "renames, posix_spawn, pidfd, waitpid: drain_floor")
+    report(f"the Python floor{' ' if calls else ''}{what[0]}, {slots} workers",
+           f"{rate:8.0f} msgs/s{vs}; its CPU {cpu:.0f} us a message ({what[1]})")
 
 
 def _report_slots(slots: int, base: float, tsp: tuple[float | None, float | None],
