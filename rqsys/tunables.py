@@ -61,14 +61,20 @@ AFTER_CHECK_DEADLINE_ENV = "RQ_AFTER_CHECK_DEADLINE"
 
 SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 
-# RQ_FORK_SERVER=on in a daemon's environment: scripts are started by a fork
-# server (rqsys.run.forkserver), so the loop never waits for an exec (in
-# process it waits 250-450 us a start).  Off by default: on a 2-core host it
-# drains 8 workers 4-16 % faster but costs more CPU a message, and adds
-# 0.5-3 ms to the start's p99 under 64 clients (docs/BENCHMARKS.md).  Any
-# other value is said when the daemon starts and taken as off.
-FORK_SERVER_SETTING = os.environ.get("RQ_FORK_SERVER", "off")
-FORK_SERVER = FORK_SERVER_SETTING == "on"
+# RQ_FORK_SERVER in a daemon's environment: how its scripts are started.
+# "on": always by a fork server (rqsys.run.forkserver), so the loop never
+# waits for an exec (in process it waits 250-450 us a start); "off": always
+# in process; "auto" (the default): by the server only while messages wait
+# for a worker (more are due than workers are free) in a queue of at least
+# FORK_SERVER_MIN_WORKERS workers, else in process.  On a 2-core host the
+# server drains 8 workers 10-20 % faster, where the exec waits saturate the
+# loop; at 2 workers it measured no faster (0.85-0.96x task-spooler against
+# 0.92-0.95x); and it adds 0.5-3 ms to the start's p99 under 64 clients,
+# when messages start as they come (docs/BENCHMARKS.md).  Any other value
+# is said when the daemon starts and taken as "off".
+FORK_SERVER_SETTING = os.environ.get("RQ_FORK_SERVER", "auto")
+FORK_SERVER = FORK_SERVER_SETTING if FORK_SERVER_SETTING in ("on", "off", "auto") else "off"
+FORK_SERVER_MIN_WORKERS = 4
 
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
 SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot

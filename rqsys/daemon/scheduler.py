@@ -40,6 +40,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from rqsys import tunables
 from rqsys.daemon.gates import Gate, WaitKey, Wake
 from rqsys.daemon.room import ONE, Need, Room, need_of
 from rqsys.message import due_time, param_key
@@ -93,6 +94,14 @@ class Schedule:
 
     def __contains__(self, msg_id: str) -> bool:
         return msg_id in self.msgs
+
+    def backlog(self, workers: int) -> bool:
+        """Whether messages wait for a worker now, in a queue of ``workers``
+        (at least FORK_SERVER_MIN_WORKERS): more are due than workers are
+        free (as of the last pop; entries a change made stale since are
+        counted until dropped).  The fork server's ``auto`` test."""
+        return (workers >= tunables.FORK_SERVER_MIN_WORKERS
+                and len(self._ready) > self.room.free()[0])
 
     def add(self, msg_id: str, msg: Msg) -> None:
         if msg_id in self.msgs or msg_id in self._woken:  # not at start: 100,000 calls saved

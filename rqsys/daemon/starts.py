@@ -4,10 +4,13 @@ A start goes to the fork server (``rqsys.run.forkserver``: the loop does
 not wait for the exec; the Child's pid comes with ``then(0)``, or
 ``then(errno)`` says why it did not start) when the server takes it, and
 is made in process otherwise (started on return; ``then`` is not called).
-The server is used when ``RQ_FORK_SERVER=on`` is in the daemon's
-environment (off by default: ``rqsys.tunables``; another value is said and
-taken as off), and started at the
-queue's first start, so a queue that runs nothing costs no process.
+The server is used as ``RQ_FORK_SERVER`` says (``rqsys.tunables``): for
+every start (``on``), for none (``off``), or (``auto``, the default) for a
+start made while messages wait for a worker, as ``busy`` tells, where the
+loop's exec waits hold the queue back; otherwise the start is made in
+process, the shortest way to a script's first act.  Another value is said
+and taken as off.  The server is started at the first start it takes, so
+a queue that never needs it costs no process.
 
 Each start's time in the in-process helper (a failed one's too) is added to
 the loop's spawn seconds (``rqsys.daemon.loopclock``), and so is the time
@@ -23,6 +26,7 @@ from __future__ import annotations
 import os
 import selectors
 import time
+from collections.abc import Callable
 
 from rqsys import tunables
 from rqsys.daemon.loopclock import LoopClock
@@ -37,16 +41,19 @@ class Starts:
     """Starting scripts: timed, and their leftover fds closed with the turn's."""
 
     def __init__(self, clock: LoopClock, closing: FdBatch, identity: Identity,
-                 selector: selectors.BaseSelector, log: EventLog) -> None:
-        self.clock, self.identity = clock, identity
+                 selector: selectors.BaseSelector, log: EventLog,
+                 busy: Callable[[], bool]) -> None:
+        """``busy``: whether messages wait for a worker now (``auto``'s test)."""
+        self.clock, self.identity, self.busy = clock, identity, busy
         self._pid = os.getpid()  # the helper checks its child's parent against it
         self._closing = closing
         self.server: ForkServer | None = None
-        if tunables.FORK_SERVER:
+        self._always = tunables.FORK_SERVER == "on"
+        if tunables.FORK_SERVER != "off":
             self.server = ForkServer(selector, self.leave, lambda text: log.warn(text))
         elif tunables.FORK_SERVER_SETTING != "off":
-            log.warn(f"RQ_FORK_SERVER={tunables.FORK_SERVER_SETTING!r} is neither on nor"
-                     " off: scripts start in process")
+            log.warn(f"RQ_FORK_SERVER={tunables.FORK_SERVER_SETTING!r} is neither on, off"
+                     " nor auto: scripts start in process")
         self._server_tried = False
 
     def spawn(self, words: list[str], program: str, environ: QueueEnviron, run: dict[str, str],
@@ -68,7 +75,7 @@ class Starts:
               run: dict[str, str], job: str, out: int | None, as_limit: int,
               then: Then) -> Child | None:
         server = self.server
-        if server is None:
+        if server is None or not (self._always or self.busy()):
             return None
         if not server.running and not self._server_tried:
             self._server_tried = True  # once: a server that died is started again by itself

@@ -1,6 +1,6 @@
 """A queue daemon and its fork server (rqsys.run.forkserver, RQ_FORK_SERVER=on):
 started at the first start, killed mid-drain without a message lost or run
-twice, and none by default."""
+twice; by default (auto) used only while messages wait for a worker."""
 
 from __future__ import annotations
 
@@ -74,11 +74,47 @@ def test_a_server_killed_mid_drain_loses_nothing_and_runs_nothing_twice(
     assert proc.proc.poll() is None
 
 
-def test_without_rq_fork_server_on_scripts_start_in_process(make_queue, daemon, tmp_path):
+def test_by_default_scripts_start_in_process_while_no_message_waits_for_a_worker(
+        make_queue, daemon, tmp_path):
+    # Given a daemon of 4 workers with its default RQ_FORK_SERVER (auto)
+    marks = tmp_path / "marks"
+    make_queue("q", SCRIPT, num_workers=4, env_vars={"MARKS": str(marks)})
+    proc = daemon("q")
+    # When messages come one at a time, each started before the next comes
+    ids = []
+    for _ in range(5):
+        ids.append(send(proc))
+        assert settle(proc, ids[-1])["state"] == "done"
+    # Then no fork server was started: each start was made in process
+    assert _servers(proc.proc.pid) == []
+    assert sorted(marks.read_text().split()) == sorted(ids)
+
+
+def test_by_default_a_backlog_is_started_through_the_fork_server_each_message_once(
+        make_queue, daemon, tmp_path):
+    # Given a paused daemon of 4 workers, its default RQ_FORK_SERVER, 60 messages queued
+    marks = tmp_path / "marks"
+    make_queue("q", SCRIPT, num_workers=4, env_vars={"MARKS": str(marks)})
+    proc = daemon("q")
+    proc.call("adminoper", oper="pause")
+    ids = [send(proc) for _ in range(60)]
+    # When it is let go: more are due than workers are free
+    proc.call("adminoper", oper="up")
+    for msg_id in ids:
+        assert settle(proc, msg_id, timeout=60)["state"] == "done"
+    # Then the fork server started them (it runs beside the daemon now), each once
+    assert len(_servers(proc.proc.pid)) == 1
+    assert sorted(marks.read_text().split()) == sorted(ids)
+
+
+def test_a_queue_of_two_workers_never_starts_a_fork_server_by_default(make_queue, daemon,
+                                                                       tmp_path):
     marks = tmp_path / "marks"
     make_queue("q", SCRIPT, num_workers=2, env_vars={"MARKS": str(marks)})
     proc = daemon("q")
-    ids = [send(proc) for _ in range(5)]
+    proc.call("adminoper", oper="pause")
+    ids = [send(proc) for _ in range(20)]
+    proc.call("adminoper", oper="up")
     for msg_id in ids:
         assert settle(proc, msg_id)["state"] == "done"
     assert _servers(proc.proc.pid) == []
@@ -101,14 +137,14 @@ def test_a_retried_message_started_by_the_server_keeps_every_timeline_line(make_
     assert kinds.index("retried") < len(kinds) - 1 - kinds[::-1].index("started")
 
 
-def test_an_rq_fork_server_value_neither_on_nor_off_is_said_and_taken_as_off(
+def test_an_rq_fork_server_value_not_on_off_or_auto_is_said_and_taken_as_off(
         make_queue, daemon, tmp_path):
     # Given a daemon whose environment says RQ_FORK_SERVER=yes (not a value it knows)
     marks = tmp_path / "marks"
     make_queue("q", SCRIPT, env_vars={"MARKS": str(marks)})
     proc = daemon("q", env={"RQ_FORK_SERVER": "yes"})
     # Then it says so at its start
-    said = "RQ_FORK_SERVER='yes' is neither on nor off: scripts start in process"
+    said = "RQ_FORK_SERVER='yes' is neither on, off nor auto: scripts start in process"
     wait_for(lambda: said in proc.stderr_text(), 10, "the warning")
     # and runs its messages, each once, with no fork server
     ids = [send(proc) for _ in range(3)]
