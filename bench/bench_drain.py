@@ -13,9 +13,10 @@ Beside rqsys, in the same run and on the same script:
   that floor with the other system calls rqsys's run path makes a message
   (``drain_with_calls``: fd 4, a new session, the timeline, stats and log
   lines, the group's signal, ``wait4``, the leftovers check's read);
-* rqsys starting its scripts in process (the default, ``RQ_FORK_SERVER=off``:
-  the loop waits for each exec), alternated with the rounds of a daemon
-  with its fork server (``RQ_FORK_SERVER=on``), the figures judged.
+* rqsys starting its scripts in process (``RQ_FORK_SERVER=off``: the loop
+  waits for each exec), alternated with the rounds of a daemon as it runs
+  by default (``auto``: its fork server takes the starts while messages
+  wait for a worker, in a queue of 4 workers or more), the figures judged.
 
 For rqsys it also prints the daemon's own CPU per message (utime + stime of
 every thread from ``/proc``, its fork server's added: a figure steady even
@@ -393,7 +394,7 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
     name = f"drain{slots}"
     script = make_queue(layout, name, "echo done >&3", num_workers=slots)
     make_queue(layout, f"{name}old", "echo done >&3", num_workers=slots)
-    daemon, old = _daemon(layout, name, "on"), _daemon(layout, f"{name}old", "off")
+    daemon, old = _daemon(layout, name, None), _daemon(layout, f"{name}old", "off")
     bases, spoolers, runs, olds, floors, with_calls = [], [], [], [], [], []
     try:
         rqsys_drain(daemon, layout, name, N // 4)  # warm: spares, caches
@@ -433,14 +434,17 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
                " callgrind: steady under load)")
 
 
-def _daemon(layout: Layout, name: str, fork_server: str) -> Daemon:
-    """A daemon with its fork server (``on``) or starting its scripts in
-    process (``off``: the loop waits for each exec), the same-run baseline."""
-    os.environ["RQ_FORK_SERVER"] = fork_server
+def _daemon(layout: Layout, name: str, fork_server: str | None) -> Daemon:
+    """A daemon as ``RQ_FORK_SERVER`` says (None: its default, ``auto``), or
+    starting its scripts in process (``off``: the loop waits for each exec),
+    the same-run baseline."""
+    os.environ.pop("RQ_FORK_SERVER", None)
+    if fork_server is not None:
+        os.environ["RQ_FORK_SERVER"] = fork_server
     try:
         return Daemon(layout, name)
     finally:
-        del os.environ["RQ_FORK_SERVER"]
+        os.environ.pop("RQ_FORK_SERVER", None)
 
 
 def _report_in_process(slots: int, spooler: float | None, old: dict[str, float]) -> None:

@@ -8,9 +8,11 @@ script's exec.  It is also split where the client got its create's answer:
 intake (the durable create) and the rest (scheduling, the start, the exec).
 1 client (one message every 20 ms) and 64 clients (each one every 250 ms,
 staggered: 256 messages a second, under what 8 workers drain here), against
-two daemons alternated in the same run: one with its fork server
-(``RQ_FORK_SERVER=on``), one without (the default: the loop waits for each
-exec), the baseline.  Prints p50, p99 and the worst, in ms.
+three daemons alternated in the same run: one as it runs by default
+(``auto``: its fork server only while messages wait for a worker), one
+always with its fork server (``RQ_FORK_SERVER=on``), and one starting
+each script in process (``off``: the loop waits for each exec), the
+baseline.  Prints p50, p99 and the worst, in ms.
 
     python bench/bench_start_latency.py [SECONDS]
 """
@@ -31,8 +33,9 @@ from rqsys.store import Layout
 from rqsys.wire.client import QueueClient
 
 SCRIPT = 'printf "%s %s\\n" "$RQ_MSG_ID" "$EPOCHREALTIME" >> "$LOG"\necho done >&3'
-ROUNDS = 2
+ROUNDS = 1  # rounds of each way leading (a way measured first fared worse, whichever)
 SHAPES = ((1, 0.020), (64, 0.250))  # clients, seconds between one client's messages
+WAYS = (("default", ""), ("server", "on"), ("inprocess", "off"))  # queue name, RQ_FORK_SERVER
 
 
 def run_clients(layout: Layout, name: str, clients: int, every: float,
@@ -89,25 +92,30 @@ def main() -> int:
     scratch, layout = scratch_layout("latency-")
     daemons: dict[str, Daemon] = {}
     try:
-        for way in ("server", "inprocess"):
+        for way, setting in WAYS:
             log = scratch / f"{way}.log"
             log.touch()
             make_queue(layout, way, SCRIPT, num_workers=8,
                        env_vars={"LOG": str(log)})
             (layout.root / f"{way}.run").write_text(f"#!/bin/bash\n{SCRIPT}\n")
-            os.environ["RQ_FORK_SERVER"] = "on" if way == "server" else "off"
+            os.environ.pop("RQ_FORK_SERVER", None)
+            if setting:
+                os.environ["RQ_FORK_SERVER"] = setting
             daemons[way] = Daemon(layout, way)
             os.environ.pop("RQ_FORK_SERVER", None)
         got: dict[tuple[str, int, int], list[float]] = {}  # (way, clients, part) -> ms
-        for _round in range(ROUNDS):
+        ways = list(daemons)
+        for turn in range(ROUNDS * len(ways)):  # each way first as often as the others
+            order = ways[turn % len(ways):] + ways[:turn % len(ways)]
             for clients, every in SHAPES:
-                for way in daemons:
+                for way in order:
                     sent = run_clients(layout, way, clients, every, seconds)
                     parts = latencies(scratch / f"{way}.log", sent)
                     for part, waits in enumerate(parts):
                         got.setdefault((way, clients, part), []).extend(waits)
         for clients, _every in SHAPES:
-            for way, what in (("server", "fork server"), ("inprocess", "in process (baseline)")):
+            for way, what in (("default", "default (auto)"), ("server", "fork server (on)"),
+                              ("inprocess", "in process (off, baseline)")):
                 report(f"enqueue -> start, {clients} client(s), {what}",
                        figures(sorted(got[(way, clients, 0)])))
                 report("  of which intake (to the create's answer)",
