@@ -67,13 +67,14 @@ SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 # in process; "auto" (the default): by the server only while messages wait
 # for a worker (more are due than workers are free) in a queue of at least
 # FORK_SERVER_MIN_WORKERS workers, else in process.  On a 2-core host the
-# server drains 8 workers 10-20 % faster, where the exec waits saturate the
-# loop; at 2 workers it measured no faster (0.85-0.96x task-spooler against
-# 0.92-0.95x); and it adds 0.5-3 ms to the start's p99 under 64 clients,
-# when messages start as they come (docs/BENCHMARKS.md).  Any other value
+# server drains 8 workers 14-16 % faster (a third on ext4 without a
+# journal), where the exec waits hold the loop; at 2 workers it measured no
+# faster (0.85-0.96x task-spooler against 0.92-0.95x); and always on, it
+# doubles the start's p99 under 64 clients, when messages start as they
+# come, which auto starts in process (docs/BENCHMARKS.md).  Any other value
 # is said when the daemon starts and taken as "off".
 FORK_SERVER_SETTING = os.environ.get("RQ_FORK_SERVER", "auto")
-FORK_SERVER = FORK_SERVER_SETTING if FORK_SERVER_SETTING in ("on", "off", "auto") else "off"
+FORK_SERVER_MODE = FORK_SERVER_SETTING if FORK_SERVER_SETTING in ("on", "off", "auto") else "off"
 FORK_SERVER_MIN_WORKERS = 4
 
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)

@@ -48,8 +48,8 @@ class Starts:
         self._pid = os.getpid()  # the helper checks its child's parent against it
         self._closing = closing
         self.server: ForkServer | None = None
-        self._always = tunables.FORK_SERVER == "on"
-        if tunables.FORK_SERVER != "off":
+        self._always = tunables.FORK_SERVER_MODE == "on"
+        if tunables.FORK_SERVER_MODE != "off":
             self.server = ForkServer(selector, self.leave, lambda text: log.warn(text))
         elif tunables.FORK_SERVER_SETTING != "off":
             log.warn(f"RQ_FORK_SERVER={tunables.FORK_SERVER_SETTING!r} is neither on, off"

@@ -376,3 +376,36 @@ def test_scandir_link_makes_a_queue_live(box: Container) -> None:
     queue = QueueStore(box.path("/var/lib/rq/queue/s"))
     wait_for(lambda: queue.find(msg_id) == "done", 20, f"{msg_id} done in s")
     assert box.show("rq@s.service", "User") == "rq"
+
+
+def _fork_server(box: Container) -> list[str]:
+    """The rqspawnd processes the queue daemon has as children now."""
+    out = box.run("ps", "-o", "comm=", "--ppid", str(main_pid(box)), check=False).stdout
+    return [word for word in out.split() if word == "rqspawnd"]
+
+
+def test_a_backlog_starts_through_the_fork_server_under_the_unit(box: Container) -> None:
+    # Given the queue's 4 workers busy, and 8 more messages waiting for a worker
+    tokens = [f"fs{n}" for n in range(4)]
+    busy = [send(box, "--param1", "block", "--param2", token) for token in tokens]
+    for msg_id in busy:
+        wait_blocked(box, msg_id)
+    waiting = [send(box, "--param1", "block", "--param2", "fs-go") for _ in range(8)]
+    try:
+        # When the workers come free, with more messages due than workers free
+        for token in tokens:
+            release(box, token)
+        # Then the default (RQ_FORK_SERVER=auto) starts them through rqspawnd,
+        # the daemon's child, under the unit's user and system call filter
+        wait_for(lambda: _fork_server(box), 20, "rqspawnd beside the daemon")
+        wait_for(lambda: sum(state_of(box, m) == "run" for m in waiting) == 4, 20,
+                 "4 of the waiting ones running")
+    finally:
+        for token in [*tokens, "fs-go"]:
+            release(box, token)
+    # and each message ends done, its script run once
+    for msg_id in busy + waiting:
+        wait_state(box, msg_id, "done")
+    assert [runs(box, msg_id) for msg_id in busy + waiting] == [1] * 12
+    said = box.run("journalctl", "--no-pager", "-u", UNIT, "-o", "cat").stdout
+    assert "fork server" not in said, said
