@@ -90,35 +90,31 @@ def test_by_default_scripts_start_in_process_while_no_message_waits_for_a_worker
     assert sorted(marks.read_text().split()) == sorted(ids)
 
 
-def test_by_default_a_backlog_is_started_through_the_fork_server_each_message_once(
-        make_queue, daemon, tmp_path):
-    # Given a paused daemon of 4 workers, its default RQ_FORK_SERVER, 60 messages queued
+def _drained(make_queue, daemon, tmp_path, workers: int, count: int) -> int:
+    """A paused daemon of ``workers`` (its default RQ_FORK_SERVER) given
+    ``count`` messages, let go: each ends done, its script run once; its pid."""
     marks = tmp_path / "marks"
-    make_queue("q", SCRIPT, num_workers=4, env_vars={"MARKS": str(marks)})
+    make_queue("q", SCRIPT, num_workers=workers, env_vars={"MARKS": str(marks)})
     proc = daemon("q")
     proc.call("adminoper", oper="pause")
-    ids = [send(proc) for _ in range(60)]
-    # When it is let go: more are due than workers are free
-    proc.call("adminoper", oper="up")
+    ids = [send(proc) for _ in range(count)]
+    proc.call("adminoper", oper="up")  # more are due than workers are free
     for msg_id in ids:
         assert settle(proc, msg_id, timeout=60)["state"] == "done"
-    # Then the fork server started them (it runs beside the daemon now), each once
-    assert len(_servers(proc.proc.pid)) == 1
     assert sorted(marks.read_text().split()) == sorted(ids)
+    return proc.proc.pid
+
+
+def test_by_default_a_backlog_is_started_through_the_fork_server_each_message_once(
+        make_queue, daemon, tmp_path):
+    # Given 60 messages let go on 4 workers: the fork server started them
+    # (it runs beside the daemon now), each once
+    assert len(_servers(_drained(make_queue, daemon, tmp_path, 4, 60))) == 1
 
 
 def test_a_queue_of_two_workers_never_starts_a_fork_server_by_default(make_queue, daemon,
                                                                        tmp_path):
-    marks = tmp_path / "marks"
-    make_queue("q", SCRIPT, num_workers=2, env_vars={"MARKS": str(marks)})
-    proc = daemon("q")
-    proc.call("adminoper", oper="pause")
-    ids = [send(proc) for _ in range(20)]
-    proc.call("adminoper", oper="up")
-    for msg_id in ids:
-        assert settle(proc, msg_id)["state"] == "done"
-    assert _servers(proc.proc.pid) == []
-    assert sorted(marks.read_text().split()) == sorted(ids)
+    assert _servers(_drained(make_queue, daemon, tmp_path, 2, 20)) == []
 
 
 def test_a_retried_message_started_by_the_server_keeps_every_timeline_line(make_queue,
