@@ -7,7 +7,7 @@ vfork: the caller waits for the exec, as rqsys's in-process start does),
 its fd 3 a pipe read once the script has ended, its end seen on a pidfd in
 epoll and reaped with ``waitpid``.  Nothing else: no timeline, stats, log,
 search index, limits, retries, riders, leftovers or client socket.  So it
-measures what any daemon written in Python pays for the durable moves and
+measures what any daemon written in Python pays for the moves and
 the start alone, with the interpreter's own cost of the loop, on the same
 file system and script as the rest of the bench.
 
@@ -18,8 +18,11 @@ timeline (``<msg>/timeline`` opened at the start, a line written then and
 three at the end), a stats journal line and a log line for each event
 (written once a turn), its process group signalled and ``wait4``'s rusage
 at its end, and the daemon's ``/proc`` children read once (the leftovers
-check).  With as little Python as those calls need, it is the floor of a
-Python daemon that keeps rqsys's features.
+check); on ext4 without a journal, the state directories updated
+synchronously (``chattr +D``) and a directory that grew in a rename
+fsynced, as rqsys orders its renames there (``rqsys.store.dirsync``).
+With as little Python as those calls need, it is the floor of a Python
+daemon that keeps rqsys's features.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import select
 import signal
 import time
 from pathlib import Path
+
+from rqsys.store import dirsync
 
 BATCH = 64  # epoll events taken a wait
 APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
@@ -94,6 +99,22 @@ class _Calls:
         self.stat_lines: list[str] = []
         self.log_lines: list[str] = []
         self.ended: list[int] = []  # the ended runs' fds, closed as rqsys's FdBatch does
+        self.ordered = dirsync.unjournalled_ext4(root)
+        self.sizes: dict[str, int] = {}  # ordered: a state directory's size after a rename
+        for state in ("queue", "run", "done") if self.ordered else ():
+            dirsync.set_dirsync(root / state)
+
+    def rename(self, old: str, new: str) -> None:
+        """A move, ordered as rqsys orders it on ext4 without a journal."""
+        os.rename(old, new)
+        if self.ordered:
+            parent = os.path.dirname(new)
+            size = os.stat(parent).st_size
+            if size != self.sizes.setdefault(parent, size):
+                fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+                os.fsync(fd)
+                os.close(fd)
+                self.sizes[parent] = size
 
     def turn_ended(self) -> None:
         for fd, lines in ((self.stats, self.stat_lines), (self.log, self.log_lines)):
@@ -120,7 +141,7 @@ def drain_with_calls(root: Path, names: list[str], script: Path, slots: int) -> 
     while todo or running:
         while todo and len(running) < slots:
             name = todo.pop()
-            os.rename(f"{que}/{name}", f"{run}/{name}")
+            calls.rename(f"{que}/{name}", f"{run}/{name}")
             pidfd, run_fds = _start(argv, env, epoll)
             timeline, at = os.open(f"{run}/{name}/timeline", APPEND, 0o644), time.time()
             os.write(timeline, f'{{"t":{at:.3f},"ev":"started","run":1}}\n'.encode())
@@ -161,7 +182,7 @@ def _end(ran: tuple[str, int, int, int, int, float], pidfd: int, run: str, done:
     _pid, _status, usage = os.wait4(pid, 0)
     _read_status(status_r)
     os.pread(calls.children, 4096, 0)
-    os.rename(run + name, done + name)
+    calls.rename(run + name, done + name)
     at = time.time()
     os.write(timeline, (f'{{"t":{at:.3f},"ev":"status","text":"done"}}\n'
                         f'{{"t":{at:.3f},"ev":"exit","exit_status":0,"run_s":{at - began:.3f},'
