@@ -427,6 +427,10 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
                       statistics.median(f[1] for f in floor), calls)
     if SHOW_TABLE:
         _print_table(traced, STRACE_N)
+    _report_instructions(layout, scratch, slots)
+
+
+def _report_instructions(layout: Layout, scratch: Path, slots: int) -> None:
     instr = instructions(layout, scratch, slots)
     if instr is not None:
         report(f"rqsys daemon instructions per message, {slots}",

@@ -1,4 +1,4 @@
-"""Enqueue-to-start latency with the fork server and without it (issue 35).
+"""Enqueue-to-start latency by how scripts start: auto, the fork server, in process (issue 35).
 
 Clients (threads, each on its own socket) send ``create`` at a steady pace,
 noting the wall-clock time before each; the queue's script (bash, 8

@@ -99,6 +99,7 @@ class _Calls:
         self.stat_lines: list[str] = []
         self.log_lines: list[str] = []
         self.ended: list[int] = []  # the ended runs' fds, closed as rqsys's FdBatch does
+        self.watched: set[int] = set()  # the running scripts' status pipes in the epoll
         self.ordered = dirsync.unjournalled_ext4(root)
         self.sizes: dict[str, int] = {}  # ordered: a state directory's size after a rename
         for state in ("queue", "run", "done") if self.ordered else ():
@@ -106,15 +107,28 @@ class _Calls:
 
     def rename(self, old: str, new: str) -> None:
         """A move, ordered as rqsys orders it on ext4 without a journal."""
+        parent = os.path.dirname(new)
+        if self.ordered and parent not in self.sizes:
+            self.sizes[parent] = os.stat(parent).st_size
         os.rename(old, new)
         if self.ordered:
-            parent = os.path.dirname(new)
             size = os.stat(parent).st_size
-            if size != self.sizes.setdefault(parent, size):
+            if size != self.sizes[parent]:
                 fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
                 os.fsync(fd)
                 os.close(fd)
                 self.sizes[parent] = size
+
+    def status_lines(self, fd: int, epoll: select.epoll) -> None:
+        """A script's fd 3 lines, read as they come (rqsys reads them so); at
+        its end of file the pipe is watched no more."""
+        try:
+            if os.read(fd, 4096):
+                return
+        except BlockingIOError:
+            return
+        epoll.unregister(fd)
+        self.watched.discard(fd)
 
     def turn_ended(self) -> None:
         for fd, lines in ((self.stats, self.stat_lines), (self.log, self.log_lines)):
@@ -143,14 +157,17 @@ def drain_with_calls(root: Path, names: list[str], script: Path, slots: int) -> 
             name = todo.pop()
             calls.rename(f"{que}/{name}", f"{run}/{name}")
             pidfd, run_fds = _start(argv, env, epoll)
+            calls.watched.add(run_fds[1])
             timeline, at = os.open(f"{run}/{name}/timeline", APPEND, 0o644), time.time()
             os.write(timeline, f'{{"t":{at:.3f},"ev":"started","run":1}}\n'.encode())
             running[pidfd] = (name, *run_fds, timeline, at)
             calls.stat_lines.append(f'{{"k":"wait","t":{at:.3f},"v":0.001}}\n')
             calls.log_lines.append(f"q: {name}: started: pid {run_fds[0]}\n")
-        for pidfd, _events in epoll.poll(-1, BATCH):
-            if pidfd in running:  # else a status pipe: its lines are read at the end
-                _end(running.pop(pidfd), pidfd, f"{run}/", f"{done}/", calls)
+        for fd, _events in epoll.poll(-1, BATCH):
+            if fd in running:
+                _end(running.pop(fd), fd, f"{run}/", f"{done}/", calls)
+            elif fd in calls.watched:  # a status pipe: its lines read as they come
+                calls.status_lines(fd, epoll)
         calls.turn_ended()
     calls.close()
     epoll.close()
@@ -178,6 +195,7 @@ def _end(ran: tuple[str, int, int, int, int, float], pidfd: int, run: str, done:
     """The ended script's group signalled, it reaped, its lines read, the
     leftovers check's read, ``run/ -> done/``, its lines; its fds left to close."""
     name, pid, status_r, reply_w, timeline, began = ran
+    calls.watched.discard(status_r)  # out of the epoll when closed
     os.killpg(pid, signal.SIGTERM)
     _pid, _status, usage = os.wait4(pid, 0)
     _read_status(status_r)

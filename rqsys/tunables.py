@@ -70,8 +70,9 @@ SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 # server drains 8 workers 14-16 % faster (a third on ext4 without a
 # journal), where the exec waits hold the loop; at 2 workers it measured no
 # faster (0.85-0.96x task-spooler against 0.92-0.95x); and always on, it
-# doubles the start's p99 under 64 clients, when messages start as they
-# come, which auto starts in process (docs/BENCHMARKS.md).  Any other value
+# doubles the p99 from the create's answer to the script's first act under
+# 64 clients, when messages start as they come, which auto starts in
+# process (docs/BENCHMARKS.md).  Any other value
 # is said when the daemon starts and taken as "off".
 FORK_SERVER_SETTING = os.environ.get("RQ_FORK_SERVER", "auto")
 FORK_SERVER_MODE = FORK_SERVER_SETTING if FORK_SERVER_SETTING in ("on", "off", "auto") else "off"

@@ -61,7 +61,7 @@ class Runner:
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
         self.identity = Identity(ctx.name, ctx.layout.queue_dir(ctx.name), log, ctx.config)
         self.starts = Starts(clock, closing, self.identity, selector, log,  # timed
-                             lambda: self.ledger.schedule.backlog(ctx.config["num_workers"]))
+                             lambda: self.ledger.schedule.backlog())
         self.workers: dict[str, Worker] = {}
         self.script_error = ""  # why the script cannot be started (SCRIPTERROR), or ""
         self._script_check_at = 0.0

@@ -95,12 +95,13 @@ class Schedule:
     def __contains__(self, msg_id: str) -> bool:
         return msg_id in self.msgs
 
-    def backlog(self, workers: int) -> bool:
-        """Whether messages wait for a worker now, in a queue of ``workers``
-        (at least FORK_SERVER_MIN_WORKERS): more are due than workers are
-        free (as of the last pop; entries a change made stale since are
-        counted until dropped).  The fork server's ``auto`` test."""
-        return (workers >= tunables.FORK_SERVER_MIN_WORKERS
+    def backlog(self) -> bool:
+        """Whether messages wait for a worker now, in a queue of at least
+        FORK_SERVER_MIN_WORKERS: more are due than workers are free, as of
+        the last pop (an entry a change made stale since, or one its gate
+        will hold, is counted until the next pop drops it: the count errs
+        towards the fork server).  The fork server's ``auto`` test."""
+        return (self.room.total_slots >= tunables.FORK_SERVER_MIN_WORKERS
                 and len(self._ready) > self.room.free()[0])
 
     def add(self, msg_id: str, msg: Msg) -> None:

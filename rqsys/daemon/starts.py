@@ -10,7 +10,10 @@ start made while messages wait for a worker, as ``busy`` tells, where the
 loop's exec waits hold the queue back; otherwise the start is made in
 process, the shortest way to a script's first act.  Another value is said
 and taken as off.  The server is started at the first start it takes, so
-a queue that never needs it costs no process.
+a queue that never needs it costs no process.  Starts sent to the server
+run once each, as those made in process do, but one sent in a turn may
+exec after one made in process in the next: the order of first acts is
+not the que's order exactly.
 
 Each start's time in the in-process helper (a failed one's too) is added to
 the loop's spawn seconds (``rqsys.daemon.loopclock``), and so is the time

@@ -158,19 +158,22 @@ def test_one_message_of_a_need_competes_at_a_time_and_all_start_in_the_end():
     assert done == 200
 
 
-
 def test_a_backlog_is_more_due_messages_than_free_workers_in_a_queue_of_four_or_more():
     s = schedule({"num_workers": 4})
     s.add("m0", msg(0))
     s.add("m1", msg(1))
     s.add("later", {**msg(9), "due": 100})  # not due: not waiting
     assert start(s, 1)[0] == "m0"
-    assert not s.backlog(4)  # 1 due, 3 workers free: it starts at once
+    assert not s.backlog()  # 1 due, 3 workers free: it starts at once
     for n in range(2, 7):
         s.add(f"m{n}", msg(n))
     start(s, 1)
-    assert s.backlog(4)  # 5 due, 2 free: they wait for workers
-    assert not s.backlog(2)  # a queue of 2 workers: never (its exec waits do not hold it)
+    assert s.backlog()  # 5 due, 2 free: they wait for workers
+    two = schedule({"num_workers": 2})
+    for n in range(4):
+        two.add(f"t{n}", msg(n))
+    start(two, 1)
+    assert not two.backlog()  # a queue of 2 workers: never (its exec waits do not hold it)
     start(s, 1)
     start(s, 1)
-    assert s.backlog(4)  # 3 due, none free
+    assert s.backlog()  # 3 due, none free
