@@ -35,7 +35,8 @@ from rqsys.wire.client import QueueClient
 SCRIPT = 'printf "%s %s\\n" "$RQ_MSG_ID" "$EPOCHREALTIME" >> "$LOG"\necho done >&3'
 ROUNDS = 1  # rounds of each way leading (a way measured first fared worse, whichever)
 SHAPES = ((1, 0.020), (64, 0.250))  # clients, seconds between one client's messages
-WAYS = (("default", ""), ("server", "on"), ("inprocess", "off"))  # queue name, RQ_FORK_SERVER
+WAYS = (("default", "", "default (auto)"), ("server", "on", "fork server (on)"),
+        ("inprocess", "off", "in process (off, baseline)"))  # queue, RQ_FORK_SERVER, label
 
 
 def run_clients(layout: Layout, name: str, clients: int, every: float,
@@ -92,7 +93,7 @@ def main() -> int:
     scratch, layout = scratch_layout("latency-")
     daemons: dict[str, Daemon] = {}
     try:
-        for way, setting in WAYS:
+        for way, setting, _label in WAYS:
             log = scratch / f"{way}.log"
             log.touch()
             make_queue(layout, way, SCRIPT, num_workers=8,
@@ -114,8 +115,7 @@ def main() -> int:
                     for part, waits in enumerate(parts):
                         got.setdefault((way, clients, part), []).extend(waits)
         for clients, _every in SHAPES:
-            for way, what in (("default", "default (auto)"), ("server", "fork server (on)"),
-                              ("inprocess", "in process (off, baseline)")):
+            for way, _setting, what in WAYS:
                 report(f"enqueue -> start, {clients} client(s), {what}",
                        figures(sorted(got[(way, clients, 0)])))
                 report("  of which intake (to the create's answer)",

@@ -33,6 +33,7 @@ import signal
 import time
 from pathlib import Path
 
+from rqsys.fdclose import close_fds
 from rqsys.store import dirsync
 
 BATCH = 64  # epoll events taken a wait
@@ -62,7 +63,7 @@ def drain(root: Path, names: list[str], script: Path, slots: int) -> None:
         while todo and len(running) < slots:
             name = todo.pop()
             os.rename(f"{que}/{name}", f"{run}/{name}")
-            status_r, status_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            status_r, status_w = os.pipe2(PIPE)
             pid = os.posix_spawn(argv[0], argv, env,
                                  file_actions=[(os.POSIX_SPAWN_DUP2, status_w, 3)])
             os.close(status_w)
@@ -135,11 +136,8 @@ class _Calls:
             if lines:
                 os.write(fd, "".join(lines).encode())
                 lines.clear()
-        fds, self.ended = sorted(self.ended), []
-        while fds:  # each run of consecutive numbers in one close_range(2)
-            last = next((n for n in range(1, len(fds)) if fds[n] != fds[0] + n), len(fds))
-            os.closerange(fds[0], fds[last - 1] + 1)
-            fds = fds[last:]
+        fds, self.ended = self.ended, []
+        close_fds(fds)  # each run of consecutive numbers in one close_range(2)
 
     def close(self) -> None:
         for fd in (self.stats, self.log, self.children):

@@ -66,14 +66,14 @@ SCRIPT_RECHECK = 5.0  # seconds between checks of a missing script (SCRIPTERROR)
 # waits for an exec (in process it waits 250-450 us a start); "off": always
 # in process; "auto" (the default): by the server only while messages wait
 # for a worker (more are due than workers are free) in a queue of at least
-# FORK_SERVER_MIN_WORKERS workers, else in process.  On a 2-core host the
-# server drains 8 workers 14-16 % faster (a third on ext4 without a
-# journal), where the exec waits hold the loop; at 2 workers it measured no
-# faster (0.85-0.96x task-spooler against 0.92-0.95x); and always on, it
-# doubles the p99 from the create's answer to the script's first act under
-# 64 clients, when messages start as they come, which auto starts in
-# process (docs/BENCHMARKS.md).  Any other value
-# is said when the daemon starts and taken as "off".
+# FORK_SERVER_MIN_WORKERS workers, else in process.  On a 2-core host auto
+# drains 8 workers 14-42 % faster than in process (33-51 % on ext4 without
+# a journal), where the exec waits hold the loop; at 2 workers the server
+# measured no faster (0.85-0.96x task-spooler against 0.92-0.95x); and
+# always on, it doubles the p99 from the create's answer to the script's
+# first act under 64 clients, when messages start as they come, which auto
+# starts in process (docs/BENCHMARKS.md).  Any other value is said when the
+# daemon starts and taken as "off".
 FORK_SERVER_SETTING = os.environ.get("RQ_FORK_SERVER", "auto")
 FORK_SERVER_MODE = FORK_SERVER_SETTING if FORK_SERVER_SETTING in ("on", "off", "auto") else "off"
 FORK_SERVER_MIN_WORKERS = 4
