@@ -12,7 +12,9 @@ durability, which its answer waited for.
 Who asked: the ``actor`` a request names (``{"user", "address"}``: the web
 acting for its HTTP user) is believed from an admin peer only (the web runs
 as the daemon's own user); otherwise the actor is the peer the kernel names:
-its user (name, else ``uid N``), and its pid and process name as where.
+its user (name, else ``uid N``), and its pid and program as where (the
+kernel's path of its executable; its self-set name only where the daemon may
+not read that, said to be the process's own claim).
 :func:`actor` is that rule, for the records here and for the timeline lines
 of what a request does to a message (``Request.actor``: ``alice
 (10.0.0.5)``, ``root (rq, pid 4242)``).
@@ -20,6 +22,7 @@ of what a request does to a message (``Request.actor``: ``alice
 
 from __future__ import annotations
 
+import os
 import pwd
 import time
 from pathlib import Path
@@ -53,8 +56,8 @@ def actor(conn: Connection, given: Any) -> Actor:
         who = str(given.get("user") or f"http {address}")
         return Actor(who, address, f"{who} ({address})" if address and address not in who
                      else who)
-    who, comm = _user(conn.uid), _comm(conn.pid)
-    return Actor(who, f"pid {conn.pid} ({comm})", f"{who} ({comm}, pid {conn.pid})")
+    who, program = _user(conn.uid), program_of(conn.pid)
+    return Actor(who, f"pid {conn.pid} ({program})", f"{who} ({program}, pid {conn.pid})")
 
 
 _NAMES: dict[int, str] = {}  # uid -> user name, looked up once
@@ -154,10 +157,19 @@ def describe(op: str, args: dict[str, Any], reply: Reply) -> tuple[str, dict[str
     return action, {"msg_ids": ids[:MAX_IDS], **target}
 
 
-def _comm(pid: int) -> str:
-    """The process's name (``/proc/<pid>/comm``), or ``?`` once it is gone."""
+def program_of(pid: int) -> str:
+    """The process's program as the kernel names it (``/proc/<pid>/exe``'s
+    target), else its name as it calls itself, said to be its own claim
+    (``calls itself rqsys-web``: ``/proc/<pid>/comm``, which a process sets
+    with prctl; a process of another user keeps its exe from this one),
+    ``?`` once it is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        pass
     try:
         with open(f"/proc/{pid}/comm", "rb") as f:
-            return f.read().decode(errors="replace").strip() or "?"
+            comm = f.read().decode(errors="replace").strip()
     except OSError:
         return "?"
+    return f"calls itself {comm}" if comm else "?"

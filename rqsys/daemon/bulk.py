@@ -53,7 +53,7 @@ class Bulk:
         ctx = self.intake.ctx
         try:
             msg = new_message(data, ctx.name)
-            ctx.check_dest(msg)
+            ctx.check_dest(msg, r.require_on)
             check_timeout(msg, ctx.config)
             check_create(msg, ctx.config)  # slots and needs that could never fit
             if key_of(msg) is not None:

@@ -48,9 +48,12 @@ class Mover:
         self.ctx, self.store, self.background = ctx, store, background
         self.transitions, self.ledger = transitions, transitions.ledger
 
-    def run(self, ids: list[str], dest: str, state: str, finish: Finish, by: str = "") -> None:
-        """``by``: who asked (``Request.actor``), named on each copy's timeline."""
-        Move(self, ids, dest, state, finish, by).step()
+    def run(self, ids: list[str], dest: str, state: str, finish: Finish, by: str = "",
+            acting: dict[str, Any] | None = None) -> None:
+        """``by``: who asked (``Request.actor``), named on each copy's timeline;
+        ``acting``: who asked as the other queue's daemon checks and records it
+        (``Request.acting``: this daemon does not lend it its own role)."""
+        Move(self, ids, dest, state, finish, by, acting or {}).step()
 
     def origin(self, by: str) -> str:
         """The copies' creator: ``moved from <this queue>[ by <who>]``."""
@@ -71,19 +74,21 @@ class Mover:
             return None
         return dict({k: v for k, v in msg.items() if k not in DROPPED}, dest=dest)
 
-    def send(self, dest: str, msgs: list[dict[str, Any]], origin: str) -> list[dict[str, Any]]:
-        """On the peer lane: one create_many to the other queue's daemon."""
+    def send(self, dest: str, msgs: list[dict[str, Any]], origin: str,
+             acting: dict[str, Any]) -> list[dict[str, Any]]:
+        """On the peer lane: one create_many to the other queue's daemon, for ``acting``."""
+        carried: dict[str, Any] = {"actor": acting} if acting else {}
         with QueueClient(self.ctx.layout, dest, timeout=tunables.DUP_TIMEOUT) as client:
-            return list(client.call("create_many", msgs=msgs, by=origin)["results"])
+            return list(client.call("create_many", msgs=msgs, by=origin, **carried)["results"])
 
 
 class Move(Steps):
     """One bulk move of a list of ids to ``dest``, answered through ``finish``."""
 
     def __init__(self, mover: Mover, ids: list[str], dest: str, state: str,
-                 finish: Finish, by: str = "") -> None:
+                 finish: Finish, by: str, acting: dict[str, Any]) -> None:
         super().__init__(mover.transitions, ids, finish, STEP, by)
-        self.mover, self.dest, self.state = mover, dest, state
+        self.mover, self.dest, self.state, self.acting = mover, dest, state, acting
         self.origin = mover.origin(by)  # the copies' creator
 
     def act(self, batch: list[str]) -> bool:
@@ -100,7 +105,8 @@ class Move(Steps):
     def _send(self, chosen: list[tuple[str, Any]]) -> None:
         """The copies to the other queue, on its peer lane (off the loop)."""
         msgs = [m for _i, m in chosen]
-        self.mover.background.submit(lambda: self.mover.send(self.dest, msgs, self.origin),
+        self.mover.background.submit(lambda: self.mover.send(self.dest, msgs, self.origin,
+                                                             self.acting),
                                      lambda got, error: self._created(chosen, got, error),
                                      peer_lane(self.dest))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,12 +77,20 @@ class QueueContext:
         if self.admin == "DOWN" or (strict and self.admin == "PAUSE"):
             raise QueueDown(f"queue {self.name} is {self.admin}")
 
-    def check_dest(self, msg: dict[str, Any]) -> None:
+    def check_dest(self, msg: dict[str, Any],
+                   may_send: Callable[[str], None] | None = None) -> None:
         """BadRequest unless ``msg`` is for this queue (a relay takes remote ones);
-        a URL naming this queue on this host becomes its plain name."""
+        a URL naming this queue on this host becomes its plain name.  The relay
+        takes a URL naming another queue of this host only if ``may_send`` (who
+        asks: ``Request.require_on``) does not refuse that queue."""
         dest = msg["dest"]
         remote = is_remote(dest) or msg.get("force_remote")
-        if (remote and self.name == RELAY_QUEUE) or dest == self.name:
+        if remote and self.name == RELAY_QUEUE:
+            local = local_queue_of(dest, self.sysconfig)
+            if local is not None and may_send is not None:
+                may_send(local)
+            return
+        if dest == self.name:
             return
         if local_queue_of(dest, self.sysconfig) == self.name:
             msg["dest"] = self.name

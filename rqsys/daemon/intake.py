@@ -83,7 +83,7 @@ class Intake:
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)
-        self.ctx.check_dest(msg)
+        self.ctx.check_dest(msg, r.require_on)
         check_timeout(msg, self.ctx.config)
         check_create(msg, self.ctx.config)  # slots and needs that could never fit
         remote = self.after.normalise(msg) if msg.get("after") else []

@@ -119,7 +119,7 @@ class QueueDaemon:
             table[op], schemas[op] = handler, op_schema
         self.auditor = Auditor(self.ctx.layout.audit_dir, self.ctx.name, self.background,
                                self.log)
-        return Server(self.selector, table, schemas, self.log, self.auditor.answered)
+        return Server(self.ctx.name, self.selector, table, schemas, self.log, self.auditor.answered)
 
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:

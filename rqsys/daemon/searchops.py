@@ -100,6 +100,8 @@ class SearchOps:
         action, dest, chosen = args.pop("action"), args.pop("dest", ""), args.pop("ids", None)
         if (action == "move") != bool(dest) or dest == self.ctx.name:
             raise BadRequest("dest: name another queue to move to (with action move only)")
+        if dest:
+            r.require_on(dest)  # who asks makes messages there: an operator of it too
         if action == "retry" and args.get("state", "err") != "err":
             raise BadRequest(f"action retry applies to err messages, not {args['state']}")
         if action == "retry":
@@ -115,7 +117,7 @@ class SearchOps:
                     r.answer({"ok": True, "action": action, "matched": len(ids),
                               "count": done, "passed_over": passed})
             if action == "move":
-                self.mover.run(ids, dest, args.get("state", ""), finish, by)
+                self.mover.run(ids, dest, args.get("state", ""), finish, by, r.acting())
             else:
                 self.batches.run(ids, action, finish, args.get("state", ""), by)
         if chosen is not None:

@@ -33,7 +33,6 @@ from typing import Any
 from rqsys.daemon.audit import actor as actor_of
 from rqsys.errors import (
     BadRequest,
-    Forbidden,
     InternalError,
     ProtocolError,
     RQError,
@@ -68,6 +67,24 @@ class Request:
         if self.conn is None:
             return ""
         return actor_of(self.conn, self.args.get("actor")).text
+
+    def require_on(self, queue: str, need: str = "operator") -> None:
+        """Forbidden unless who asks may do what needs ``need`` on ``queue`` too
+        (a request whose effect reaches another queue of this host)."""
+        if self.conn is not None:
+            roles.require(self.conn.role, self.args.get("actor"), queue, need)
+
+    def acting(self) -> dict[str, Any]:
+        """The ``actor`` to carry when this request makes the daemon ask another
+        queue's (``rqsys.wire.roles.require``): the one an admin peer acts for,
+        else the peer itself with its role; {} for a request made inside the daemon."""
+        given = self.args.get("actor")
+        if self.conn is None:
+            return {}
+        if self.conn.role == "admin" and isinstance(given, dict):
+            return given
+        who = actor_of(self.conn, None)
+        return {"user": who.who, "address": who.where[:100], "role": self.conn.role}
 
     def claimed(self) -> str:
         """Who the request says made it (its ``by``: ``timer t``, ``batch b``...),
@@ -105,10 +122,10 @@ class Connection:
 class Server:
     """Accepts clients on the listening socket and runs their requests."""
 
-    def __init__(self, selector: selectors.BaseSelector, ops: Mapping[str, Handler],
-                 schemas: Mapping[str, dict[str, Any]], log: EventLog,
-                 audit: Audit | None = None) -> None:
-        self.selector, self.log = selector, log
+    def __init__(self, queue: str, selector: selectors.BaseSelector,
+                 ops: Mapping[str, Handler], schemas: Mapping[str, dict[str, Any]],
+                 log: EventLog, audit: Audit | None = None) -> None:
+        self.queue, self.selector, self.log = queue, selector, log  # roles are on this queue
         self.audit = audit  # told of each answered request that may change something
         self.ops = dict(ops)
         self.checker = schema.Checker(schemas)
@@ -228,8 +245,7 @@ class Server:
             handler = self.ops.get(op)
             if handler is None:
                 raise BadRequest(f"unknown operation {op[:40]!r}")
-            if not roles.covers(conn.role, need := roles.op_role(op)):
-                raise Forbidden(roles.refusal(need, conn.role))
+            roles.require(conn.role, args.get("actor"), self.queue, roles.op_role(op))
             self.checker.check(op, args)
             reply = handler(Request(op, args, fds,
                                     lambda reply: self._answer(conn, reply, op, args),
@@ -244,7 +260,7 @@ class Server:
     def _audit(self, conn: Connection, op: str, args: dict[str, Any], reply: Reply) -> None:
         """A request that may change something, answered: its audit record
         (written before the answer leaves: see ``rqsys.daemon.audit``)."""
-        if self.audit is not None and op in self.ops and roles.op_role(op) != "viewer":
+        if self.audit is not None and op in self.ops and roles.mutates(op):
             self.audit(conn, op, args, reply)
 
     def error_reply(self, op: str, exc: BaseException) -> Reply:

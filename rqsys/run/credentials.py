@@ -214,8 +214,9 @@ class Credentials:
         into = self.runs.pop(msg_id, None)
         if into is not None:
             _remove(into)
-            with contextlib.suppress(OSError):  # another run's directory is still there
-                into.parent.rmdir()
+            with contextlib.suppress(OSError):  # another run's (or queue's) is still there
+                into.parent.rmdir()  # the queue's, then the root's: nothing left after a stop
+                into.parent.parent.rmdir()
 
     def sweep(self) -> None:
         """At start: remove the run directories a daemon of this queue left (it crashed)."""

@@ -30,6 +30,7 @@ import argon2
 import falcon
 
 from rqsys.web import backoff
+from rqsys.wire import roles
 from rqsys.wire.roles import accounts
 
 HASH_PREFIX = "$argon2"
@@ -151,11 +152,15 @@ def _credentials(header: str | None) -> Credentials | None:
     return Credentials(user, password) if sep else Credentials("", "", well_formed=False)
 
 
-def acting(req: falcon.Request) -> dict[str, str]:
-    """The ``actor`` the web names in a request to a daemon: its user and address
-    (a daemon believes it only from the web's own user: ``rqsys.daemon.audit``)."""
+def acting(req: falcon.Request) -> dict[str, Any]:
+    """The ``actor`` the web names in a request to a daemon: its user and address,
+    and the user's role and queues, which the daemon checks on its own queue
+    too (``rqsys.wire.roles.require``: a daemon asked to act on another queue
+    carries them there); a daemon believes it only from the web's own user."""
+    account = getattr(req.context, "account", None) or roles.ADMIN
     return {"user": str(getattr(req.context, "user", None) or ""),
-            "address": str(req.remote_addr or "")}
+            "address": str(req.remote_addr or "")[:100], "role": account.role,
+            **({} if account.queues is None else {"queues": list(account.queues)})}
 
 
 def actor(req: falcon.Request) -> str:

@@ -13,7 +13,6 @@ from rqsys.batches import record
 from rqsys.batches.create import create
 from rqsys.config import base_url
 from rqsys.errors import BadRequest, NotFound, TooLarge
-from rqsys.web import access
 from rqsys.web.auth import actor
 from rqsys.web.context import Resource, Web, split_suffix
 from rqsys.web.html import render
@@ -25,7 +24,7 @@ class Batches(Resource):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         batch = _body(req)
         for dest in _dests(batch):  # an operator of each queue it puts messages in
-            access.account(req).require("operator", dest)
+            self.web.require(req, "operator", dest)
         report = create(self.web.layout, batch, functools.partial(self.web.act, req), actor(req))
         resp.status = falcon.HTTP_201
         resp.location = batch_path(self.web, report["id"])

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from rqsys.errors import NotFound
+from rqsys.errors import Forbidden, NotFound
 from rqsys.message import message_url
 from rqsys.store import Layout, QueueStore, check_msg_id, check_queue_name
+from rqsys.web import access
 from rqsys.web.auth import acting
 from rqsys.web.connections import Connections
 
@@ -41,6 +42,17 @@ class Web:
 
     def msg_url(self, queue: str, msg_id: str) -> str:
         return message_url(self.sysconfig, queue, msg_id)
+
+    def require(self, req: falcon.Request, need: str, queue: str) -> None:
+        """Forbidden unless ``req``'s user has role ``need`` on ``queue`` (a second
+        queue a request reaches beside its route's); the refusal is audited."""
+        try:
+            access.account(req).require(need, queue)
+        except Forbidden as exc:
+            if self.audit is not None:
+                self.audit.record(req, f"{req.method} {req.path}", queue, "refused",
+                                  error=f"Forbidden: {exc}")
+            raise
 
     def call(self, queue: str, op: str, **args: Any) -> dict[str, Any]:
         """A request to the queue's daemon (socket-activating it under systemd)."""

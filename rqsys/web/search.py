@@ -64,8 +64,9 @@ class BulkAction(Resource):
                              f"not {str(action)[:40]!r}")
         text = body.text_of(params)
         args = searchquery.from_params(text)
-        if text("dest"):
-            args["dest"] = text("dest")
+        if dest := text("dest"):
+            args["dest"] = check_queue_name(dest)
+            self.web.require(req, "operator", args["dest"])  # it makes messages there
         if "id" in params:
             args["ids"] = chosen_ids(pairs)
         with QueueClient(self.web.layout, name, timeout=BULK_TIMEOUT) as client:

@@ -17,6 +17,13 @@ A socket peer's role comes from the kernel (``SO_PEERCRED`` and
 timers and the queues' own scripts run as it); a member of group
 ``rq-admin`` (or ``rq-web``, the console's) is an admin, of group ``rq`` an
 operator, of group ``rq-view`` a viewer; anyone else may do nothing.
+
+An admin peer acting for someone else carries that one's identity in the
+request's ``actor`` (``{"user", "address", "role", "queues"}``): the web for
+its HTTP user, a queue daemon for the client whose request makes it ask
+another queue (a bulk move's copies, a script's dup).  The daemon that gets
+it answers by that role on its own queue (:func:`require`), so a daemon
+never lends its own admin role to a client of another queue.
 """
 
 from __future__ import annotations
@@ -39,14 +46,21 @@ NOBODY = ""  # a peer with no role
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13; Python does not name it
 MAX_GROUPS = 256  # Python reads at most 1024 bytes of an option: past it, the primary group
 
-# Each socket operation's role; one not named here needs an admin.
+# Each socket operation's role, decided by what it does: every op that can
+# change a message or the queue (each of its actions: ``bulk`` and ``group``
+# retry, delete or move; none of them reads only) needs an operator or an
+# admin, and is in MUTATING; one not named here needs an admin.
+READS = ("ping", "counts", "config", "list", "get", "state", "status", "stats", "search",
+         "groups", "watch", "pool")
 OPS = {
-    **dict.fromkeys(("ping", "counts", "config", "list", "get", "state", "status", "stats",
-                     "search", "group", "groups", "watch", "pool"), "viewer"),
+    **dict.fromkeys(READS, "viewer"),
     **dict.fromkeys(("create", "create_many", "attach", "clone", "commit", "run_now",
-                     "retry", "delete", "destroy", "cancel", "bulk"), "operator"),
+                     "retry", "delete", "destroy", "cancel", "bulk", "group"), "operator"),
     **dict.fromkeys(("adminoper", "reload", "prune"), "admin"),
 }
+# What the audit trail records (``rqsys.daemon.audit``): every op that can
+# change state, whatever its role; ``reload`` re-reads the queue's config.
+MUTATING = frozenset(op for op in OPS if op not in READS)
 
 
 def rank(role: str) -> int:
@@ -145,3 +159,34 @@ def _group_ids() -> dict[str, int]:
 
 def op_role(op: str) -> str:
     return OPS.get(op, "admin")
+
+
+def mutates(op: str) -> bool:
+    """Whether ``op`` can change state (an op not in the table is taken as one)."""
+    return op not in READS
+
+
+# ------------------------------------------------------------ acting for another
+def carried(actor: Any) -> Account | None:
+    """The identity an admin peer carries in a request's ``actor`` for the one
+    it acts for (the web for its HTTP user, a daemon for its own client):
+    ``{"role", "queues"}``; None when it carries none (it acts as itself).
+    A role that is none of ROLES may do nothing."""
+    if not isinstance(actor, dict) or "role" not in actor:
+        return None
+    queues = actor.get("queues")
+    if queues is not None and not isinstance(queues, list):
+        queues = []  # not a list of globs: no queue (the request's schema refuses it too)
+    return Account("", str(actor["role"]),
+                   None if queues is None else tuple(str(g) for g in queues))
+
+
+def require(peer: str, actor: Any, queue: str, need: str) -> None:
+    """Forbidden unless a request may do what needs role ``need`` on ``queue``:
+    its peer's role, and when an admin peer acts for someone (``carried``),
+    that one's role on ``queue`` (a daemon does not lend its own)."""
+    account = carried(actor) if peer == "admin" else None
+    if account is not None:
+        account.require(need, queue)
+    elif not covers(peer, need):
+        raise Forbidden(refusal(need, peer))

@@ -26,6 +26,7 @@ from rqsys.errors import BadRequest
 from rqsys.flatcheck import flat_check
 from rqsys.message import TAG_PATTERN
 from rqsys.store import ADMIN_OPERS, ATTACH_NAME_RE, MSG_ID_RE, STATES
+from rqsys.wire.roles import ROLES
 
 if TYPE_CHECKING:
     import jsonschema
@@ -38,11 +39,15 @@ COUNT = {"type": "integer", "minimum": 0}
 DAYS = {"type": "number", "minimum": 0}
 FLAG = {"type": "boolean"}
 BY = {"title": "creator (by)", "type": "string", "maxLength": 200}
-# Who asked, as an admin peer (the web) says for the user it acts for; the
-# daemon believes it from an admin peer only (``rqsys.daemon.audit``).
+# Who asked, as an admin peer (the web, a daemon) says for the one it acts
+# for, with that one's role and queues; the daemon believes it from an admin
+# peer only (``rqsys.daemon.audit``, ``rqsys.wire.roles.require``).
 ACTOR = {"title": "actor", "type": "object",
          "properties": {"user": {"type": "string", "maxLength": 200},
-                        "address": {"type": "string", "maxLength": 100}},
+                        "address": {"type": "string", "maxLength": 100},
+                        "role": {"title": "actor's role", "enum": list(ROLES)},
+                        "queues": {"title": "actor's queues", "type": "array", "maxItems": 100,
+                                   "items": {"type": "string", "maxLength": 200}}},
          "additionalProperties": False}
 ATTACHMENT = {"type": "object", "properties": {"name": ATTACH_NAME, "md5": MD5},
               "required": ["name", "md5"], "additionalProperties": False}

@@ -105,8 +105,9 @@ def test_a_run_reads_its_private_copy_and_the_secret_leaks_nowhere(layout, tmp_p
     run_dir = Path(seen["dir"])
     assert run_dir.is_relative_to(credentials.SYSTEM_BASE) and seen["dirmode"] == "700"
     assert seen["file"] == f"{run_dir}/db 400"
-    # removed at its end, with the queue's directory that held it
+    # removed at its end, with the queue's and the root's directories that held it
     assert not run_dir.exists() and not run_dir.parent.exists()
+    assert not run_dir.parent.parent.exists()
     # and its environment named that directory, not serve's own, and held no secret
     env = job_text(layout, "cq", msg_id, "env.dump")
     assert f"{credentials.ENV}={run_dir}\n" in env and SUPERVISORS not in env

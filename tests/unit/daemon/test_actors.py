@@ -8,6 +8,7 @@ import os
 import pwd
 from types import SimpleNamespace
 
+from rqsys.daemon import audit
 from rqsys.daemon.audit import actor
 from rqsys.daemon.server import Request
 from rqsys.web import timeshtml
@@ -32,7 +33,7 @@ def test_an_admin_peer_is_believed_when_it_names_the_web_user():
 
 
 def test_another_peer_is_named_by_the_kernel_whatever_actor_it_claims():
-    me, comm = pwd.getpwuid(os.getuid()).pw_name, _comm()
+    me, comm = pwd.getpwuid(os.getuid()).pw_name, os.readlink("/proc/self/exe")
     for role in ("operator", "viewer"):
         got = actor(_conn(role), WEB)
         assert got.who == me and got.where == f"pid {os.getpid()} ({comm})"
@@ -54,6 +55,11 @@ def test_the_page_shows_who_beside_the_event_not_among_its_details():
         ("retried", "alice (10.0.0.5)", 'state="que"'), ("started", "", "pid=7")]
 
 
-def _comm() -> str:
+def test_a_peer_whose_program_cannot_be_read_is_named_as_it_calls_itself(monkeypatch):
+    def unreadable(path):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(os, "readlink", unreadable)
     with open(f"/proc/{os.getpid()}/comm") as f:
-        return f.read().strip()
+        comm = f.read().strip()
+    assert audit.program_of(os.getpid()) == f"calls itself {comm}"
+    assert audit.program_of(2**22 + 1) == "?"  # above pid_max's default: gone
