@@ -32,7 +32,8 @@ RECORD = {"type": "object", "required": ["time", "actor", "from", "action", "que
               "actor": {"type": "string", "description": "the HTTP user; a socket client's "
                         "user name (else 'uid N')"},
               "from": {"type": "string", "description": "the HTTP client's address, or "
-                       "'pid N (process name)' of a socket client"},
+                       "'pid N (program)' of a socket client: its executable's path, "
+                       "or 'calls itself NAME' where that cannot be read"},
               "action": {"type": "string"}, "queue": {"type": "string"},
               "msg_ids": {"type": "array", "items": {"type": "string"}},
               "filter": {"type": "object", "description": "a bulk action's search"},
