@@ -23,7 +23,8 @@ from rqsys.cli.common import (
     root_option,
 )
 from rqsys.errors import RQError
-from rqsys.store import Layout
+from rqsys.store import Layout, formats
+from rqsys.store.formats import EXIT_NEWER, FormatError
 
 
 def rqsys_parser() -> argparse.ArgumentParser:
@@ -94,10 +95,22 @@ def rqsys_main(argv: list[str] | None = None) -> int:
     check_verb("rqsys", argv, parser_verbs(parser))
     args = parser.parse_args(argv)
     try:
-        return RQSYS_COMMANDS[args.cmd](Layout.from_root(args.root), args)
+        layout = Layout.from_root(args.root)
+        if args.cmd in WRITERS:
+            _ensure_format(layout)
+        return RQSYS_COMMANDS[args.cmd](layout, args)
+    except FormatError as exc:
+        print(f"rqsys: {exc}", file=sys.stderr)
+        return EXIT_NEWER
     except RQError as exc:
         print(f"rqsys: {exc}", file=sys.stderr)
         return RET_FAIL
+
+
+def _ensure_format(layout: Layout) -> None:
+    """The root in this rqsys's on-disk format before anything opens it (a
+    new root stamped, an older one migrated: ``rqsys.store.formats``)."""
+    formats.ensure(layout.root, lambda text: print(f"rqsys: {text}", file=sys.stderr))
 
 
 def run_serve(layout: Layout, args: argparse.Namespace) -> int:
@@ -164,6 +177,8 @@ def run_install_system(layout: Layout, args: argparse.Namespace) -> int:
     return system.main(args.prefix, args.undo)
 
 
+# The commands that open a root to change it: each first makes its format current.
+WRITERS = ("serve", "queue", "web", "scan")
 RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "serve": run_serve,
     "queue": run_queue,
