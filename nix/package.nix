@@ -37,7 +37,7 @@ let
 in
 py.buildPythonApplication {
   pname = "rqsys";
-  version = "0.1.0";
+  version = "0.2.0";
   pyproject = true;
   inherit src;
 

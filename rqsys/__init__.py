@@ -1,3 +1,3 @@
 """rqsys: a reliable, filesystem-backed message queue for any Unix language."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
