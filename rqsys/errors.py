@@ -33,6 +33,10 @@ class StoreError(RQError):
     """The on-disk store could not complete an operation."""
 
 
+class NoSpace(StoreError):
+    """The state file system is full (blocks or inodes): nothing was half-made."""
+
+
 class ProtocolError(RQError):
     """A peer spoke the socket protocol wrongly."""
 

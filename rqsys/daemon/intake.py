@@ -30,6 +30,7 @@ from rqsys.errors import BadRequest, NotFound, StoreError
 from rqsys.message import new_message
 from rqsys.observe.events import EventLog
 from rqsys.store import QueueStore, Staged, Upload
+from rqsys.store.room import is_no_space
 
 if TYPE_CHECKING:
     from rqsys.pool.member import PoolMember
@@ -283,9 +284,11 @@ class Intake:
         try:
             self.store.publish(staged)
         except OSError as exc:
+            error = (self.store.room.no_space() if is_no_space(exc)
+                     else StoreError(f"not stored: {exc}"))
             for one, _state, then in group:
                 self.store.discard(one)
-                then(StoreError(f"not stored: {exc}"))
+                then(error)
             return
         left = {one.msg_id for one in self._place(staged, state)}
         for one, _state, then in group:

@@ -61,7 +61,8 @@ class Observer:
         self.clock = clock
         self.watchers: dict[str, list[Push]] = {}  # msg id -> its watch connections
         self.stats = QueueStats()
-        self.file = StatsFile(store.qdir, self.stats, background)
+        self.file = StatsFile(store.qdir, self.stats, background, store.room,
+                              lambda line: log.event("warning", line))
         self.started = time.time()
         self.failures = FailureGroups(store, background)
         self.search = SearchOps(ctx, store, transitions, background)

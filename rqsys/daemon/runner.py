@@ -87,7 +87,7 @@ class Runner:
         room.outside = self.limits.ending
         return (self.ctx.admin == "UP" and not self.ctx.stopping and self.limits.ready
                 and not (self.credentials.refusal or self.identity.refusal)
-                and room.has_free_slot()
+                and room.has_free_slot() and not self.store.room.check()  # a full disk
                 and self._script_ready())
 
     def next_wait(self) -> float | None:
@@ -99,6 +99,8 @@ class Runner:
     def _start_wait(self) -> float | None:
         if self.script_error:
             return self._script_check_at - time.monotonic()
+        if self.store.room.full:  # queued ones start once there is room
+            return self.store.room.recheck_in() if len(self.ledger.schedule) else None
         if self.can_start():
             due = self.ledger.schedule.next_due()
             if due is not None:
@@ -294,8 +296,7 @@ class Runner:
 
     # ------------------------------------------------------------ exits
     def _on_exit(self, worker: Worker, wait_status: int) -> None:
-        """The script has ended and was reaped (its group signalled; its fds are
-        closed with the turn's, ``rqsys.fdclose.FdBatch``)."""
+        """The script ended, was reaped (its fds closed with the turn's: ``fdclose``)."""
         del self.workers[worker.msg_id]
         self.log.record("exit", worker.msg_id, **timeline.exit_fields(
             wait_status, worker.rusage, time.time() - worker.started))
@@ -313,8 +314,7 @@ class Runner:
         self._conclude(worker.msg_id, worker.msg, outcome, worker.on_disk, worker)
 
     def _keep_last_lines(self, msg_id: str, outcome: Outcome) -> None:
-        """Why it failed, in its own words: the last lines of its output kept
-        beside its status (``rqsys.observe.lastlines``)."""
+        """Why it failed: its output's last lines beside its status (``observe.lastlines``)."""
         self.output.take_now(msg_id)
         lines = lastlines.of_log(f"{self.store.job_path(msg_id)}/stdio.log")
         if why := self.store.write_last_lines(msg_id, lastlines.encode(lines)):  # [] too:

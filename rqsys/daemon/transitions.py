@@ -39,7 +39,7 @@ from typing import Any
 
 from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Ledger, Msg, Offload, Riders, guard
 from rqsys.daemon.retries import Retries
-from rqsys.errors import BadRequest, RQError
+from rqsys.errors import BadRequest, NoSpace, RQError
 from rqsys.run.verdict import Outcome
 from rqsys.store import Staged, pruning
 from rqsys.store.durable import fsync_dirs
@@ -128,8 +128,12 @@ class Transitions:
         while (picked := self.ledger.schedule.pop_ready(now)) is not None:
             msg_id, queued = picked
             guard(msg_id not in self.ledger.running, f"{msg_id} is running already")
-            if self.ledger.moved(msg_id, "que", "run"):
-                break
+            try:
+                if self.ledger.moved(msg_id, "que", "run"):
+                    break
+            except NoSpace:  # a full disk seen first here: it waits in que for room
+                self.ledger.schedule.add(msg_id, queued)
+                return None
             self.ledger.schedule.dropped(queued)  # its keys' parked messages compete again
         if picked is None:
             return None
@@ -225,7 +229,11 @@ class Transitions:
         # run → done | err | relayed
         guard(outcome.state in ("done", "err", "relayed"), f"no state {outcome.state}")
         self._advisory(self.store.write_count("run", msg_id, msg["count"]), msg_id)
-        if not self.ledger.moved(msg_id, "run", outcome.state):
+        try:
+            if not self.ledger.moved(msg_id, "run", outcome.state):
+                return None
+        except NoSpace as exc:  # past the spares' room: in run/, run again at the next start
+            self.log.event("err", f"{outcome.state} not recorded: {exc}", msg_id)
             return None
         self.ledger.tally[outcome.state] += 1
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],

@@ -23,6 +23,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from rqsys.observe import stamps
 from rqsys.observe.events import listening
 from rqsys.observe.stats import ENDED, REQUEUED, QueueStats, observed
 from rqsys.store import durable
+from rqsys.store.room import Room
 
 SNAPSHOT, JOURNAL, OLD = "stats.json", "stats.log", "stats.log.old"
 SAVE_INTERVAL = 60.0  # seconds between snapshots (the journal is replayed from the last)
@@ -41,8 +43,11 @@ LANE = "stats"  # the background lane of the snapshots (not behind attachment ha
 class StatsFile:
     """A ``QueueStats`` kept on disk; its ``sink`` is the daemon's EventLog sink."""
 
-    def __init__(self, qdir: Path, stats: QueueStats, background: Background) -> None:
+    def __init__(self, qdir: Path, stats: QueueStats, background: Background,
+                 room: Room | None = None, say: Callable[[str], None] | None = None) -> None:
         self.qdir, self.stats, self.background = qdir, stats, background
+        self.room = room or Room(str(qdir))  # a full file system: lines skipped, counted
+        self.say = say  # logs the room's news (filled, cleared), once a turn
         self._fd = -1
         self._lines: list[str] = []  # this turn's, written by flush()
         self._saving = False
@@ -70,7 +75,11 @@ class StatsFile:
 
     def _write_snapshot(self) -> None:
         data = json.dumps(self.stats.state(), separators=(",", ":")).encode()
-        durable.write_file_durably(self.qdir / SNAPSHOT, data)
+        try:
+            durable.write_file_durably(self.qdir / SNAPSHOT, data)
+        except OSError:  # a full disk: the journals keep the lines, tried at the next save
+            self.room.skip("stats")
+            return
         (self.qdir / OLD).unlink(missing_ok=True)
 
     @listening(*QueueStats.kinds, *REQUEUED, "deleted")  # what ``observed`` counts, and
@@ -99,12 +108,20 @@ class StatsFile:
         if self._fd >= 0:
             try:
                 os.write(self._fd, data)
-            except OSError:
-                pass  # a full disk: the numbers in memory stay right until a restart
+            except OSError:  # a full disk: the numbers in memory stay right until a restart
+                self.room.skip("stats")
+        else:
+            self._open()  # none at start (a full disk): once there is room
+            self.room.skip("stats")
 
     def tick(self, now: float) -> None:
-        """Once a loop turn: start a snapshot when one is due."""
-        if now >= self._next_save and not self._saving:
+        """Once a loop turn: the file system's room looked at (at most once
+        a second, its news said), a snapshot started when one is due."""
+        self.room.check(now)
+        for line in self.room.take_news():
+            if self.say is not None:
+                self.say(line)
+        if now >= self._next_save and not self._saving and not self.room.full:
             self._next_save = now + SAVE_INTERVAL
             self.save()
 
@@ -140,18 +157,27 @@ class StatsFile:
         data = json.dumps(self.stats.state(), separators=(",", ":")).encode()
         with self._lock:  # waits for a snapshot being written, which then has none to write
             self._closed = True
-            durable.write_file_durably(self.qdir / SNAPSHOT, data)
-            for name in (OLD, JOURNAL):
-                (self.qdir / name).unlink(missing_ok=True)
+            try:
+                durable.write_file_durably(self.qdir / SNAPSHOT, data)
+            except OSError:  # a full disk: the journals are replayed at the next start
+                self.room.skip("stats")
+            else:
+                for name in (OLD, JOURNAL):
+                    (self.qdir / name).unlink(missing_ok=True)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def _open(self) -> None:
+        """Open a new journal; none (-1) when the file system has no inode left."""
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        self._fd = os.open(self.qdir / JOURNAL, flags, 0o644)
+        try:
+            self._fd = os.open(self.qdir / JOURNAL, flags, 0o644)
+        except OSError:
+            self.room.skip("stats")
 
 
 def _line(event: dict[str, Any], n: int) -> str:

@@ -32,6 +32,7 @@ from rqsys.store.layout import (
     check_attach_name,
     check_msg_id,
 )
+from rqsys.store.room import Room, is_no_space
 from rqsys.store.spares import SpareMaker
 from rqsys.store.view import QueueView
 
@@ -58,11 +59,12 @@ class Staged:
 class QueueStore(QueueView):
     """The message directories of one queue; used by its daemon (sole writer)."""
 
-    def __init__(self, qdir: Path, ids: IdMaker | None = None) -> None:
+    def __init__(self, qdir: Path, ids: IdMaker | None = None, room: Room | None = None) -> None:
         super().__init__(qdir)
         self.id_maker = ids or IdMaker()
         self.dirty = durable.DirtyDirs()  # parents of batched transitions
-        self.spares = SpareMaker(f"{self._base}/{TMP_DIR}")
+        self.room = room or Room(str(qdir))  # how full its file system is
+        self.spares = SpareMaker(f"{self._base}/{TMP_DIR}", room=self.room)
         self.ordered = False  # ext4 without a journal: set by recover() (see dirsync.py)
         self.set_aside: list[str] = []  # what recover() moved to .set-aside/, by name
         self._sizes: dict[str, int] = {}  # ordered: directories' sizes after our last renames
@@ -72,12 +74,19 @@ class QueueStore(QueueView):
     def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
         """Start a new message in a temp directory, no msg yet (attachments
         may be added before :meth:`publish` writes it): a ready spare for
-        ``que``, else a new ``.tmp/<id>.<state>/``."""
+        ``que``, else a new ``.tmp/<id>.<state>/``.  NoSpace when the file
+        system is full: its spares are kept for the running messages' ends."""
+        self.room.refuse_when_full()
         msg_id = self.id_maker.next_id()
         taken = self.spares.take() if state == "que" else None
         if taken is None:
             spare, fd = f"{self._base}/{TMP_DIR}/{msg_id}.{state}", -1
-            os.mkdir(spare)
+            try:
+                os.mkdir(spare)
+            except OSError as exc:
+                if is_no_space(exc):
+                    raise self.room.no_space() from exc
+                raise
         else:
             spare, fd = taken
         return Staged(msg_id, spare, dict(msg, msg_id=msg_id), msg_fd=fd)
@@ -156,10 +165,12 @@ class QueueStore(QueueView):
         # (chattr +D), its inode here if the entry took a new block
         size = self._size_before(parents[0])
         try:
-            self._rename(old, new, dest in SHARDED_STATES)
+            self._rename_with_room(old, new, dest in SHARDED_STATES)
         except FileNotFoundError as exc:
             raise NotFound(f"no message {msg_id} in {self.name}/{src}") from exc
         except OSError as exc:
+            if is_no_space(exc):
+                raise self.room.no_space(f"{msg_id} stays in {src}/") from exc
             raise StoreError(f"cannot move {msg_id} {src}->{dest}: {exc}") from exc
         if durable:
             fsync_dirs(list(parents))  # the parameter hides the module here
@@ -191,6 +202,17 @@ class QueueStore(QueueView):
     def _synced_if_grown(self, path: str, size: int) -> None:
         if self.ordered:
             self._sizes[path] = sync_if_grown(path, size)
+
+    def _rename_with_room(self, old: str, new: str, sharded: bool) -> None:
+        """A rename that finds the file system full (a new shard, a
+        directory's new block) gives back a spare's room and tries again,
+        while there are spares: they are the room held back for this."""
+        while True:
+            try:
+                return self._rename(old, new, sharded)
+            except OSError as exc:
+                if not is_no_space(exc) or not self.spares.release():
+                    raise
 
     @staticmethod
     def _rename(old: str, new: str, sharded: bool) -> None:
@@ -244,7 +266,7 @@ class QueueStore(QueueView):
         """
         if count == 0:  # only an ending writes it, once: no older count file to replace
             return ""
-        return _advisory(f"{self._path(state, msg_id)}/count", str(count).encode())
+        return _advisory(f"{self._path(state, msg_id)}/count", str(count).encode(), self.room)
 
     def write_msg(self, state: str, msg_id: str, msg: dict[str, Any]) -> None:
         """Replace a message's ``msg`` file atomically and durably."""
@@ -257,18 +279,20 @@ class QueueStore(QueueView):
         out: every status also goes to the log and the timeline, and the state
         move it goes with must not fail for it (out of fds, a failed start's
         move back to que ended the daemon)."""
-        _advisory(f"{self._path(state, msg_id)}/status", text.encode("utf-8", "replace"))
+        _advisory(f"{self._path(state, msg_id)}/status", text.encode("utf-8", "replace"),
+                  self.room)
 
     def write_started(self, msg_id: str, at: float) -> str:
         """Record when a run with a timeout started (not synced: recovery's
         estimate of the time a crash cut short, see ``recovery``); why it was
         not written, or ""."""
-        return _advisory(f"{self._path('run', msg_id)}/{recovery.STARTED}", f"{at:.3f}".encode())
+        return _advisory(f"{self._path('run', msg_id)}/{recovery.STARTED}", f"{at:.3f}".encode(),
+                         self.room)
 
     def write_last_lines(self, msg_id: str, data: bytes) -> str:
         """Keep what a failed run wrote last (``rqsys.observe.lastlines``; not
         synced: its history, not its state); why it was not written, or ""."""
-        return _advisory(f"{self._path('run', msg_id)}/{LAST_LINES}", data)
+        return _advisory(f"{self._path('run', msg_id)}/{LAST_LINES}", data, self.room)
 
     def job_path(self, msg_id: str) -> str:
         """The ``job/`` dir of a running message: a spare brings it, a run after
@@ -325,20 +349,30 @@ class QueueStore(QueueView):
         return recovery.recover(self)
 
     def save_que_snapshot(self, msgs: dict[str, dict[str, Any]]) -> None:
-        """At a clean stop: every queued message in one file, durably."""
-        recovery.save_que_snapshot(self.qdir, msgs)
+        """At a clean stop: every queued message in one file, durably (not on
+        a full disk: the next start reads que/ instead)."""
+        try:
+            recovery.save_que_snapshot(self.qdir, msgs)
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            self.room.skip("que snapshot")
 
     def take_que_snapshot(self) -> dict[str, dict[str, Any]] | None:
         """The last clean stop's snapshot if its ids are exactly those in que/."""
         return recovery.take_que_snapshot(self)
 
 
-def _advisory(path: str, data: bytes) -> str:
+def _advisory(path: str, data: bytes, room: Room) -> str:
     """Write a file the message's state does not hang on (unsynced); why it
-    failed (out of fds or disk), or "": the caller logs it and goes on (it
-    ended the daemon, with the message in run/ to be run again)."""
+    failed (out of fds), or "": the caller logs it and goes on (it ended the
+    daemon, with the message in run/ to be run again).  A full disk is
+    counted in ``room``, not told each time."""
     try:
         durable.overwrite(path, data)
     except OSError as exc:
+        if is_no_space(exc):
+            room.skip(path.rsplit("/", 1)[-1])
+            return ""
         return f"{path.rsplit('/', 1)[-1]} not written: {exc.strerror or exc}"
     return ""

@@ -234,7 +234,8 @@ def _count_crashed_run(store: QueueStore, msg_id: str) -> None:
     Its msg holds the count from before that run (a run does not rewrite
     it), so the cut-short run counts as a resend here (RQ does not count
     it), durably: a message that keeps crashing its daemon still reaches
-    max_count.
+    max_count.  On a full file system the count is skipped (counted in the
+    store's room), never the start.
     """
     try:
         msg = store.read_msg("run", msg_id)
@@ -244,7 +245,10 @@ def _count_crashed_run(store: QueueStore, msg_id: str) -> None:
     used = _time_used(store.msg_dir("run", msg_id))
     if used:
         msg[TIME_USED] = float(msg.get(TIME_USED) or 0) + used
-    store.write_msg("run", msg_id, msg)
+    try:
+        store.write_msg("run", msg_id, msg)
+    except OSError:  # a full disk (the new msg needs an inode): it runs again uncounted
+        store.room.skip("crashed run's count")
 
 
 def _time_used(run_dir: Path) -> float:

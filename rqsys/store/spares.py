@@ -12,6 +12,7 @@ import time
 from rqsys.store import durable
 from rqsys.store.durable import NEW_FILE
 from rqsys.store.layout import SPARE_PREFIX
+from rqsys.store.room import Room
 from rqsys.tunables import MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
 
 # A spare's empty files besides its msg (``timeline``: rqsys.observe.timeline.FILE,
@@ -35,8 +36,10 @@ class SpareMaker:
     a message.  Spares are plain temp directories: recovery removes them.
     """
 
-    def __init__(self, tmp_dir: str, count: int = SPARE_DIRS, batch: int = SPARE_BATCH) -> None:
+    def __init__(self, tmp_dir: str, count: int = SPARE_DIRS, batch: int = SPARE_BATCH,
+                 room: Room | None = None) -> None:
         self._tmp_dir = tmp_dir
+        self._room = room  # while its file system is full, none are made
         self._count, self._batch = count, batch
         self._ready: collections.deque[tuple[str, int]] = collections.deque()  # (dir, its msg)
         self._changed = threading.Condition()
@@ -82,8 +85,22 @@ class SpareMaker:
                 self._changed.notify()
             return spare
 
+    def release(self) -> bool:
+        """Remove one ready spare, giving its room back (a full file system:
+        a running message's end needs it); False when none is left."""
+        with self._changed:
+            if not self._ready:
+                return False
+            path, fd = self._ready.pop()
+        os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+
     def _wants_batch(self) -> bool:
-        return self._stopped or len(self._ready) <= self._count - self._batch
+        if self._stopped:
+            return True
+        held = self._room is not None and self._room.full
+        return not held and len(self._ready) <= self._count - self._batch
 
     def _fill(self) -> None:
         """The thread: make a batch whenever enough spares have been taken."""
@@ -94,6 +111,9 @@ class SpareMaker:
             fds = self._make_batch(paths, self.whole_fs)
             if fds is None:
                 time.sleep(SPARE_RETRY)
+                if self._room is not None:  # a full disk: none made until it has room
+                    self._room.doubt()
+                    self._room.check()
                 continue
             with self._changed:
                 self._ready.extend(zip(paths, fds, strict=True))

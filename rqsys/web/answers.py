@@ -15,6 +15,7 @@ from rqsys.errors import (
     BadRequest,
     ConfigError,
     Forbidden,
+    NoSpace,
     NotFound,
     ProtocolError,
     QueueDown,
@@ -22,6 +23,7 @@ from rqsys.errors import (
     TooLarge,
     Unavailable,
 )
+from rqsys.store import room
 from rqsys.web.context import Web
 from rqsys.web.html import render
 
@@ -34,6 +36,7 @@ STATUS_OF: list[tuple[type[RQError], str]] = [
     (QueueDown, falcon.HTTP_503),
     (Unavailable, falcon.HTTP_503),
     (ProtocolError, falcon.HTTP_502),
+    (NoSpace, falcon.HTTP_507),  # the state file system is full: nothing was taken
 ]
 
 
@@ -65,7 +68,18 @@ class Errors:
 
     def rq_error(self, req: falcon.Request, resp: falcon.Response, exc: RQError,
                  _params: dict[str, Any]) -> None:
-        self.fail(req, resp, status_for(exc), str(exc))
+        self.fail(req, resp, status_for(exc), self._shown(exc))
+
+    def _shown(self, exc: RQError) -> str:
+        """The error's text; a full disk's names the state file system, not
+        its mount point (no answer shows a server path)."""
+        if not isinstance(exc, NoSpace):
+            return str(exc)
+        try:
+            mount = room.mount_point(str(self.web.layout.root))
+        except OSError:
+            return str(exc)
+        return str(exc).replace(f": {mount} has ", ": the state file system has ", 1)
 
     def http_error(self, req: falcon.Request, resp: falcon.Response,
                    exc: falcon.HTTPError) -> None:

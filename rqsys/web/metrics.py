@@ -26,7 +26,7 @@ from prometheus_client.core import (
 )
 
 from rqsys.errors import Unavailable
-from rqsys.store import ADMIN_STATES, STATES
+from rqsys.store import ADMIN_STATES, STATES, room
 from rqsys.timers.history import skip_counts
 from rqsys.web.backoff import REASONS, SCOPES, Gate
 from rqsys.web.context import Resource, Web
@@ -51,6 +51,7 @@ class Metrics(Resource):
         registry.register(QueuesCollector(self.web))
         registry.register(PoolsCollector(self.web))  # nothing without pool queues
         registry.register(TimersCollector(self.web))
+        registry.register(StateFsCollector(self.web))
         if self.logins is not None:
             registry.register(LoginsCollector(self.logins))
         resp.content_type = CONTENT_TYPE
@@ -108,6 +109,28 @@ class TimersCollector:
         for timer, queue, count in skip_counts(self.web.layout.root):
             skipped.add_metric([queue, timer], count)
         yield skipped
+
+
+class StateFsCollector:
+    """The state file system's room, read at the scrape (``rqsys.store.room``):
+    full is what the queue daemons go by (creates refused, starts held)."""
+
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            now = room.read(str(self.web.layout.root))
+        except OSError:
+            return
+        for name, value, what in (
+                ("free_bytes", now.free_bytes, "bytes free to rqsys on the state file system"),
+                ("size_bytes", now.total_bytes, "the state file system's size in bytes"),
+                ("free_inodes", now.free_inodes, "inodes free on the state file system"),
+                ("inodes", now.total_inodes, "the state file system's inodes (0: not counted)"),
+                ("full", int(now.full), f"1 when fewer than {room.FLOOR_INODES} inodes or "
+                 f"{room.size_text(room.FLOOR_BYTES)} are free: new messages are refused")):
+            yield GaugeMetricFamily(f"rqsys_state_fs_{name}", what, value=value)
 
 
 class LoginsCollector:

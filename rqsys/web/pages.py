@@ -8,7 +8,7 @@ import falcon
 
 from rqsys.errors import RQError
 from rqsys.run.resources import room_text
-from rqsys.store import STATES
+from rqsys.store import STATES, room
 from rqsys.web import access, failures, pools, queuepage
 from rqsys.web import dashboard as observing
 from rqsys.web.context import Web
@@ -25,7 +25,8 @@ def dashboard(web: Web, req: falcon.Request, resp: falcon.Response) -> None:
     queues = [_dashboard_row(web, name, user) for name in names]
     render(web, resp, "dashboard.html", "Queues", [], states=STATES, queues=queues,
            back=web.path(""), failure_groups=failures.section(web, names, user),
-           pools=pools.section(web), unreachable=sum(bool(q["error"]) for q in queues))
+           pools=pools.section(web), unreachable=sum(bool(q["error"]) for q in queues),
+           state_fs_full=room.full_figures(str(web.layout.root)))
 
 
 def _dashboard_row(web: Web, name: str, user: Account) -> dict[str, Any]:
@@ -62,4 +63,5 @@ def queue_page(web: Web, req: falcon.Request, resp: falcon.Response, name: str) 
            trends_href=web.path("q", name, "trends"),
            admin_href=web.path("q", name, "adminoper"), **page,
            failure_groups=failures.section(web, [name], user, None)
-           if got["counts"].get("err") else None)
+           if got["counts"].get("err") else None,
+           state_fs_full=room.full_figures(str(web.layout.root)))
