@@ -86,7 +86,8 @@ class QueueContext:
         dest = msg["dest"]
         remote = is_remote(dest) or msg.get("force_remote")
         if remote and self.name == RELAY_QUEUE:
-            local = local_queue_of(dest, self.sysconfig)
+            # a plain name forced remote is relayed to this host's queue of that name
+            local = local_queue_of(dest, self.sysconfig) if is_remote(dest) else dest
             if local is not None and may_send is not None:
                 may_send(local)
             return

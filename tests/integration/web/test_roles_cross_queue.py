@@ -60,7 +60,7 @@ class World:
 def w(layout, make_queue, daemon, web_server):  # noqa: F811
     make_queue("etl-1", "exit 1")
     make_queue("billing", "echo done >&3")
-    make_queue("relay", "exit 1")  # a stand-in: nothing here may reach it alive
+    make_queue("relay", "exit 1")  # a stand-in script: what counts is whether it is taken
     users = {user: {"password": auth.hash_password(f"pw-{user}"), "role": role,
                     **({"queues": queues} if queues else {})}
              for user, (role, queues) in USERS.items()}
