@@ -21,7 +21,7 @@ operator, of group ``rq-view`` a viewer; anyone else may do nothing.
 An admin peer acting for someone else carries that one's identity in the
 request's ``actor`` (``{"user", "address", "role", "queues"}``): the web for
 its HTTP user, a queue daemon for the client whose request makes it ask
-another queue (a bulk move's copies, a script's dup).  The daemon that gets
+another queue (a bulk move's copies).  The daemon that gets
 it answers by that role on its own queue (:func:`require`), so a daemon
 never lends its own admin role to a client of another queue.
 """
