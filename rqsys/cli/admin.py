@@ -1,5 +1,6 @@
 """The ``rqsys`` command line: the daemons (serve, queue, web, scan, timer,
-relay-worker) and admin verbs (passwd, queue-owner, install-units, install-system).
+relay-worker) and admin verbs (passwd, queue-owner, install-units, install-system,
+backup, restore).
 
 Each subcommand imports its module only when run, so the daemons start fast;
 ``--root`` and the exit codes are shared with ``rq`` (``rqsys.cli.common``),
@@ -61,6 +62,15 @@ def rqsys_parser() -> argparse.ArgumentParser:
                             parents=root)
     units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
     units.add_argument("--exec", dest="executable", help="rqsys path in ExecStart= (default: this)")
+    backup = cmds.add_parser("backup", help="copy the root, live, into DEST: each message once, "
+                             "in a state it had", parents=root)
+    backup.add_argument("dest", type=Path, metavar="DEST", help="a new or empty directory")
+    restore = cmds.add_parser("restore", help="check a backup and put it in place in ROOT",
+                              parents=root)
+    restore.add_argument("src", type=Path, metavar="SRC", help="a directory rqsys backup made")
+    restore.add_argument("target", type=Path, metavar="ROOT", help="the state root to fill")
+    restore.add_argument("--force", action="store_true",
+                         help="replace what a non-empty ROOT holds (its daemons stopped)")
     system = cmds.add_parser("install-system", help="link rq, rqsys, man pages into a prefix",
                              parents=root)
     system.add_argument("--prefix", type=Path, help="default /usr/local")
@@ -177,6 +187,20 @@ def run_install_system(layout: Layout, args: argparse.Namespace) -> int:
     return system.main(args.prefix, args.undo)
 
 
+def run_backup(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.backup import copy
+
+    print(copy.backup(layout, args.dest))
+    return RET_OK
+
+
+def run_restore(layout: Layout, args: argparse.Namespace) -> int:
+    from rqsys.backup import restore
+
+    print(restore.restore(args.src, args.target, args.force))
+    return RET_OK
+
+
 # The commands that open a root to change it: each first makes its format current.
 WRITERS = ("serve", "queue", "web", "scan")
 RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
@@ -190,4 +214,6 @@ RQSYS_COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "relay-worker": run_relay_worker,
     "passwd": run_passwd,
     "install-system": run_install_system,
+    "backup": run_backup,
+    "restore": run_restore,
 }
