@@ -69,6 +69,7 @@ class QueueStore(QueueView):
         self.set_aside: list[str] = []  # what recover() moved to .set-aside/, by name
         self._sizes: dict[str, int] = {}  # ordered: directories' sizes after our last renames
         self._move_parents: dict[tuple[str, str], tuple[str, ...]] = {}  # see _parents_of
+        self._shards: set[str] = set()  # done/ shards known to be there (_ready_shard)
 
     # -- creation (synchronous) -------------------------------------------
     def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
@@ -177,6 +178,28 @@ class QueueStore(QueueView):
         else:
             self._synced_if_grown(parents[0], size)
             self.dirty.add(*parents)
+        if dest == "run":
+            self._ready_shard(msg_id)
+
+    def _ready_shard(self, msg_id: str) -> None:
+        """The done/ shard its end renames it into, made as it starts (once
+        an hour): on a disk that fills meanwhile its end needs no mkdir,
+        which xfs refuses long before the last block (a spare's room is not
+        enough for its reservation)."""
+        shard = f"{self._base}/done/{msg_id[:11]}"
+        if shard in self._shards:
+            return
+        try:
+            if not os.path.isdir(shard):
+                os.mkdir(shard)
+                fsync_dirs([shard, os.path.dirname(shard)])
+                if self.ordered:  # its block group too (see spares._make)
+                    durable.syncfs(shard)
+        except OSError:
+            return  # a full disk: the end's rename makes it, with the spares' room
+        if len(self._shards) > 64:
+            self._shards.clear()
+        self._shards.add(shard)
 
     def _parents_of(self, old_parent: str, new_parent: str) -> tuple[str, ...]:
         """The directories a move changes, the destination first: its parent,

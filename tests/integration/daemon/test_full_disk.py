@@ -103,6 +103,9 @@ def test_a_full_disk_refuses_creates_ends_runs_and_resumes(served, image, tmp_pa
     _fill_blocks(filler) if what == "blocks" else _fill_inodes(filler)
 
     # Then: a create is refused, before anything is made, with the figures
+    # (a daemon reads the file system at most once a second: until it has,
+    # a create may still take a spare, whole)
+    wait_for(lambda: _try_create(layout, "idle") is None, RESUME, "a create refused")
     before = _tmp_entries(layout, "idle")
     with pytest.raises(NoSpace) as refused:
         _create(layout, "idle")
