@@ -182,10 +182,8 @@ class QueueStore(QueueView):
             self._ready_shard(msg_id)
 
     def _ready_shard(self, msg_id: str) -> None:
-        """The done/ shard its end renames it into, made as it starts (once
-        an hour): on a disk that fills meanwhile its end needs no mkdir,
-        which xfs refuses long before the last block (a spare's room is not
-        enough for its reservation)."""
+        """Its end's done/ shard, made as it starts (once an hour): on a disk
+        that fills meanwhile its end needs no mkdir (xfs refuses one early)."""
         shard = f"{self._base}/done/{msg_id[:11]}"
         if shard in self._shards:
             return
@@ -197,9 +195,7 @@ class QueueStore(QueueView):
                     durable.syncfs(shard)
         except OSError:
             return  # a full disk: the end's rename makes it, with the spares' room
-        if len(self._shards) > 64:
-            self._shards.clear()
-        self._shards.add(shard)
+        self._shards = {shard} if len(self._shards) > 64 else {*self._shards, shard}
 
     def _parents_of(self, old_parent: str, new_parent: str) -> tuple[str, ...]:
         """The directories a move changes, the destination first: its parent,
