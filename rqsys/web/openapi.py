@@ -133,6 +133,7 @@ def _answers(ok_schema: dict[str, Any], ctype: str = "application/json",
     return {ok_status: {"description": "success", "content": {ctype: {"schema": ok_schema}}},
             "303": {"description": "redirect to back"},
             "400": fail, "401": fail, "404": fail, "405": fail, "416": fail, "503": fail,
+            "507": fail,  # the state file system is full (NoSpace): nothing was taken
             "403": {"description": "forbidden: the user's role does not cover the request "
                                    "(the answer names the role needed), a browser's "
                                    "cross-site change (Sec-Fetch-Site not same-origin, or "

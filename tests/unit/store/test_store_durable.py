@@ -114,10 +114,11 @@ def test_a_durable_move_syncs_a_new_shard_then_the_destination_before_the_source
         store, syncs):
     msg_id = store.create({"dest": "q"})
     store.move(msg_id, "que", "run")
-    syncs.clear()
-    store.move(msg_id, "run", "done", durable=True)
     shard, done, run = (f"{store.qdir}/done/{msg_id[:11]}", f"{store.qdir}/done",
                         f"{store.qdir}/run")
+    os.rmdir(shard)  # made at the start (a full disk's end needs no mkdir): not this time
+    syncs.clear()
+    store.move(msg_id, "run", "done", durable=True)
     # the first rename finds no shard yet; the shard is made and synced (its
     # inode on disk before a message is in it alone), then the move, then its
     # parents, the destination first
@@ -129,6 +130,7 @@ def test_a_durable_move_syncs_a_new_shard_then_the_destination_before_the_source
 
 def test_a_batched_move_is_synced_at_the_next_flush_only(store, syncs):
     msg_id = store.create({"dest": "q"})
+    os.mkdir(f"{store.qdir}/done/{msg_id[:11]}")  # its end's shard is there: none made
     store.flush(force=True)
     syncs.clear()
     store.move(msg_id, "que", "run")
