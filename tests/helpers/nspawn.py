@@ -45,7 +45,8 @@ def can_boot() -> str:
 class Container:
     """One booted container; ``run`` executes commands inside it."""
 
-    def __init__(self) -> None:
+    def __init__(self, binds: dict[Path, str] | None = None) -> None:
+        self.binds = binds or {}  # host directory -> where the container sees it
         self.base = Path(tempfile.mkdtemp(prefix="rq-nspawn-"))
         self.root = self.base / "merged"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -64,7 +65,8 @@ class Container:
              # the checkout at its own path, even under the fresh tmpfs the
              # container gets on /tmp: --bind makes the missing parents there
              # (/tmp/ci/rqsys), where --overlay (systemd 252) makes only the last
-             f"--bind={checkout}:{PROJECT}", "-b"],
+             f"--bind={checkout}:{PROJECT}",
+             *(f"--bind={host}:{inside}" for host, inside in self.binds.items()), "-b"],
             stdin=subprocess.DEVNULL, stdout=self.console, stderr=subprocess.STDOUT,
             start_new_session=True, preexec_fn=_term_with_parent)
         self.leader = self._wait_leader()
@@ -206,9 +208,11 @@ class Container:
 
 
 @contextmanager
-def booted_with_units(venv: Path, *enable: str) -> Iterator[Container]:
-    """A booted container with ``venv``'s rqsys units installed and ``enable``d."""
-    box = Container()
+def booted_with_units(venv: Path, *enable: str,
+                      binds: dict[Path, str] | None = None) -> Iterator[Container]:
+    """A booted container with ``venv``'s rqsys units installed and ``enable``d
+    (``binds``: host directories it sees, at the paths named)."""
+    box = Container(binds)
     try:
         box.boot()
         box.expose_python(venv, sys.base_prefix)
