@@ -14,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rqsys.cli.common import (
     RET_FAIL,
@@ -62,6 +63,16 @@ def rqsys_parser() -> argparse.ArgumentParser:
                             parents=root)
     units.add_argument("--prefix", type=Path, help="write under this root; no systemctl")
     units.add_argument("--exec", dest="executable", help="rqsys path in ExecStart= (default: this)")
+    _backup_parsers(cmds, root)
+    system = cmds.add_parser("install-system", help="link rq, rqsys, man pages into a prefix",
+                             parents=root)
+    system.add_argument("--prefix", type=Path, help="default /usr/local")
+    system.add_argument("--undo", action="store_true", help="remove the links made")
+    return parser
+
+
+def _backup_parsers(cmds: Any, root: list[argparse.ArgumentParser]) -> None:
+    """``backup DEST`` and ``restore SRC ROOT`` (``rqsys.backup``)."""
     backup = cmds.add_parser("backup", help="copy the root, live, into DEST: each message once, "
                              "in a state it had", parents=root)
     backup.add_argument("dest", type=Path, metavar="DEST", help="a new or empty directory")
@@ -71,11 +82,6 @@ def rqsys_parser() -> argparse.ArgumentParser:
     restore.add_argument("target", type=Path, metavar="ROOT", help="the state root to fill")
     restore.add_argument("--force", action="store_true",
                          help="replace what a non-empty ROOT holds (its daemons stopped)")
-    system = cmds.add_parser("install-system", help="link rq, rqsys, man pages into a prefix",
-                             parents=root)
-    system.add_argument("--prefix", type=Path, help="default /usr/local")
-    system.add_argument("--undo", action="store_true", help="remove the links made")
-    return parser
 
 
 def _web_options(parser: argparse.ArgumentParser) -> None:

@@ -188,8 +188,9 @@ def test_restore_refuses_a_backup_that_is_not_whole(filled, tmp_path, damage):
         assert refused.stderr == (f"rqsys: {dest} has no manifest.json: not a backup, or one "
                                   "that did not finish\n")
     else:
-        assert refused.stderr == (f"rqsys: the backup {dest} is not whole ({count} differences from "
-                                  f"its manifest; the first: {first}): nothing restored\n")
+        assert refused.stderr == (f"rqsys: the backup {dest} is not whole ({count} "
+                                  f"differences from its manifest; the first: {first}): "
+                                  "nothing restored\n")
     assert not target.exists()
 
 
