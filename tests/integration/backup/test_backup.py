@@ -314,3 +314,27 @@ def test_a_backup_under_load_holds_every_message_once(layout, tmp_path):
                  DEADLINE * 2, "the restored root's queued messages to run")
     finally:
         assert serve.stop() == 0, serve.log()
+
+
+# ---------------------------------------------------------------- the walk's window
+def test_a_message_moved_back_behind_the_walk_is_found(layout, tmp_path, monkeypatch):
+    """run -> que just after que/ was walked and before run/ is (a resend in
+    that window): the watch names it, and the backup looks for it again."""
+    from rqsys.backup import copy
+    from rqsys.store.view import QueueView
+
+    layout.create_queue_dir("work", {"name": "work"})
+    store = QueueStore(layout.queue_dir("work"))
+    moved = store.create({"dest": "work"})
+    store.move(moved, "que", "run")
+    walked = QueueView.ids
+
+    def ids(view: QueueView, state: str):  # the window, made to happen every time
+        if state == "run" and (view.qdir / "run" / moved).is_dir():
+            store.move(moved, "run", "que")
+        return walked(view, state)
+
+    monkeypatch.setattr(QueueView, "ids", ids)
+    report = copy.backup(layout, tmp_path / "backup")
+    assert (report.messages, report.moved, report.gone) == (1, 1, 0)
+    assert backed_up(tmp_path / "backup") == {moved: ("work", "que")}
