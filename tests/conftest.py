@@ -42,10 +42,13 @@ IN_CI = os.environ.get("CI") == "true"
 READY_TIMEOUT = 15.0
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """What this host can run, first in the log, -q or not (tests/helpers/host_report.py)."""
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What this host can run, first in the log, -q or not (tests/helpers/host_report.py):
+    the probes of the system tests' parts (a QEMU boot, a container) only when
+    some are to run, so that the unit tests start at once."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    for line in host_report.lines():
+    probes = any(item.get_closest_marker("system") for item in session.items)
+    for line in host_report.lines(probes):
         reporter.write_line(line)
 
 

@@ -17,10 +17,15 @@ import nspawn
 import qemu_vm
 
 
-def lines() -> list[str]:
+def lines(probes: bool = True) -> list[str]:
+    """The report; ``probes``: boot a QEMU guest and ask nspawn (the system
+    tests' parts: some seconds, up to a minute on a fresh host), else say
+    they were not probed."""
+    unprobed = "not probed (no system test selected)"
     return [f"host: {_cpu()}, kernel {platform.release()}",
-            f"QEMU guests (power cuts, cgroup v2 limits): {_guests()}",
-            f"systemd-nspawn (booted systemd): {nspawn.can_boot() or 'yes'}",
+            f"QEMU guests (power cuts, cgroup v2 limits): {_guests() if probes else unprobed}",
+            "systemd-nspawn (booted systemd): "
+            f"{(nspawn.can_boot() or 'yes') if probes else unprobed}",
             f"cgroups here: {_cgroups()}",
             f"journald: {_journald()}"]
 
