@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import REPO
+from conftest import REPO, wait_for
 from daemon_util import job_file, settle
 
 from rqsys import config
+from rqsys.run import protocol
 from rqsys.scan import scandir
 
 EXAMPLES = REPO / "scandir-examples"
@@ -56,6 +57,13 @@ def _progress(layout, procs, msg_id, status):
     assert status == "5 steps"
     log = job_file(layout, "progress", msg_id, "stdio.log").read_text()
     assert log.count("working on step") == 5
+    # and while it runs, its status is one the console draws as a bar (N/M)
+    slow = procs["progress"].call("create", msg={"dest": "progress", "param1": "4",
+                                                 "param2": "0.3"})["msg_id"]
+    said = wait_for(lambda: procs["progress"].call("status", msg_id=slow)["status"] or None,
+                    10, "a run line")
+    assert said.endswith("/4 steps") and protocol.progress(said)["total"] == 4, said
+    settle(procs["progress"], slow, timeout=20)
 
 
 def _retry(layout, procs, msg_id, status):
