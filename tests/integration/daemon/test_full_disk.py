@@ -59,9 +59,18 @@ def _unmount(img: Path, mnt: Path) -> None:
         time.sleep(0.1)
     else:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
-    listed = subprocess.run(["losetup", "-j", str(img)], capture_output=True, text=True).stdout
-    for line in listed.splitlines():  # autoclear detaches it; a lazy unmount may not have
-        subprocess.run(["losetup", "-d", line.split(":")[0]], check=False)
+    def attached() -> list[str]:
+        listed = subprocess.run(["losetup", "-j", str(img)], capture_output=True, text=True)
+        return [line.split(":")[0] for line in listed.stdout.splitlines()]
+
+    for _ in range(50):  # autoclear detaches it, not always at once
+        devices = attached()
+        if not devices:
+            return
+        for device in devices:
+            subprocess.run(["losetup", "-d", device], check=False, capture_output=True)
+        time.sleep(0.1)
+    pytest.fail(f"loop device still attached: {attached()}")
 
 
 @pytest.fixture
