@@ -87,7 +87,17 @@ def queue_and_id(queue: str, msg_id: str) -> tuple[str, str]:
 
 
 class Resource:
-    """Base of the web resources: each is given the shared ``Web`` and nothing else."""
+    """Base of the web resources: each is given the shared ``Web`` and nothing else.
+
+    Every GET responder answers HEAD too (``curl -I``, uptime monitors): the
+    same answer, whose body falcon leaves out."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in dir(cls):
+            head = "on_head" + name[len("on_get"):]
+            if name.startswith("on_get") and not hasattr(cls, head):
+                setattr(cls, head, getattr(cls, name))
 
     def __init__(self, web: Web) -> None:
         self.web = web

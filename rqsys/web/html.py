@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import falcon
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from rqsys.store import room
 from rqsys.web.context import Web
 
 
@@ -25,6 +26,7 @@ def render(web: Web, resp: falcon.Response, template: str, title: str,
     """A page of the console: ``template`` with ``context``, in the layout
     (``title``; ``crumbs``: the (path, text) pairs of the header's trail)."""
     resp.content_type = falcon.MEDIA_HTML
+    context.setdefault("state_fs_full", room.full_figures(str(web.layout.root)))  # the banner
     resp.text = templates().get_template(template).render(
         root=web.prefix, host=str(web.sysconfig["host"]), title=title, crumbs=crumbs,
         **context)
