@@ -26,6 +26,7 @@ from rqsys.web import (
     audit,
     auth,
     batches,
+    compress,
     csrf,
     etags,
     failures,
@@ -69,8 +70,8 @@ def create_app(layout: Layout, sysconfig: dict[str, Any],
     trail = audit.WebAudit(layout)  # the web's own audit records
     web = Web(layout, sysconfig, connections or Connections(layout), trail)
     login = auth.BasicAuth(sysconfig.get("basic_auth"))
-    # ETags first: its process_response runs last, on the body the others have made
-    middleware: list[Any] = [etags.ETags(), hostnames.KnownHost(sysconfig),
+    # process_response runs last first: gzip on the tagged body, ETags on the others' body
+    middleware: list[Any] = [compress.Compress(), etags.ETags(), hostnames.KnownHost(sysconfig),
                              paths.HidePaths(layout), login,
                              access.Access(sysconfig.get("basic_auth"),  # after login
                                            trail.refused),

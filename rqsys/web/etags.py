@@ -16,6 +16,8 @@ from typing import Any
 
 import falcon
 
+from rqsys.web import compress
+
 TAGGED = ("GET", "HEAD")
 
 
@@ -37,7 +39,9 @@ class ETags:
         tag = tag_of(body)
         resp.set_header("ETag", tag)
         resp.set_header("Cache-Control", "no-cache")
-        if any(str(held) == tag.strip('"') or held == "*" for held in req.if_none_match or ()):
+        plain = tag.strip('"')  # the compressed answer's tag is this and a suffix (compress)
+        if any(str(held) in (plain, plain + compress.SUFFIX) or held == "*"
+               for held in req.if_none_match or ()):
             resp.status = falcon.HTTP_304
             resp.text = resp.media = resp.data = None
             resp.content_type = None  # a 304 has no content, nor its type
