@@ -159,6 +159,13 @@ def cmd_timers(layout: Layout, args: argparse.Namespace) -> str:
     return "\n".join([str(len(entries)), *listing.lines(entries)])
 
 
+def cmd_triggers(layout: Layout, args: argparse.Namespace) -> str:
+    from rqsys.triggers import listing
+
+    entries = listing.list_triggers(layout)
+    return "\n".join([str(len(entries)), *listing.lines(entries)])
+
+
 RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
     "sendmesg": (cmd_sendmesg, "send a message (ok <full message url>)"),
     "prepmesg": (cmd_prepmesg, "create a message in prep (two-phase send)"),
@@ -180,6 +187,8 @@ RQ_VERBS: dict[str, tuple[Callable[[Layout, argparse.Namespace], str], str]] = {
                            "(tab-separated)"),
     "timers": (cmd_timers, "ok N, then one line per timer: name, schedule, next run, last "
                            "run, last message URL and its state (tab-separated)"),
+    "triggers": (cmd_triggers, "ok N, then one line per trigger: name, kind, queue, made, "
+                               "duplicate, refused, last fire, last error (tab-separated)"),
     "ls": (jobs.cmd_ls, "ok <count>, then a queue's message ids, one a line (--tag)"),
     "batch": (batch.cmd_batch, "make a batch of messages (JSON: messages, on_done, on_err); "
                                "its URL once every member is queued"),
@@ -202,7 +211,7 @@ def rq_parser() -> argparse.ArgumentParser:
                              "of FILE (- for stdin); the options below are their defaults")
         if verb in SENDING:
             add_msg_options(sub)
-        elif verb in ("timers", "queues"):
+        elif verb in ("timers", "queues", "triggers"):
             pass
         elif verb == "ls":
             jobs.ls_options(sub)

@@ -31,6 +31,7 @@ from rqsys.web import (
     etags,
     failures,
     framing,
+    hooks,
     hostnames,
     listen,
     messages,
@@ -69,13 +70,15 @@ def create_app(layout: Layout, sysconfig: dict[str, Any],
                connections: Connections | None = None) -> falcon.App:
     trail = audit.WebAudit(layout)  # the web's own audit records
     web = Web(layout, sysconfig, connections or Connections(layout), trail)
-    login = auth.BasicAuth(sysconfig.get("basic_auth"))
+    signed = auth.signed_hook(web.prefix)  # webhooks: the signature is the auth
+    login = auth.BasicAuth(sysconfig.get("basic_auth"), exempt=signed)
     # process_response runs last first: gzip on the tagged body, ETags on the others' body
-    middleware: list[Any] = [compress.Compress(), etags.ETags(), hostnames.KnownHost(sysconfig),
+    middleware: list[Any] = [compress.Compress(), etags.ETags(),
+                             hostnames.KnownHost(sysconfig, signed),
                              paths.HidePaths(layout), login,
                              access.Access(sysconfig.get("basic_auth"),  # after login
                                            trail.refused),
-                             csrf.SameOrigin(), framing.NoFraming()]
+                             csrf.SameOrigin(signed), framing.NoFraming()]
     app = falcon.App(middleware=middleware)
     app.req_options.strip_url_path_trailing_slash = False
     errors = answers.Errors(web)
@@ -102,6 +105,8 @@ def _add_routes(app: falcon.App, web: Web, login: auth.BasicAuth) -> None:
         (web.path("search"), searchall.SearchAll(web), {}),
         (web.path("search.json"), searchall.SearchAll(web), {}),
         (web.path("timers.json"), Timers(web), {}),
+        (web.path("triggers.json"), hooks.TriggersJSON(web), {}),
+        (web.path("hooks", "{trigger}"), hooks.Hook(web), {}),
         (web.path("batches"), batches.Batches(web), {}),
         (web.path("batches", "{bid}"), batches.Batch(web), {}),
         (q + "/{name}", queues.QueueResource(web), {}),

@@ -13,7 +13,9 @@ Failed logins back off (``rqsys.web.backoff``: per address, per user and
 address, per user): while one applies, the try is answered 429 with
 ``Retry-After`` before any check.  A request without credentials is
 answered 401 (a browser's first) and is no failure; an undecodable
-``Authorization: Basic`` header is one.
+``Authorization: Basic`` header is one.  A webhook trigger's ``POST
+/hooks/<name>`` takes none (:func:`signed_hook`): its signature is its
+authentication (``rqsys.web.hooks``).
 """
 
 from __future__ import annotations
@@ -22,20 +24,36 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import argon2
 import falcon
 
+from rqsys.triggers.spec import NAME_PATTERN
 from rqsys.web import backoff
 from rqsys.wire import roles
 from rqsys.wire.roles import accounts
 
+Exempt = Callable[[falcon.Request], bool]
 HASH_PREFIX = "$argon2"
 VERIFIED_TTL = 60.0
 VERIFIED_MAX = 1024  # remembered successes; the table is emptied when full
+
+
+def signed_hook(prefix: str) -> Exempt:
+    """Whether a request is a ``POST <prefix>/hooks/<name>`` (a webhook trigger,
+    signed: no basic auth, and it passes the Host and CSRF checks as a peer's
+    request does)."""
+    pattern = re.compile(re.escape(prefix) + "/hooks/" + NAME_PATTERN)
+
+    def signed(req: falcon.Request) -> bool:
+        return req.method == "POST" and pattern.fullmatch(req.path) is not None
+
+    return signed
 
 
 def is_hash(value: str) -> bool:
@@ -102,7 +120,8 @@ class BasicAuth:
     429 while failed logins back off (``gate``, which ``/metrics`` reads)."""
 
     def __init__(self, settings: dict[str, Any] | None,
-                 gate: backoff.Gate | None = None) -> None:
+                 gate: backoff.Gate | None = None, exempt: Exempt | None = None) -> None:
+        self.exempt = exempt  # requests that authenticate otherwise (signed_hook)
         self.realm = str((settings or {}).get("realm", "rqsys"))
         users = {user: account.password for user, account in accounts(settings).items()}
         self.verifier = Verifier(users)
@@ -110,7 +129,7 @@ class BasicAuth:
         self.enabled = settings is not None
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        if not self.enabled:
+        if not self.enabled or (self.exempt is not None and self.exempt(req)):
             return
         given = _credentials(req.auth)
         if given is None:

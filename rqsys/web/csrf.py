@@ -8,10 +8,13 @@ cross-origin and every POST).  A state-changing request carrying
 user), or else an ``Origin`` whose host is not the request's own, is
 refused with 403.  Requests with neither header do not come from a browser
 (curl, RQ's clients, relay peers) and pass: no forged request can omit them.
+A signed webhook (``exempt``: ``rqsys.web.auth.signed_hook``) passes too: a
+forged one lacks the signature.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import falcon
@@ -23,8 +26,11 @@ SAFE_SITES = frozenset({"same-origin", "none"})
 class SameOrigin:
     """falcon middleware: 403 for a cross-site state-changing request."""
 
+    def __init__(self, exempt: Callable[[falcon.Request], bool] | None = None) -> None:
+        self.exempt = exempt
+
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        if req.method not in UNSAFE:
+        if req.method not in UNSAFE or (self.exempt is not None and self.exempt(req)):
             return
         why = cross_site_reason(req.get_header("Sec-Fetch-Site"), req.get_header("Origin"),
                                 req.get_header("Host"))

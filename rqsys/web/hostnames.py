@@ -12,13 +12,14 @@ this machine's host name, ``localhost``, or one of
 ``allowed_hosts``; others are answered 421.  An IP address passes (it cannot
 be rebound), and so do requests not from a browser (curl, RQ's clients,
 relay peers and other hosts' dependency checks, which may use any name of
-this host).
+this host), and signed webhooks (``exempt``: ``rqsys.web.auth.signed_hook``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,15 +29,17 @@ import falcon
 class KnownHost:
     """falcon middleware: 421 for a request that names another host."""
 
-    def __init__(self, sysconfig: dict[str, Any]) -> None:
+    def __init__(self, sysconfig: dict[str, Any],
+                 exempt: Callable[[falcon.Request], bool] | None = None) -> None:
+        self.exempt = exempt
         names = [sysconfig.get("host"), socket.gethostname(), "localhost",  # no DNS asked
                  *(sysconfig.get("allowed_hosts") or [])]
         self.names = frozenset(str(name).lower().rstrip(".") for name in names if name)
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         if not (req.get_header("Sec-Fetch-Site") or req.get_header("Sec-Fetch-Mode")
-                or req.get_header("Origin")):
-            return  # not a browser: no page can have rebound its name
+                or req.get_header("Origin")) or (self.exempt is not None and self.exempt(req)):
+            return  # not a browser: no page can have rebound its name; or signed
         host = req.get_header("Host") or ""
         name = host_name(host)
         if name and not _is_address(name) and name not in self.names:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rqsys.store import ADMIN_OPERS
-from rqsys.web import openapi_audit, openapi_batches, openapi_search
+from rqsys.web import openapi_audit, openapi_batches, openapi_hooks, openapi_search
 from rqsys.web.openapi_observe import GROUP_JSON, GROUP_KEY, STATS, TIMER
 
 QUEUE = {"name": "name", "in": "path", "required": True,
@@ -233,6 +233,7 @@ def _observe_paths() -> dict[str, Any]:
         **openapi_search.paths(QUEUE, _get, _post, _with, HTML),
         **openapi_batches.paths(_get, _post, HTML),
         **openapi_audit.paths(_get, HTML),
+        **openapi_hooks.paths(_get, _answers, OK_STRING),
     }
 
 
