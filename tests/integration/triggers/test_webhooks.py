@@ -309,3 +309,23 @@ def test_a_credential_of_the_web_process(layout, inbox, web_server,  # noqa: F81
     server = web_server()
     assert post(server, "gh", PAYLOAD, github(PAYLOAD, "1"))[0] == 200
     assert post(server, "gh", PAYLOAD, github(PAYLOAD, "1", b"wrong"))[0] == 401
+
+
+def test_rq_triggers_prints_what_triggers_json_shows(layout, inbox, web_server, tmp_path):  # noqa: F811
+    import subprocess
+    import sys
+
+    write_trigger(layout, "gh", hook("github", secret_file(tmp_path)))
+    write_trigger(layout, "broken", "[]")
+    server = web_server()
+    assert post(server, "gh", PAYLOAD, github(PAYLOAD, "1"))[0] == 200
+    assert post(server, "gh", PAYLOAD, github(PAYLOAD, "1", b"bad"))[0] == 401
+    rq = Path(sys.executable).with_name("rq")
+    out = subprocess.run([str(rq), "--root", str(layout.root), "triggers"],
+                         capture_output=True, text=True, check=False)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and lines[0] == "ok 2", out
+    broken, gh = (line.split("\t") for line in lines[1:])
+    assert broken[0] == "broken" and "(top level)" in broken[-1]
+    assert gh[:6] == ["gh", "webhook", "inbox", "made=1", "duplicate=0", "refused=1"]
+    assert gh[6] != "-" and "signature" in gh[7]
