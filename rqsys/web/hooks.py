@@ -56,8 +56,8 @@ class Hook(Resource):
                 title="trigger refused", description=why))
         got = self._create(req, found, delivery)
         duplicate = bool(got.get("duplicate"))
-        record.note(self.where, trigger, "duplicate" if duplicate else "made",
-                    last_msg_id=got["msg_id"], last_queue=found.dest)
+        self._note(trigger, "duplicate" if duplicate else "made",
+                   last_msg_id=got["msg_id"], last_queue=found.dest)
         if duplicate:
             resp.set_header(DUPLICATE_HEADER, "true")
         resp.media = ["ok", self.web.msg_url(found.dest, got["msg_id"])]
@@ -110,12 +110,17 @@ class Hook(Resource):
     def _refuse(self, name: str, why: str, error: Exception) -> NoReturn:
         """Count the refusal, say it on stderr, and answer with ``error``."""
         print(f"rqsys web: trigger {name}: refused: {why}", file=sys.stderr, flush=True)
+        self._note(name, "refused", error=why)
+        raise error
+
+    def _note(self, name: str, outcome: str, **fields: Any) -> None:
+        """Count ``outcome`` in the trigger's record (the answer is what matters:
+        a record that cannot be written is told on stderr and stays behind)."""
         try:
-            record.note(self.where, name, "refused", error=why)
-        except OSError as exc:  # the answer is what matters; the record stays behind
+            record.note(self.where, name, outcome, **fields)
+        except OSError as exc:
             print(f"rqsys web: trigger {name}: record not written: {exc}", file=sys.stderr,
                   flush=True)
-        raise error
 
 
 class TriggersJSON(Resource):
