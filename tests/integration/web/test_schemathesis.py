@@ -136,6 +136,9 @@ def test_without_credentials_every_route_is_401(serve):
         url = serve.base + path.replace("{name}", "api").replace("{mid}", mid) \
             .replace("{file}", "stdio.log").replace("{aname}", "x")
         for method in item:
+            if path == "/hooks/{trigger}" and method == "post":
+                continue  # a signed webhook takes no credentials: its signature is its auth
+            # (tests/integration/triggers/test_webhooks.py: 401 for a bad signature)
             answer = requests.request(method.upper(), url, timeout=CALL_TIMEOUT,
                                       data={"_method": "delete"})
             assert answer.status_code == 401, (method, path, answer.status_code, answer.text)

@@ -23,7 +23,7 @@ def test_a_webhook_trigger_with_its_defaults():
 
 @pytest.mark.parametrize("data, field", [
     ({"msg": {"dest": "q"}}, "give exactly one (given: none)"),
-    ({**HOOK, "files": {"dir": "/x"}}, "given: files and webhook"),
+    ({**HOOK, "files": {"path": "/x"}}, "given: files and webhook"),
     ({"webhook": HOOK["webhook"], "msg": {}}, "dest"),
     ({**HOOK, "msg": {"dest": "q", "unique_key": "k"}}, "msg"),
     ({**HOOK, "params": {"param5": "$.a"}}, "params"),
@@ -43,7 +43,7 @@ def test_a_bad_trigger_is_refused_naming_why(data, field):
 
 
 def test_the_other_kinds_shapes_are_in_the_schema():
-    spec.parse("f", {"files": {"dir": "/srv/in", "pattern": "*.csv"}, "msg": {"dest": "q"}},
+    spec.parse("f", {"files": {"path": "/srv/in", "glob": "*.csv"}, "msg": {"dest": "q"}},
                "f.json")
     spec.parse("j", {"journal": {"match": {"_SYSTEMD_UNIT": "x.service"}},
                      "msg": {"dest": "q"}, "rate_limit": {"limit": 5, "per": 60}}, "j.json")
