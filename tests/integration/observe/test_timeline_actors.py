@@ -14,6 +14,7 @@ import json
 import os
 import pwd
 import re
+import sys
 import subprocess
 from collections.abc import Iterator
 from urllib.parse import urlencode
@@ -121,7 +122,8 @@ def test_a_socket_client_is_named_by_its_user_and_process(layout, make_queue, da
     _in_err(proc, msg_id)
     (by,) = _retried_by(timeline.read(store_of(layout, "q").msg_dir("err", msg_id)))
     me = pwd.getpwuid(os.getuid()).pw_name
-    assert re.fullmatch(rf"{re.escape(me)} \(python[0-9.]*, pid [0-9]+\)", by), by
+    program = os.path.realpath(sys.executable)  # its executable, as the kernel names it
+    assert re.fullmatch(rf"{re.escape(me)} \({re.escape(program)}, pid [0-9]+\)", by), by
 
 
 @pytest.fixture
