@@ -42,6 +42,9 @@ from rqsys.store import QUEUE_NAME_RE, Layout
 from rqsys.store.durable import write_file_durably
 from rqsys.systemd import Notifier
 from rqsys.timers import listing, periodic, slots, units
+from rqsys.triggers import spec
+from rqsys.triggers.files import KEY as TRIGGER
+from rqsys.triggers.files import FileTriggers
 
 SLOT_STATE = listing.SLOT_STATE  # beside timer-state.json: calendar and cron timers
 
@@ -63,6 +66,7 @@ class Watcher:
             self.slots.units = units.SystemdTimers(log, self._steps, enable.systemctl)
         self.watches = Watches(log, self._on_unwatched)
         self.settler = Settler()
+        self.files = FileTriggers(layout, log, self.watches, self.background, self._on_target)
         self.selector = selectors.DefaultSelector()
         self.notifier = Notifier()
         self.removing: set[str] = set()  # queues whose daemon is being stopped
@@ -105,6 +109,8 @@ class Watcher:
         self.watches.watch(self.scandir, self._on_scandir, fixed=True)
         for tdir in self.timer_dirs:
             self.watches.watch(tdir, self._on_timer_dir, fixed=True)
+        self.files.file_names()  # makes triggers/ if need be
+        self.watches.watch(spec.triggers_dir(self.layout), self._on_trigger_dir, fixed=True)
 
     def _enable_at_start(self, names: list[str]) -> None:
         """Before the loop, waiting is right: READY=1 then means the queues are served."""
@@ -137,6 +143,10 @@ class Watcher:
         if scandir.is_entry_name(event.name):
             self.settler.mark(("t", event.name))
 
+    def _on_trigger_dir(self, event: Any) -> None:
+        if spec.trigger_name(event.name) is not None:
+            self.settler.mark((TRIGGER, event.name))
+
     def _on_target(self, event: Any) -> None:
         for key in self.watches.keys_for(event):
             self.settler.mark(key)
@@ -162,6 +172,9 @@ class Watcher:
         for fname in files:
             if scandir.is_entry_name(fname):
                 self.settler.mark(("t", fname), changed=False)
+        for fname in self.files.file_names():
+            self.settler.mark((TRIGGER, fname), changed=False)
+        self.files.rescan()
 
     def _special_queues(self) -> list[str]:
         """Under systemd, relay, webhook and cleaner are created here when missing
@@ -177,6 +190,8 @@ class Watcher:
         for (kind, name), changed in sorted(self.settler.take().items()):
             if kind == "t":
                 self._sync_timer(name)
+            elif kind == TRIGGER:
+                self.files.sync(name)
             elif self._sync_entry(name, changed):
                 new.append(name)
         if new and enable:
@@ -307,10 +322,12 @@ class Watcher:
             self._finish_removals()
         self.timers.fire_due()
         self.slots.fire_due()
+        self.files.turn()
         self.notifier.kick_watchdog(time.monotonic())
 
     def _timeout(self) -> float | None:
-        waits = [self.settler.due_in(), self.notifier.watchdog_due(time.monotonic())]
+        waits = [self.settler.due_in(), self.notifier.watchdog_due(time.monotonic()),
+                 self.files.next_wake()]
         for table in (self.timers, self.slots):
             wake = table.next_wake()
             if wake is not None:
