@@ -358,7 +358,7 @@ class Work:
         if not self.dirty:
             return
         text = json.dumps({"pending": self.pending, "kept": self.kept}, sort_keys=True)
-        self.path.parent.mkdir(mode=0o755, exist_ok=True)
+        self.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         durable.write_file_durably(self.path, text.encode())
         self.dirty = False
 

@@ -260,9 +260,17 @@ def test_a_bad_trigger_file_and_a_vanished_directory_are_logged_and_others_go_on
     inbox = tmp_path / "later"
     write_trigger(layout, "broken", '{"files": {"path": "relative"}, "msg": {}}')
     write_trigger(layout, "late", files_trigger(inbox))
+    # and one whose queue does not exist
+    orphans = tmp_path / "orphans"
+    orphans.mkdir()
+    (orphans / "lost.csv").write_text("0\n")
+    write_trigger(layout, "noq", {**files_trigger(orphans), "msg": {"dest": "nosuch"}})
     proc = serve()
     # Then each is one log line, and rq-scan goes on
     proc.wait_log("trigger file refused")
+    proc.wait_log("no message for")
+    refused = record(layout, "noq")
+    assert refused["refused"] == 1 and "no queue named nosuch" in refused["last_error"]
     proc.wait_log(f"trigger late: {inbox}: no such directory; trying again")
     # When the directory comes, with a file already in it
     staging = tmp_path / "later.tmp"
@@ -283,3 +291,24 @@ def test_a_bad_trigger_file_and_a_vanished_directory_are_logged_and_others_go_on
     assert sorted(m["param1"] for _s, _d, m in messages(layout)) == [
         "first.csv", "second.csv", "third.csv"]
     assert scan_pid(proc) is not None and "rq-scan exited" not in proc.log()
+    assert record(layout, "noq")["refused"] == 1  # tried again meanwhile, counted once
+
+
+def test_recursive_takes_files_below_in_directories_old_and_new(layout, serve, tmp_path):
+    # Given a recursive trigger on a tree with a file below already
+    top = tmp_path / "tree"
+    (top / "old").mkdir(parents=True)
+    (top / "old" / "a.csv").write_text("a\n")
+    proc = serve()
+    write_trigger(layout, "tree", {**files_trigger(top), "files": {
+        "path": str(top), "glob": "*.csv", "recursive": True}})
+    proc.wait_log("trigger tree added")
+    # When a new directory comes with a file written at once, and a file in it later
+    (top / "new" / "deep").mkdir(parents=True)
+    (top / "new" / "deep" / "b.csv").write_text("b\n")
+    wait_for(lambda: len(messages(layout)) == 2, DEADLINE, "two messages")
+    (top / "new" / "deep" / "c.csv").write_text("c\n")
+    # Then each is one message, named by its path below the trigger's
+    wait_for(lambda: len(messages(layout)) == 3, DEADLINE, "three messages")
+    assert sorted(m["param1"] for _s, _d, m in messages(layout)) == [
+        "new/deep/b.csv", "new/deep/c.csv", "old/a.csv"]
