@@ -24,6 +24,7 @@ from pathlib import Path
 from rqsys.backup import files, manifest, walk
 from rqsys.backup.manifest import TREE, BackupError, Row
 from rqsys.backup.walk import Key, Place
+from rqsys.observe import audit
 from rqsys.store import durable, formats
 from rqsys.store.layout import QUE_SNAPSHOT, SHARDED_STATES, STATES, TMP_DIR, Layout
 from rqsys.store.view import QueueView, listdir
@@ -97,6 +98,8 @@ def _left_out(rel: str) -> bool:
     parts = rel.split("/")
     if len(parts) == 1:
         return parts[0] in LEFT_OUT
+    if len(parts) == 2 and parts[0] == "audit":
+        return parts[1].endswith(audit.RESERVE_SUFFIX)  # the trail's room on a full disk: made anew
     return len(parts) == 3 and parts[0] == "queue" and (
         parts[2] in QUEUE_LEFT_OUT or parts[2].startswith(INDEX))
 

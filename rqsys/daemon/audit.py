@@ -31,12 +31,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rqsys.background import AUDIT, Background
 from rqsys.observe import audit
 from rqsys.observe.events import EventLog
+from rqsys.store.room import Room, is_no_space
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from rqsys.daemon.server import Connection, Reply
 
+CREATES = ("create", "create_many", "clone", "commit")  # refused as the store refuses them
+RESERVE = 256 << 10  # bytes kept for the trail's records while the file system is full
 MAX_IDS = 1000  # ids listed in one record; ``count`` says how many there were
 NOT_FILTER = ("op", "action", "ids", "actor")  # a bulk request's fields that are no filter
 
@@ -75,11 +78,19 @@ def _user(uid: int) -> str:
 
 
 class Auditor:
-    """The daemon's audit file, its journal entries, and the lane that syncs them."""
+    """The daemon's audit file, its journal entries, and the lane that syncs them.
+
+    A full file system: the trail is the one record that is never skipped.
+    Beside the file, ``<queue>.reserve`` holds ``RESERVE`` bytes while there
+    is room; a record the file system refuses frees it and is written again
+    into its room.  Once the reserve is spent and the file system is still
+    full, an action that would change state is refused before it is done
+    (:meth:`require_room`): its record could not be written.  The reserve is
+    made again when there is room."""
 
     def __init__(self, audit_dir: Path, queue: str, background: Background, log: EventLog,
-                 send: Callable[..., Any] | None = None) -> None:
-        self.queue, self.background, self.log = queue, background, log
+                 room: Room, send: Callable[..., Any] | None = None) -> None:
+        self.queue, self.background, self.log, self.room = queue, background, log, room
         self.send = send if send is not None else (
             audit.journal_sender() if log.journal else None)
         self.file: audit.AuditFile | None = None
@@ -87,7 +98,38 @@ class Auditor:
             self.file = audit.AuditFile(audit_dir / f"{queue}{audit.SUFFIX}")
         except OSError as exc:
             log.event("warning", f"no audit file in {audit_dir}: {exc}")
+        self.reserve = audit_dir / f"{queue}{audit.RESERVE_SUFFIX}"
         self._syncing = False
+        self._reserve()
+
+    def _reserve(self) -> bool:
+        """The reserve there (made if missing and there is room); whether it is."""
+        if self.file is None:
+            return True  # no trail to keep: nothing is refused for it
+        try:
+            if self.reserve.stat().st_size >= RESERVE:
+                return True
+        except FileNotFoundError:
+            pass
+        try:
+            with open(self.reserve, "wb") as f:
+                f.write(bytes(RESERVE))  # its blocks taken now (or ENOSPC), freed by unlink
+        except OSError:
+            self.reserve.unlink(missing_ok=True)
+            return False
+        return True
+
+    def require_room(self, op: str, args: dict[str, Any]) -> None:
+        """Before an action that would change state: NoSpace when the file
+        system is full and the reserve is spent (its record could not be
+        written), unless the action frees room before its record is written
+        (a delete, a prune): an operator can always make room."""
+        if frees_room(op, args):
+            return
+        if self.room.check() and not self._reserve():
+            raise self.room.no_space("the message was not taken" if op in CREATES else
+                                     "the action was refused: its audit record could not "
+                                     "be written")
 
     def answered(self, conn: Connection, op: str, args: dict[str, Any], reply: Reply) -> None:
         """Record ``op``'s outcome (``reply``) for the client of ``conn``."""
@@ -100,11 +142,23 @@ class Auditor:
         if self.file is None:
             return
         try:
-            self.file.write(audit.line(rec))
+            self._write(audit.line(rec))
         except OSError as exc:
             self.log.event("err", f"audit record not written: {exc}: {audit.text(rec)}")
             return
         self._sync()
+
+    def _write(self, line: bytes) -> None:
+        """One record; refused for room, written again in the reserve's."""
+        assert self.file is not None
+        try:
+            self.file.write(line)
+        except OSError as exc:
+            if not is_no_space(exc):
+                raise
+            self.reserve.unlink(missing_ok=True)
+            self.room.doubt()
+            self.file.write(b"")  # what the file system did not take of it
 
     def _sync(self) -> None:
         if self._syncing or self.file is None or not self.file.dirty:
@@ -125,6 +179,12 @@ class Auditor:
         if self.file is not None:
             self.file.sync_now()
             self.file.close()
+
+
+def frees_room(op: str, args: dict[str, Any]) -> bool:
+    """Whether ``op`` removes messages before its record is written."""
+    return op in ("delete", "destroy", "prune") or (
+        op in ("bulk", "group") and args.get("action") == "delete")
 
 
 def outcome(reply: Reply) -> str:

@@ -118,8 +118,9 @@ class QueueDaemon:
         for op, (handler, op_schema) in extra_ops.items():
             table[op], schemas[op] = handler, op_schema
         self.auditor = Auditor(self.ctx.layout.audit_dir, self.ctx.name, self.background,
-                               self.log)
-        return Server(self.ctx.name, self.selector, table, schemas, self.log, self.auditor.answered)
+                               self.log, self.store.room)
+        return Server(self.ctx.name, self.selector, table, schemas, self.log,
+                      self.auditor.answered, self.auditor.require_room)
 
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:

@@ -124,9 +124,11 @@ class Server:
 
     def __init__(self, queue: str, selector: selectors.BaseSelector,
                  ops: Mapping[str, Handler], schemas: Mapping[str, dict[str, Any]],
-                 log: EventLog, audit: Audit | None = None) -> None:
+                 log: EventLog, audit: Audit | None = None,
+                 audit_ready: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.queue, self.selector, self.log = queue, selector, log  # roles are on this queue
         self.audit = audit  # told of each answered request that may change something
+        self.audit_ready = audit_ready  # raises when such a request's record cannot be written
         self.ops = dict(ops)
         self.checker = schema.Checker(schemas)
         missing = set(self.ops) ^ set(schemas)
@@ -247,6 +249,8 @@ class Server:
                 raise BadRequest(f"unknown operation {op[:40]!r}")
             roles.require(conn.role, args.get("actor"), self.queue, roles.op_role(op))
             self.checker.check(op, args)
+            if self.audit_ready is not None and roles.mutates(op):
+                self.audit_ready(op, args)  # a full disk: refused unless it can be recorded
             reply = handler(Request(op, args, fds,
                                     lambda reply: self._answer(conn, reply, op, args),
                                     self.error_reply, conn.peer,

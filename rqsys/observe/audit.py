@@ -28,6 +28,7 @@ AUDIT_KEEP = 5  # rotated files kept: <name>.1 (newest) .. <name>.5
 MAX_BYTES_ENV = "RQ_AUDIT_MAX_BYTES"  # tests (and the cautious) set a smaller size
 WEB = "web"  # the web's own file: web.jsonl
 SUFFIX = ".jsonl"
+RESERVE_SUFFIX = ".reserve"  # a queue daemon's room for its records on a full disk
 Record = dict[str, Any]
 
 
@@ -106,11 +107,22 @@ class AuditFile:
         self.size = os.fstat(self.fd).st_size
         self.dirty = False  # written since the last sync job began
         self._closing: list[int] = []  # rotated away: synced and closed by the next job
+        self.pending = b""  # a record's tail a full file system did not take (short write)
 
     def write(self, data: bytes) -> None:
-        os.write(self.fd, data)  # O_APPEND: one write(2), whole
-        self.size += len(data)
-        self.dirty = True
+        """Append ``data`` (O_APPEND: one write(2), whole, as a rule).  A full
+        file system may take only part of it: the rest is kept in ``pending``
+        and the OSError raised; the next write (``b""`` to retry) puts the
+        rest first, so no record is torn by a later one."""
+        view = memoryview(self.pending + data)
+        try:
+            while view:
+                written = os.write(self.fd, view)
+                view = view[written:]
+                self.size += written
+                self.dirty = True
+        finally:
+            self.pending = bytes(view)
 
     def sync_job(self) -> Callable[[], int]:
         """The job syncing what is written so far: returns a new file's fd, or -1."""

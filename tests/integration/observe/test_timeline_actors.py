@@ -14,8 +14,8 @@ import json
 import os
 import pwd
 import re
-import sys
 import subprocess
+import sys
 from collections.abc import Iterator
 from urllib.parse import urlencode
 
