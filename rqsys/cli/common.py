@@ -40,7 +40,7 @@ def check_verb(prog: str, argv: list[str], verbs: Iterable[str]) -> None:
     """A mistyped verb: one line with the nearest verbs (argparse lists them all), exit 2."""
     words = iter(argv)
     for word in words:
-        if word == "--root":
+        if len(word) > 3 and "--root".startswith(word):  # argparse takes --ro for --root
             next(words, None)
         elif not word.startswith("-"):
             if word in verbs:

@@ -44,7 +44,7 @@ class Filter:
 def parse_time(text: str, field: str) -> float:
     """Epoch seconds, or an ISO 8601 date or time (UTC unless it names its zone)."""
     try:
-        return float(text) if text.replace(".", "", 1).isdigit() else _iso(text)
+        return float(text) if text.isascii() and text.replace(".", "", 1).isdigit() else _iso(text)
     except ValueError:
         raise BadRequest(f"{field}: not epoch seconds or an ISO 8601 time: {text[:40]!r}") \
             from None
@@ -61,7 +61,7 @@ def parse_count(text: str, field: str, default: int, most: int | None = None) ->
     """A non-negative integer field (``limit``, ``offset``); BadRequest naming it."""
     if text == "":
         return default
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise BadRequest(f"{field}: not a whole number >= 0: {text[:40]!r}")
     value = int(text)
     if most is not None and value > most:

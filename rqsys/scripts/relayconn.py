@@ -114,7 +114,7 @@ class HTTPConn:
         del self.buf[:end + 4]
         version, _, rest = lines[0].partition(" ")
         code = rest[:3]
-        if not version.startswith("HTTP/1.") or not code.isdigit():
+        if not version.startswith("HTTP/1.") or not (code.isascii() and code.isdigit()):
             raise BadAnswer(f"not an HTTP/1.x answer: {lines[0][:80]!r}")
         fields = {}
         for line in lines[1:]:
@@ -199,6 +199,6 @@ def kernel_timeouts(sock: socket.socket, timeout: float) -> None:
 
 
 def content_length(text: str) -> int:
-    if not text.isdigit() or int(text) > MAX_BODY:
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_BODY:
         raise BadAnswer(f"bad Content-Length {text[:20]!r}")
     return int(text)

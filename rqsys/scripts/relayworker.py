@@ -197,7 +197,7 @@ def parse_head(head: bytes) -> int:
     if not head.startswith(MAGIC) or not head.endswith(b"\n"):
         raise BadRequest(f"not an rqrelay request: {head[:40]!r}")
     size = head[len(MAGIC):-1]
-    if not size.isdigit() or int(size) > MAX_ENV:
+    if not (size.isascii() and size.isdigit()) or int(size) > MAX_ENV:
         raise BadRequest(f"bad environment size {size[:20]!r}")
     return int(size)
 

@@ -86,7 +86,7 @@ def stripe(secret: bytes, body: bytes, given: str, tolerance: int, now: float) -
             stamps.append(value.strip())
         elif key == "v1":
             signed.append(value.strip().lower())
-    if len(stamps) != 1 or not stamps[0].isdigit() or not signed:
+    if len(stamps) != 1 or not (stamps[0].isascii() and stamps[0].isdigit()) or not signed:
         raise BadSignature("Stripe-Signature needs one t=<time> and a v1=<hex>")
     expected = sign(secret, stamps[0].encode() + b"." + body).encode()
     if not any(hmac.compare_digest(s.encode("ascii", "replace"), expected) for s in signed):

@@ -58,6 +58,8 @@ class Access:
         need = str(getattr(resource, "read_role", "viewer")) if req.method in READS \
             else str(getattr(resource, "role", "operator"))
         queue = params.get("name")
+        if isinstance(queue, str):  # /q/<q>.json, /q/<q>.txt: a queue name has no dot
+            queue = queue.split(".", 1)[0]
         if queue is None and account.queues is not None and getattr(resource, "every_queue",
                                                                     False):
             raise Forbidden(f"this shows every queue: it needs a user of all queues "

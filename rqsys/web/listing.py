@@ -34,6 +34,6 @@ def _number(req: falcon.Request, field: str, default: int, most: int) -> int:
     text = req.get_param(field)
     if text is None or text == "":
         return default
-    if not text.isdigit() or int(text) > most:
+    if not (text.isascii() and text.isdigit()) or int(text) > most:
         raise BadRequest(f"{field} must be an integer from 0 to {most}, not {text[:40]!r}")
     return int(text)

@@ -291,14 +291,15 @@ def _limit_fields(given: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, str) and _NUMBER.fullmatch(value):
             out[key] = float(value) if key == "per" or "." in value else int(value)
         elif key == "by" and isinstance(value, list):
-            out[key] = [int(v) if isinstance(v, str) and v.isdigit() else v for v in value]
+            out[key] = [int(v) if isinstance(v, str) and v.isascii() and v.isdigit() else v
+                        for v in value]
     return out
 
 
 def _tell_supervisor() -> None:
     """In embedded mode the supervisor starts daemons for new queues on SIGHUP."""
     pid = os.environ.get("RQ_SUPERVISOR_PID", "")
-    if pid.isdigit():
+    if pid.isascii() and pid.isdigit():
         try:
             os.kill(int(pid), signal.SIGHUP)
         except OSError as exc:

@@ -29,7 +29,8 @@ def page_args(req: falcon.Request, limit: int = 25) -> dict[str, Any]:
         text = req.get_param(field)
         if text in (None, ""):
             args[field] = default
-        elif not text.isdigit() or not (field == "offset" or int(text) >= 1) or int(text) > most:
+        elif (not (text.isascii() and text.isdigit()) or int(text) > most
+              or not (field == "offset" or int(text) >= 1)):
             raise BadRequest(f"{field} must be an integer up to {most}, not {text[:40]!r}")
         else:
             args[field] = int(text)

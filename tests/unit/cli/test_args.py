@@ -81,9 +81,6 @@ def test_a_bad_rqsys_command_line_is_exit_2_saying_why(argv, said, capsys):
     assert usage_error(rqsys_main, argv, capsys) == said
 
 
-@pytest.mark.xfail(strict=True, reason="bug: rqsys/cli/common.py check_verb skips the value "
-                   "of '--root' only when spelled whole; argparse takes '--ro DIR' as --root "
-                   "DIR, but check_verb calls DIR an unknown verb")
 def test_an_abbreviated_root_option_is_taken_as_argparse_takes_it(capsys):
     check_verb("rq", ["--ro", "/srv/rq", "queues"], ["queues"])
     assert capsys.readouterr().err == ""

@@ -111,9 +111,6 @@ def test_the_audit_pages_100_by_default(client):
 
 
 # ---------------------------------------------------------------- a digit int() refuses
-@pytest.mark.xfail(strict=True, reason="bug: str.isdigit() is True for '²' (U+00B2), which "
-                   "int() refuses: rqsys/web/search.py:32, rqsys/web/listing.py:37 and "
-                   "rqsys/observe/auditread.py:66 raise ValueError, answered 500")
 @pytest.mark.parametrize("path", ["/q/etl-1/search.json", "/q/etl-1/messages.json",
                                   "/audit.json"])
 def test_a_superscript_digit_is_a_400_not_a_500(client, daemons, path):

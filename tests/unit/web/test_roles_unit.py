@@ -215,9 +215,6 @@ def test_a_bulk_move_between_the_operators_queues_goes_with_its_actor(client, bu
 
 
 # ---------------------------------------------------------------- a queue named exactly
-@pytest.mark.xfail(strict=True, reason="bug: rqsys/web/access.py _check takes the route's "
-                   "{name} with its .json/.txt suffix as the queue (QueueResource splits it "
-                   "only in on_get): a user of queues ['billing'] is refused /q/billing.json")
 @pytest.mark.parametrize("path", ["/q/billing.json", "/q/billing.txt"])
 def test_a_viewer_of_one_named_queue_reads_its_summary(layout, daemons, monkeypatch, path):
     settings = webfakes.users_config()
