@@ -18,6 +18,7 @@ states every ``POLL`` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -107,7 +108,8 @@ class FileTriggers:
     # ---------------------------------------------------------------- trigger files
     def file_names(self) -> set[str]:
         """The trigger files there, and those known (to notice one that went)."""
-        self.where.mkdir(mode=0o755, exist_ok=True)
+        with contextlib.suppress(OSError):  # not there, none can be: no trigger
+            self.where.mkdir(mode=0o755, exist_ok=True)
         known = {f"{name}.json" for name in self.triggers}
         return known | {f"{name}.json" for name in spec.names(self.layout)}
 
