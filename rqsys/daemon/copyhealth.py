@@ -11,13 +11,15 @@ from typing import Any
 from rqsys.observe.events import EventLog
 from rqsys.observe.timeline import Timeline
 from rqsys.search.index import SearchIndex
+from rqsys.store.room import Room
 
 
 class CopyHealth:
     """The timelines' and the search index's failed writes, for ``stats`` and the log."""
 
-    def __init__(self, timeline: Timeline, index: SearchIndex, log: EventLog) -> None:
-        self.timeline, self.index, self.log = timeline, index, log
+    def __init__(self, timeline: Timeline, index: SearchIndex, log: EventLog,
+                 room: Room) -> None:
+        self.timeline, self.index, self.log, self.room = timeline, index, log, room
         self._told = {"timelines": 0, "index": 0}  # failures already in the log
         self._behind = False  # the index was told to be behind
 
@@ -29,7 +31,11 @@ class CopyHealth:
 
     def tell(self) -> None:
         """Log what changed since the last call (the loop calls it as each turn
-        ends, before the log's flush: a few comparisons)."""
+        ends, before the log's flush: a few comparisons).  Not while the file
+        system is full: its own line says so, and the first turn with room again
+        tells what failed meanwhile, once."""
+        if self.room.full:
+            return
         failed = self.timeline.failed
         if failed > self._told["timelines"]:
             self._told["timelines"] = failed

@@ -70,7 +70,7 @@ class Observer:
         self.log = log  # _tell_watchers is a sink only while someone watches
         log.sinks += [self.timeline, self.file.sink, self.failures, self.search.index]
         log.flushing += [self.timeline, self.file, self.search.index]  # once a loop turn
-        self.copies = CopyHealth(self.timeline, self.search.index, log)
+        self.copies = CopyHealth(self.timeline, self.search.index, log, store.room)
 
     def ops(self) -> dict[str, Handler]:
         return {"stats": self.stats_op, "watch": self.watch_op, "groups": self.groups_op,

@@ -218,10 +218,15 @@ def settle(upgrade: Upgrade) -> None:
 
 
 def state(inst: Installed, msg_id: str) -> str | None:
-    """The one state the message is in; None if in none; fails if in several."""
-    found = [s for s in STATES if queue(inst, Q).msg_dir(s, msg_id).is_dir()]
-    assert len(found) <= 1, f"{msg_id} in {found}"
-    return found[0] if found else None
+    """The one state the message is in; None if in none; fails if in several.
+    The states are looked at one after the other, so a message renamed from
+    one to the next meanwhile is seen in both: looked at again, it is not."""
+    for _ in range(5):
+        found = [s for s in STATES if queue(inst, Q).msg_dir(s, msg_id).is_dir()]
+        if len(found) <= 1:
+            return found[0] if found else None
+        time.sleep(0.05)
+    raise AssertionError(f"{msg_id} in {found}")
 
 
 def version_installed(inst: Installed) -> str:
