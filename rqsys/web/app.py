@@ -43,6 +43,7 @@ from rqsys.web import (
     queues,
     searchall,
     trends,
+    triggerspage,
 )
 from rqsys.web.bulk import NewMessages
 from rqsys.web.connections import Connections
@@ -105,6 +106,7 @@ def _add_routes(app: falcon.App, web: Web, login: auth.BasicAuth) -> None:
         (web.path("search"), searchall.SearchAll(web), {}),
         (web.path("search.json"), searchall.SearchAll(web), {}),
         (web.path("timers.json"), Timers(web), {}),
+        (web.path("triggers"), triggerspage.TriggersPage(web), {}),
         (web.path("triggers.json"), hooks.TriggersJSON(web), {}),
         (web.path("hooks", "{trigger}"), hooks.Hook(web), {}),
         (web.path("batches"), batches.Batches(web), {}),

@@ -1,4 +1,5 @@
-"""The OpenAPI paths of triggers (`POST /hooks/<name>`, `/triggers.json`), merged into openapi."""
+"""The OpenAPI paths of triggers (`POST /hooks/<name>`, `/triggers`, `/triggers.json`),
+merged into openapi."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 TRIGGER = {"name": "trigger", "in": "path", "required": True,
            "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$"}}
+HTML = {"type": "string"}
 SIGNATURES = ["X-Hub-Signature-256", "X-Gitlab-Token", "Stripe-Signature"]
 ENTRY = {"type": "object", "required": ["name", "made", "duplicate", "refused"],
          "properties": {
@@ -46,6 +48,8 @@ def paths(get: Callable[..., Any], answers: Callable[..., dict[str, Any]],
           ok: dict[str, Any]) -> dict[str, Any]:
     return {
         "/hooks/{trigger}": _hook(answers, ok),
+        "/triggers": get([], HTML, "Triggers (HTML): each one's kind, queue, counts, "
+                         "last fire and last error", "text/html"),
         "/triggers.json": get([], {"type": "array", "items": ENTRY},
                               "Every trigger: its kind, queue, counts of messages made, "
                               "duplicate deliveries and refusals, last fire and last error"),
