@@ -6,7 +6,8 @@
 # Each services.rq.queues.<name> becomes a scandir entry (a store directory
 # holding `run` and `config.json`) linked into <stateDir>/scandir by
 # tmpfiles, plus an enabled rq@<name>.socket; each timers.<name> becomes
-# <stateDir>/timers/<name>.json.  Secrets (basic auth) are read from a file
+# <stateDir>/timers/<name>.json, each triggers.<name> (its JSON as given)
+# <stateDir>/triggers/<name>.json (docs/TRIGGERS.md).  Secrets (basic auth) are read from a file
 # at service start and never copied into the store; web.users gives them
 # roles, merged with their hashes then.
 #
@@ -304,6 +305,14 @@ let
     );
   timerFiles = builtins.mapAttrs timerFile cfg.timers;
 
+  # A trigger file is its JSON as given (rqsys checks it against trigger.json
+  # when it reads it; a secret is only named there, never in the store).
+  triggerFile = name: t: pkgs.writeText "rq-trigger-${name}.json" (builtins.toJSON t);
+  triggerFiles = builtins.mapAttrs triggerFile cfg.triggers;
+  badTriggerNames = builtins.filter (
+    n: builtins.match "[A-Za-z0-9][A-Za-z0-9_-]{0,99}" n == null
+  ) (builtins.attrNames cfg.triggers);
+
   # config/config.json without secrets; basic_auth is merged in at start.
   publicConfig = pkgs.writeText "rq-config.json" (
     builtins.toJSON (
@@ -590,6 +599,18 @@ in
       description = "Timers: each sends its message every period seconds, or at each slot of a calendar or cron expression.";
     };
 
+    triggers = mkOption {
+      type = types.attrsOf types.attrs;
+      default = { };
+      example = {
+        incoming = {
+          files = { path = "/srv/incoming"; glob = "*.csv"; };
+          msg.dest = "ingest";
+        };
+      };
+      description = "Triggers: each is written as <stateDir>/triggers/<name>.json, its JSON as given (a webhook, files dropped in a directory; docs/TRIGGERS.md).";
+    };
+
     nats = {
       servers = mkOption {
         type = types.listOf (types.strMatching "(nats|tls)://[^ ]+");
@@ -677,7 +698,7 @@ in
       type = types.attrs;
       readOnly = true;
       internal = true;
-      description = "The generated scandir entries and timer files, by name (for inspection).";
+      description = "The generated scandir entries, timer and trigger files, by name (for inspection).";
     };
   };
 
@@ -691,6 +712,10 @@ in
         {
           assertion = badEnvVars == { };
           message = "services.rq.queues.<name>.envVars cannot set RQ_* variables (queues: ${builtins.concatStringsSep ", " (builtins.attrNames badEnvVars)})";
+        }
+        {
+          assertion = badTriggerNames == [ ];
+          message = "services.rq.triggers: invalid trigger name(s): ${builtins.concatStringsSep ", " badTriggerNames}";
         }
         {
           assertion = badSchedules == { };
@@ -737,6 +762,7 @@ in
       services.rq.generated = {
         scandir = scandirEntries;
         timers = timerFiles;
+        triggers = triggerFiles;
       };
 
       environment.systemPackages = [ rqPackage ];
@@ -763,6 +789,8 @@ in
           "/config"
           "/scandir"
           "/timers"
+          "/triggers"
+          "/triggers/.state" # each trigger's record: rq-web's (webhooks) and rq-scan's (files)
           "/queue"
           "/trash"
           "/tmp"
@@ -779,7 +807,10 @@ in
         ) scandirEntries
         ++ lib.mapAttrsToList (
           name: file: "L+ ${cfg.stateDir}/timers/${name}.json - - - - ${file}"
-        ) timerFiles;
+        ) timerFiles
+        ++ lib.mapAttrsToList (
+          name: file: "L+ ${cfg.stateDir}/triggers/${name}.json - - - - ${file}"
+        ) triggerFiles;
 
       # Writes config/config.json (merging the basic-auth secret) before any daemon reads it.
       systemd.services.rq-config = {

@@ -26,6 +26,7 @@ from rqsys.run import credentials, unituser
 from rqsys.run.identity import dynamic_name
 from rqsys.scan import scandir
 from rqsys.store import QueueStore
+from rqsys.triggers import listing
 from rqsys.wire import roles
 
 EVAL = REPO / "nix" / "tests" / "eval-module.nix"
@@ -69,6 +70,11 @@ FULL = {
     "timers": {"nightly": {"period": 86400, "msg": {"dest": "hello", "param1": "night"}},
                "weekdays": {"calendar": "Mon..Fri *-*-* 02:00:00", "timezone": "Europe/Berlin",
                             "jitter": 300, "msg": {"dest": "hello"}}},
+    "triggers": {"deploy": {"webhook": {"secret": {"credential": "gh"}, "signature": "github",
+                                        "delivery_header": "X-GitHub-Delivery"},
+                            "msg": {"dest": "hello"}, "params": {"param1": "$.ref"}},
+                 "incoming": {"files": {"path": "/srv/incoming", "glob": "*.csv"},
+                              "msg": {"dest": "resize"}, "then": {"move": "/srv/done"}}},
 }
 
 
@@ -211,6 +217,26 @@ def test_timer_file_is_a_valid_timer(full: dict[str, Any]) -> None:
     assert config.validate("timer", weekdays, "timer") == {
         "calendar": "Mon..Fri *-*-* 02:00:00", "timezone": "Europe/Berlin", "jitter": 300,
         "persistent": True, "unique": True, "msg": {"dest": "hello"}}
+
+
+def test_trigger_files_are_linked_and_rqsys_reads_them(full: dict[str, Any], layout) -> None:
+    # Given each generated trigger file, linked into triggers/ as tmpfiles' L+ does
+    files = full["services"]["rq"]["generated"]["triggers"]
+    rules = full["systemd"]["tmpfiles"]["rules"]
+    assert f"d {STATE}/triggers 0750 rq rq -" in rules
+    assert f"d {STATE}/triggers/.state 0750 rq rq -" in rules
+    (layout.root / "triggers").mkdir()
+    for name, made in files.items():
+        assert f"L+ {STATE}/triggers/{name}.json - - - - {made['storePath']}" in rules
+        stored = layout.root / f"store-{name}.json"
+        stored.write_text(made["text"])
+        (layout.root / "triggers" / f"{name}.json").symlink_to(stored)
+    # Then rqsys takes them as given: their kinds and queues, none refused
+    assert json.loads(files["deploy"]["text"]) == FULL["triggers"]["deploy"]
+    listed = {t["name"]: (t.get("kind"), t.get("dest"), t.get("error"))
+              for t in listing.list_triggers(layout)}
+    assert listed == {"deploy": ("webhook", "hello", "no queue named hello"),
+                      "incoming": ("files", "resize", "no queue named resize")}
 
 
 def test_secrets_stay_out_of_the_store(full: dict[str, Any]) -> None:
@@ -416,6 +442,7 @@ def test_a_basic_auth_file_without_users_fails_rq_config(tmp_path: Path) -> None
     ({"timers": {"t": {"period": 30, "msg": {"dest": "q"}}}},
      "services.rq.timers.t.period' has a value of the wrong type"),
     ({"web": {"relativeRoot": "rq"}}, "services.rq.web.relativeRoot' has a value"),
+    ({"triggers": {"t": "/srv/t.json"}}, "services.rq.triggers.t' has a value of the wrong type"),
     ({"web": {"port": 70000}}, "services.rq.web.port' has a value"),
     ({"queue": {}}, "services.rq.queue' does not exist"),
     ({"generated": {}}, "services.rq.generated' is read-only"),
@@ -438,6 +465,7 @@ def test_bad_option_values_are_refused(settings: dict[str, Any], message: str) -
     ({"queues": {"q": {"script": "/x", "envVars": {"RQ_HOST": "x"}}}},
      "envVars cannot set RQ_* variables (queues: q)"),
     ({"queues": {"bad name": {"script": "/x"}}}, "invalid queue name(s): bad name"),
+    ({"triggers": {"bad.name": {"webhook": {}}}}, "invalid trigger name(s): bad.name"),
     ({"timers": {"t": {"period": 60, "msg": {"param1": "x"}}}}, "needs a dest"),
     ({"timers": {"t": {"period": 60, "cron": "* * * * *", "msg": {"dest": "q"}}}},
      "needs exactly one of period, calendar and cron (timers: t)"),
