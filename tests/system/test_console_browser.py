@@ -179,6 +179,7 @@ def test_why_it_failed_its_group_progress_search_and_chosen_rows(make_queue, dae
             page.goto(server.base + "/q/etl?state=err", timeout=15000)
             page.get_by_label(f"choose {failed[0]}").check()
             page.get_by_label(f"choose {failed[1]}").check()
+            page.once("dialog", lambda dialog: dialog.accept())  # "Delete the chosen ...?"
             page.get_by_role("button", name="Delete chosen").click()
             page.locator("#bulk-done", has_text="delete: 2 of 2").wait_for(timeout=20000)
             assert proc.call("status", msg_id=failed[2])["state"] == "err"

@@ -175,6 +175,7 @@ def _search_and_retry(page, server, shots, layout, proc, db, disk) -> None:
     _shot(page, shots, "queue-search-1280")
     # retry all that match: only the database ones move (and, fixed, end done)
     (layout.queue_dir("hunt") / "fixed").write_text("")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Retry all 3 matching messages?"
     page.get_by_role("button", name="Retry all 3 matching").click()
     page.locator("#bulk-done", has_text="retry: 3 of 3 matching").wait_for(timeout=20000)
     for msg_id in db:

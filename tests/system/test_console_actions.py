@@ -1,0 +1,78 @@
+"""The console's actions on a root with several queues, the built-in ones'
+names among them (issue 48 items 1 and 7), in a real browser: Retry chosen
+and Delete chosen submit although the form's *move to* choice is required
+(it is the move's alone); Delete chosen, the bulk actions on all that match,
+and *down* on any queue ask first, and a dismissed question does nothing."""
+# ruff: noqa: F811  (pytest fixtures imported from web_support are parameters here)
+
+from __future__ import annotations
+
+import sys
+
+from daemon_util import send, settle
+from test_console_browser import FAILING, _browser, _need_browser
+from web_support import web_server  # noqa: F401
+
+QUEUES = ("etl", "billing", "relay", "cleaner", "webhook")
+
+
+def test_chosen_rows_and_down_on_a_root_of_several_queues(make_queue, daemon, web_server,
+                                                          tmp_path):
+    sync_playwright, _axe = _need_browser()
+    procs = {}
+    for name in QUEUES:
+        if name == "etl":
+            make_queue(name, FAILING, shebang=f"#!{sys.executable}",
+                       env_vars={"GO_FILE": str(tmp_path / "go")})
+        else:
+            make_queue(name, "echo done >&3")
+        procs[name] = daemon(name)
+    etl = procs["etl"]
+    failed = [send(etl, param1="row", param2=str(n)) for n in (1, 2, 3, 4)]
+    for msg_id in failed:
+        settle(etl, msg_id)
+    server = web_server()
+    asked: list[str] = []
+    with sync_playwright() as pw:
+        browser = _browser(pw, tmp_path, viewport={"width": 1400, "height": 900})
+        try:
+            page = browser.new_page()
+            answer = {"yes": False}
+
+            def on_dialog(dialog) -> None:
+                asked.append(dialog.message)
+                dialog.accept() if answer["yes"] else dialog.dismiss()
+            page.on("dialog", on_dialog)
+            # Retry chosen submits, with other queues to move to in the same form
+            page.goto(server.base + "/q/etl?state=err", timeout=15000)
+            assert page.locator("#dest-chosen option").count() == len(QUEUES)  # + "choose"
+            page.get_by_label(f"choose {failed[0]}").check()
+            page.get_by_role("button", name="Retry chosen").click()
+            page.locator("#bulk-done", has_text="retry: 1 of 1").wait_for(timeout=20000)
+            assert asked == []  # a retry is asked nothing
+            settle(etl, failed[0])
+            # Delete chosen asks; dismissed, nothing is deleted
+            page.goto(server.base + "/q/etl?state=err", timeout=15000)
+            page.get_by_label(f"choose {failed[1]}").check()
+            page.get_by_role("button", name="Delete chosen").click()
+            assert asked == ["Delete the chosen messages?"]
+            assert etl.call("counts")["counts"]["err"] == 4
+            # accepted, it is
+            answer["yes"] = True
+            page.get_by_role("button", name="Delete chosen").click()
+            page.locator("#bulk-done", has_text="delete: 1 of 1").wait_for(timeout=20000)
+            assert etl.call("counts")["counts"]["err"] == 3
+            # down asks too, on any queue (relay's included); dismissed, it stays up
+            answer["yes"] = False
+            page.goto(server.base + "/", timeout=15000)
+            page.get_by_role("button", name="down queue relay").click()
+            assert asked[-1] == ("Take queue relay down? It stops taking and running "
+                                 "messages.")
+            assert procs["relay"].call("counts")["admin"] == "UP"
+            # and the bulk action on all that match says how many
+            page.goto(server.base + "/q/etl?state=err", timeout=15000)
+            page.get_by_role("button", name="Retry all 3 matching").click()
+            assert asked[-1] == "Retry all 3 matching messages?"
+            assert etl.call("counts")["counts"]["err"] == 3
+        finally:
+            browser.close()
