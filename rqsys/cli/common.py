@@ -74,16 +74,17 @@ def one_queue(prog: str, args: argparse.Namespace) -> None:
 
 def say_failure(prog: str, why: object) -> None:
     """RQ's ``fail <why>`` on stdout (what scripts read), and ``prog: why`` on
-    stderr for logs; once, not twice, when both are the same terminal."""
+    stderr for logs; once, not twice, when both go to the same place (a
+    terminal, or ``2>&1`` into one file or pipe)."""
     print(f"fail {why}", flush=True)
-    if not _one_terminal():
+    if not _one_place():
         print(f"{prog}: {why}", file=sys.stderr)
 
 
-def _one_terminal() -> bool:
+def _one_place() -> bool:
+    """Whether stdout and stderr are the same file, pipe or terminal."""
     try:
-        return (os.isatty(1) and os.isatty(2)
-                and os.path.samestat(os.fstat(1), os.fstat(2)))
+        return os.path.samestat(os.fstat(1), os.fstat(2))
     except OSError:
         return False
 

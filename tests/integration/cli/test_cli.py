@@ -214,3 +214,13 @@ def test_a_send_whose_attachment_fails_leaves_no_message_in_prep(layout, make_qu
     assert out == f"fail cannot read {path}: {why}; nothing was sent"
     counts = proc.call("counts")["counts"]
     assert counts["prep"] == 0 and counts["que"] == 0
+
+
+def test_a_failure_is_said_once_when_stderr_goes_where_stdout_does(layout, q):
+    # RQ's "fail <why>" on stdout; "rq: <why>" on stderr too, unless 2>&1 made them one
+    argv = [*RQ, "--root", str(layout.root), "state", "--msg_id", "20240101.0000.00.001"]
+    both = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=60)
+    assert both.returncode == 1 and both.stdout.count("no message") == 1, both.stdout
+    apart = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert apart.stdout.startswith("fail ") and apart.stderr.startswith("rq: "), apart
