@@ -57,8 +57,9 @@ def chart(ident: str, title: str, start: float, step: int, lines: list[Series],
             "y_ticks": [{"y": round(scale.y(value), 1), "label": label}
                         for value, label in scale.ticks()],
             "x_ticks": _x_ticks(start, step, count),
-            "lines": [{"name": name, "runs": _runs(values, scale, count)}
-                      for name, values in lines],
+            "lines": [{"name": name, "runs": [r for r in runs if " " in r],
+                       "dots": [r.split(",") for r in runs if " " not in r]}
+                      for name, values in lines for runs in [_runs(values, scale, count)]],
             "rows": [{"when": _when(start + i * step, step),
                       "cells": [say(values[i]) if values[i] is not None else ""
                                  for _name, values in lines]}
@@ -99,7 +100,9 @@ def _x(i: int, count: int) -> float:
 
 
 def _runs(values: Sequence[float | None], scale: _Scale, count: int) -> list[str]:
-    """The polylines of a series: a gap where nothing was measured."""
+    """The polylines of a series: a gap where nothing was measured; a value
+    alone between gaps is one point (``x,y``), drawn as a dot: a one-point
+    line shows nothing."""
     runs: list[list[str]] = []
     current: list[str] = []
     for i, value in enumerate(values):
@@ -111,7 +114,7 @@ def _runs(values: Sequence[float | None], scale: _Scale, count: int) -> list[str
         current.append(f"{_x(i, count):.1f},{scale.y(value):.1f}")
     if current:
         runs.append(current)
-    return [" ".join(run * (2 if len(run) == 1 else 1)) for run in runs]
+    return [" ".join(run) for run in runs]
 
 
 class _Scale:
