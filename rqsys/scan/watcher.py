@@ -1,10 +1,10 @@
 """rq-scan: the long-running loop that keeps queues and timers in line with their files.
 
 One selector holds the inotify fd (pyinotify), a signal wake-up socket, the
-pidfds of the enabler's ``systemctl`` runs and the pipe of the background
-thread that delivers timer messages; the loop sleeps until one of them is
-readable or the next timer is due — no polling, and no waiting on another
-process.  An event only marks an
+pidfds of the enabler's ``systemctl`` runs, the pipe of the background
+thread that delivers timer messages and each journal trigger's reader;
+the loop sleeps until one of them is readable or the next timer is due —
+no polling, and no waiting on another process.  An event only marks an
 entry or timer file dirty; dirty ones are synced once events have settled
 for ``SETTLE`` seconds (so a burst of edits, or ``mv -T tmp q`` over an entry,
 is one change; a ``tmp`` link made inside the scandir is an entry of its own
@@ -45,6 +45,7 @@ from rqsys.timers import listing, periodic, slots, units
 from rqsys.triggers import spec
 from rqsys.triggers.files import KEY as TRIGGER
 from rqsys.triggers.files import FileTriggers
+from rqsys.triggers.journal import JournalTriggers
 
 SLOT_STATE = listing.SLOT_STATE  # beside timer-state.json: calendar and cron timers
 
@@ -68,6 +69,7 @@ class Watcher:
         self.settler = Settler()
         self.files = FileTriggers(layout, log, self.watches, self.background, self._on_target)
         self.selector = selectors.DefaultSelector()
+        self.journals = JournalTriggers(layout, log, self.background, self.selector)
         self.notifier = Notifier()
         self.removing: set[str] = set()  # queues whose daemon is being stopped
         self.deferred: set[str] = set()  # entries re-added while their queue was removed
@@ -172,7 +174,7 @@ class Watcher:
         for fname in files:
             if scandir.is_entry_name(fname):
                 self.settler.mark(("t", fname), changed=False)
-        for fname in self.files.file_names():
+        for fname in self.files.file_names() | self.journals.file_names():
             self.settler.mark((TRIGGER, fname), changed=False)
         self.files.rescan()
 
@@ -192,6 +194,7 @@ class Watcher:
                 self._sync_timer(name)
             elif kind == TRIGGER:
                 self.files.sync(name)
+                self.journals.sync(name)
             elif self._sync_entry(name, changed):
                 new.append(name)
         if new and enable:
@@ -323,11 +326,12 @@ class Watcher:
         self.timers.fire_due()
         self.slots.fire_due()
         self.files.turn()
+        self.journals.turn()
         self.notifier.kick_watchdog(time.monotonic())
 
     def _timeout(self) -> float | None:
         waits = [self.settler.due_in(), self.notifier.watchdog_due(time.monotonic()),
-                 self.files.next_wake()]
+                 self.files.next_wake(), self.journals.next_wake()]
         for table in (self.timers, self.slots):
             wake = table.next_wake()
             if wake is not None:

@@ -16,7 +16,8 @@ from rqsys.errors import RQError
 from rqsys.store import Layout
 from rqsys.triggers import record, spec
 
-NOT_SERVED = "not served yet (webhook and files triggers are)"
+SERVED = ("webhook", "files", "journal")  # files and journal: rq-scan's
+NOT_SERVED = "not served yet (webhook, files and journal triggers are)"
 
 
 def list_triggers(layout: Layout) -> list[dict[str, Any]]:
@@ -35,7 +36,7 @@ def _entry(layout: Layout, name: str, fires: dict[str, Any]) -> dict[str, Any]:
     entry.update(kind=trigger.kind, dest=trigger.dest)
     if trigger.kind == "webhook":
         entry["path"] = f"/hooks/{name}"
-    elif trigger.kind != "files":  # rq-scan's (rqsys.triggers.files)
+    if trigger.kind not in SERVED:
         entry["error"] = NOT_SERVED
     if not layout.queue_dir(trigger.dest).is_dir():
         entry["error"] = f"no queue named {trigger.dest}"
