@@ -17,6 +17,7 @@ as the window has room again.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -36,6 +37,7 @@ from rqsys.wire.client import QueueClient
 
 UNIQUE_FOR = 604800.0  # seconds an entry's key is held after its message ended
 RETRY = 5.0  # seconds before trying again: no journal readable, a queue missing or down
+POLL = 1.0  # seconds between looks where the reader's fd cannot tell of new entries
 BATCH = 256  # entries read by one job (the loop then hands it the next batch)
 PARAM_MAX = 4000  # characters of MESSAGE kept in param1 (entry.json has it whole)
 TIMEOUT = 60.0
@@ -107,11 +109,11 @@ def entry_doc(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def message(js: JournalSpec, doc: dict[str, Any], body: bytes, key: str) -> dict[str, Any]:
-    """``msg``, the params from the entry (``$.FIELD``), ``param1`` its MESSAGE."""
+    """``msg``, ``param1`` the entry's MESSAGE, the params taken from it (``$.FIELD``)."""
     text = doc.get("MESSAGE")
     text = text if isinstance(text, str) else json.dumps(text)
     got = params.gather(js.params, body, lambda _name: None)
-    return {**js.msg, **got, "param1": text[:PARAM_MAX], "unique_key": key,
+    return {**js.msg, "param1": text[:PARAM_MAX], **got, "unique_key": key,
             "unique_for": UNIQUE_FOR}
 
 
@@ -202,12 +204,15 @@ class Work:
             self.clients.clear()
             self._save()
         out.fd = int(reader.fileno())
+        if not reader.reliable_fd():  # (a journal on a network file system): look every POLL
+            out.wake_in = min(POLL, POLL if out.wake_in is None else out.wake_in)
         return out
 
     def process(self) -> None:
         """The loop's, on the reader's readiness (no job queued or running)."""
         if self.reader is not None:
-            self.reader.process()
+            with contextlib.suppress(OSError):  # the job that follows reads what it can
+                self.reader.process()
 
     def close(self) -> None:
         if self.reader is not None:
