@@ -18,9 +18,9 @@ from urllib.parse import urlencode
 import falcon
 
 from rqsys.observe import audit, auditread
-from rqsys.store import Layout
+from rqsys.store import QUEUE_NAME_RE, Layout
 from rqsys.web.auth import acting
-from rqsys.web.context import Resource
+from rqsys.web.context import Resource, Web
 from rqsys.web.html import render
 
 PAGE_SIZE = 100  # records on a page, and /audit.json's default limit
@@ -90,7 +90,8 @@ class AuditPage(Resource):
         got = auditread.page(self.web.layout.audit_dir, flt, offset, limit)
         asked = {k: str(req.get_param(k)) for k in FILTERS if req.get_param(k)}
         render(self.web, resp, "audit.html", "Audit", [(self.web.path("audit"), "audit")],
-               rows=[_row(rec) for rec in got["records"]], asked=asked, total=got["total"],
+               rows=[_row(self.web, rec) for rec in got["records"]], asked=asked,
+               total=got["total"],
                first=offset + 1, last=offset + len(got["records"]),
                newer=_link(self.web.path("audit"), asked, max(offset - limit, 0), limit)
                if offset else "",
@@ -98,18 +99,26 @@ class AuditPage(Resource):
                if offset + limit < got["total"] else "")
 
 
-def _row(rec: audit.Record) -> dict[str, Any]:
-    ids = rec.get("msg_ids") or []
-    target = " ".join(ids[:5]) + (f" (+{len(ids) - 5})" if len(ids) > 5 else "")
+def _row(web: Web, rec: audit.Record) -> dict[str, Any]:
+    """A record as the page's row: its messages (the first 5) and queue as links."""
+    ids, queue = rec.get("msg_ids") or [], str(rec.get("queue", ""))
+    target = f" (+{len(ids) - 5})" if len(ids) > 5 else ""
     if "filter" in rec:
         target += " " + " ".join(f"{k}={v}" for k, v in sorted(rec["filter"].items()))
     if "count" in rec:
         target += f" ({rec['count']} messages)"
     return {"time": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(rec["time"]))),
             "actor": rec.get("actor", ""), "from": rec.get("from", ""),
-            "action": rec.get("action", ""), "queue": rec.get("queue", ""),
+            "action": rec.get("action", ""), "queue": queue,
+            "queue_href": web.queue_path(queue) if _named(queue) else "",
+            "ids": [(i, web.msg_path(queue, i) if _named(queue) else "") for i in ids[:5]],
             "target": target.strip(), "result": rec.get("result", ""),
             "error": rec.get("error", "")}
+
+
+def _named(queue: str) -> bool:
+    """A queue's name (the web's own records name none, or ``web``)."""
+    return bool(QUEUE_NAME_RE.match(queue)) and queue != audit.WEB
 
 
 def _link(path: str, asked: dict[str, str], offset: int, limit: int) -> str:

@@ -27,6 +27,9 @@ def render(web: Web, resp: falcon.Response, template: str, title: str,
     (``title``; ``crumbs``: the (path, text) pairs of the header's trail)."""
     resp.content_type = falcon.MEDIA_HTML
     context.setdefault("state_fs_full", room.full_figures(str(web.layout.root)))  # the banner
+    account = getattr(resp.context, "account", None)  # rqsys.web.access: who asks
+    context.setdefault("reads_audit", account is None or (account.may("admin")
+                                                          and account.queues is None))
     resp.text = templates().get_template(template).render(
         root=web.prefix, host=str(web.sysconfig["host"]), title=title, crumbs=crumbs,
         **context)

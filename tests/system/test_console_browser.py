@@ -35,6 +35,11 @@ if os.environ["RQ_PARAM1"] == "ok":
     sys.exit(0)
 raise ValueError(f"bad row {os.environ['RQ_PARAM2']} on db01")
 """
+PAINT = r"""
+printf '\033[38;5;18mnavy two-five-six\033[0m \033[34mblue sixteen\033[0m\n'
+printf '\033[38;2;0;0;135mnavy truecolor\033[0m \033[44;30mblack on blue\033[0m\n'
+echo "done painted" >&3
+"""
 # The tail's cases: 300 KiB before them (the page opens on the last 256 KiB), then 16,
 # 256 and true colours, bold, underline, inverse, a line rewritten by \\r, an OSC
 # title, and an escape split across two polls (written a second apart).
@@ -88,12 +93,16 @@ def test_every_page_in_both_themes_and_widths_is_accessible_and_fits(
     make_queue("etl", FAILING, shebang=f"#!{sys.executable}",
                env_vars={"GO_FILE": str(go_file)}, num_workers=2)
     make_queue("other", 'echo "done" >&3\n')
+    make_queue("paint", PAINT)  # a script's own colours, dark blue on the dark terminal
     proc = daemon("etl")
     daemon("other")
+    paint = daemon("paint")
+    painted = send(paint)
     failed = [send(proc, param1="row", param2=str(n)) for n in (7, 12)]
     done = send(proc, param1="ok")
     for msg_id in [*failed, done]:
         settle(proc, msg_id)
+    settle(paint, painted)
     running = send(proc, param1="slow")
     wait_for(lambda: proc.call("status", msg_id=running)["status"] == "40/40 rows")
     group = proc.call("groups")["groups"][0]["key"]
@@ -102,7 +111,8 @@ def test_every_page_in_both_themes_and_widths_is_accessible_and_fits(
              "message-run": f"/q/etl/{running}", "group": f"/q/etl/groups/{group}",
              "search": "/search?q=db01", "new-message": "/q/etl/new_message",
              "trends": "/q/etl/trends?range=1h", "message-prep": f"/q/etl/{prep}",
-             "timers": "/timers", "not-found": "/q/nosuch"}
+             "timers": "/timers", "not-found": "/q/nosuch", "audit": "/audit",
+             "message-colours": f"/q/paint/{painted}"}
     shots = tmp_path / "screenshots"
     shots.mkdir()
     problems = []
@@ -118,7 +128,7 @@ def test_every_page_in_both_themes_and_widths_is_accessible_and_fits(
                     for name, path in pages.items():
                         page.goto(server.base + path, timeout=15000)
                         page.locator("h1").wait_for(timeout=10000)
-                        if name == "message-run":
+                        if name in ("message-run", "message-colours"):
                             page.wait_for_function(f"({SHOWN})().length > 0", timeout=15000)
                         wide = page.evaluate(
                             "document.documentElement.scrollWidth - window.innerWidth")

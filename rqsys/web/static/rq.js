@@ -7,6 +7,8 @@ const TERMINAL = {
   convertEol: true, disableStdin: true, scrollback: 100000, fontSize: 13,
   fontFamily: 'ui-monospace, "DejaVu Sans Mono", monospace', cursorInactiveStyle: "none",
   theme: { background: "#14171f", foreground: "#d8dde8", cursor: "#14171f" },
+  // a script's own colours (#000087 on this background: 1.15:1) lightened to WCAG AA
+  minimumContrastRatio: 4.5,
 };
 
 function mib(bytes) {
