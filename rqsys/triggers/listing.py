@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rqsys.errors import RQError
+from rqsys.errors import ConfigError, RQError
 from rqsys.store import Layout
 from rqsys.triggers import record, spec
+from rqsys.triggers.journalwork import match_terms
 
 SERVED = ("webhook", "files", "journal")  # files and journal: rq-scan's
 NOT_SERVED = "not served yet (webhook, files and journal triggers are)"
@@ -40,6 +41,11 @@ def _entry(layout: Layout, name: str, fires: dict[str, Any]) -> dict[str, Any]:
         entry["error"] = NOT_SERVED
     if not layout.queue_dir(trigger.dest).is_dir():
         entry["error"] = f"no queue named {trigger.dest}"
+    if trigger.kind == "journal":  # a PRIORITY range the schema cannot check
+        try:
+            match_terms(dict(trigger.settings["match"]))
+        except ConfigError as exc:
+            entry["error"] = f"journal: match: {exc}"
     return entry
 
 

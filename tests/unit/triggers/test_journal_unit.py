@@ -17,7 +17,7 @@ import pytest
 
 from rqsys.errors import ConfigError, Unavailable
 from rqsys.store import Layout
-from rqsys.triggers import journal, journalwork, record, spec
+from rqsys.triggers import journal, journalwork, listing, record, spec
 from rqsys.triggers.journalwork import JournalSpec, Window, Work
 
 
@@ -49,6 +49,10 @@ def test_a_trigger_file_is_its_spec_another_kind_none_a_bad_range_refused(
     write(layout, "bad", {"journal": {"match": {"PRIORITY": "7..0"}}, "msg": {"dest": "q"}})
     with pytest.raises(ConfigError, match="bad.json: journal: match: PRIORITY"):
         journal.load(layout, "bad")
+    # and rq triggers says so (the schema cannot)
+    listed = {e["name"]: e for e in listing.list_triggers(layout)}
+    assert listed["bad"]["error"].startswith("journal: match: PRIORITY '7..0'")
+    assert listed["j"]["kind"] == "journal" and listed["j"]["error"] == "no queue named q"
 
 
 def test_an_entry_is_json_bytes_times_and_ids_as_strings() -> None:
@@ -272,6 +276,17 @@ def test_a_queue_down_stops_at_its_entry_and_it_is_made_once_the_queue_is_back(
     back = work.run(js_of())
     assert [m["param1"] for m in daemon.made.values()] == ["a", "b"]
     assert any("works again" in text for _kind, text in back.lines)
+
+
+def test_a_real_reader_over_no_journal_files_is_no_journal_readable(layout: Layout,
+                                                                    tmp_path: Path) -> None:
+    from systemd import journal as sd_journal
+
+    empty = tmp_path / "no-journal"
+    empty.mkdir()
+    work = Work(layout, "j", lambda terms: sd_journal.Reader(path=str(empty)))
+    out = work.run(js_of())
+    assert out.fd is None and "no journal readable" in out.lines[0][1]
 
 
 def test_the_state_file_is_in_the_triggers_state_directory(tmp_path: Path) -> None:
