@@ -33,19 +33,27 @@ from rqsys.triggers.journalwork import RETRY, JournalSpec, Result, Work, journal
 KIND = "journal"
 
 
-def load(layout: Layout, name: str) -> JournalSpec | None:
-    """The trigger file's JournalSpec; None when it is of another kind (RQError: refused)."""
+def read(layout: Layout, name: str) -> tuple[spec.Trigger, Any]:
+    """The trigger file checked against the schema, and its ``rate_limit``."""
     path = spec.path_of(layout, name)
     if not path.is_file():
         raise ConfigError(f"{path}: {'broken link' if path.is_symlink() else 'not a file'}")
     data = config.load_json(path)
-    trigger = spec.parse(name, data, str(path))
-    if trigger.kind != KIND:
-        return None
+    return spec.parse(name, data, str(path)), data.get("rate_limit")
+
+
+def load(layout: Layout, name: str) -> JournalSpec | None:
+    """The trigger file's JournalSpec; None when it is of another kind (RQError: refused)."""
+    trigger, rate_limit = read(layout, name)
+    return None if trigger.kind != KIND else checked(layout, trigger, rate_limit)
+
+
+def checked(layout: Layout, trigger: spec.Trigger, rate_limit: Any) -> JournalSpec:
+    """A journal trigger's JournalSpec; ConfigError naming the file for a range that is none."""
     try:
-        return journal_spec(trigger, data.get("rate_limit"))
+        return journal_spec(trigger, rate_limit)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: journal: match: {exc}") from exc
+        raise ConfigError(f"{spec.path_of(layout, trigger.name)}: journal: match: {exc}") from exc
 
 
 @dataclass
@@ -86,16 +94,17 @@ class JournalTriggers:
             self._drop(name, "its file was removed")
             return
         try:
-            js = load(self.layout, name)
-        except ConfigError as exc:
-            if "journal: match:" in str(exc):  # the schema's refusals: files.py says them
-                kept = "; the previous one is kept" if name in self.triggers else ""
-                self.log.event("err", f"trigger file refused: {exc}{kept}")
-            return
+            trigger, rate_limit = read(self.layout, name)
         except RQError:
-            return
-        if js is None:
+            return  # refused by the schema: rqsys.triggers.files says so
+        if trigger.kind != KIND:
             self._drop(name, "it is of another kind now")
+            return
+        try:
+            js = checked(self.layout, trigger, rate_limit)
+        except ConfigError as exc:
+            kept = "; the previous one is kept" if name in self.triggers else ""
+            self.log.event("err", f"trigger file refused: {exc}{kept}")
             return
         self._set(js)
 
