@@ -25,6 +25,7 @@ import hmac
 import http.client
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -210,6 +211,8 @@ def arguments() -> argparse.Namespace:
 
 def main() -> int:
     args = arguments()
+    # a TERM (a timeout's) ends the run through its finally: rqsys serve stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scratch, layout = scratch_layout("triggers-")
     proc = None
     try:
