@@ -18,7 +18,16 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from rqsys.search.rows import ENDS, STATE_OF, Event, add, apply, insert, row_text
+from rqsys.search.rows import (
+    ENDS,
+    STATE_OF,
+    Event,
+    add,
+    apply,
+    insert,
+    last_line,
+    row_text,
+)
 from rqsys.store import QueueView
 
 ENABLED = os.environ.get("RQ_SEARCH_FOLD", "1") != "0"
@@ -79,7 +88,8 @@ def _fold(pending: dict[str, Pending], event: Event) -> bool:
 
 def _write(db: sqlite3.Connection, view: QueueView, msg_id: str, row: Pending) -> None:
     if row.made is not None:
-        insert(db, msg_id, row.state, row.made, row.cols.get("status", ""), row.cols)
+        insert(db, msg_id, row.state, row.made, row.cols.get("status", ""), row.cols,
+               last_line(view, row.state, msg_id))
     elif "ended_at" in row.cols:
         _end(db, view, msg_id, row)
     else:
@@ -96,8 +106,9 @@ def _end(db: sqlite3.Connection, view: QueueView, msg_id: str, row: Pending) -> 
     extra = {"ended": row.cols["ended_at"]}
     if status is not None:
         extra["status"] = status
-    if _update(db, msg_id, row, extra, (_SAME_TEXT.format("status" if status is None else "?"),
-                                        () if status is None else (status,))):
+    if row.state != "err" and _update(  # a failure's text takes its last line: read it
+            db, msg_id, row, extra, (_SAME_TEXT.format("status" if status is None else "?"),
+                                     () if status is None else (status,))):
         return
     found = db.execute("SELECT params, tags, status, text FROM msgs WHERE id=?",
                        (msg_id,)).fetchone()
@@ -107,7 +118,7 @@ def _end(db: sqlite3.Connection, view: QueueView, msg_id: str, row: Pending) -> 
     params, tags, old, old_text = found
     status = row.cols.get("status", old)
     extra = {"status": status, "ended": row.cols["ended_at"]}
-    text = row_text(params, tags.split(), status)
+    text = row_text(params, tags.split(), status, last_line(view, row.state, msg_id))
     if text != old_text:
         extra["text"] = text
     _update(db, msg_id, row, extra)

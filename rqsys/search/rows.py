@@ -12,7 +12,7 @@ from collections.abc import Collection
 from typing import Any
 
 from rqsys.errors import RQError
-from rqsys.observe import timeline
+from rqsys.observe import lastlines, timeline
 from rqsys.observe.stats import id_time
 from rqsys.store import STATES, QueueView
 
@@ -26,9 +26,18 @@ ENDS = ("done", "err", "relayed")
 Event = tuple[str, str, str, str, Any, float, "dict[str, Any] | None"]
 
 
-def row_text(params: str, tags: list[str], status: str) -> str:
-    """What full-text search looks in: params, tags and the status text."""
-    return " ".join([params, *tags, status])
+def row_text(params: str, tags: list[str], status: str, last: str = "") -> str:
+    """What full-text search looks in: params, tags, the status text and, for a
+    failed message, the last line its run wrote (the exception: ``ValueError``)."""
+    return " ".join([params, *tags, status, *([last] if last else [])])
+
+
+def last_line(view: QueueView, state: str, msg_id: str) -> str:
+    """A failed message's last kept line (``observe.lastlines``); "" for others."""
+    if state != "err":
+        return ""
+    lines = lastlines.read(view.msg_dir(state, msg_id))
+    return _text(lines[-1]) if lines else ""
 
 
 def roll_back(db: sqlite3.Connection) -> None:
@@ -84,8 +93,9 @@ def _set_status(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str
         return
     params, tags, old = row
     status = old if status is None else status
+    text = row_text(params, tags.split(), status, last_line(view, state, msg_id))
     db.execute("UPDATE msgs SET state=?, status=?, ended=?, text=? WHERE id=?",
-               (state, status, ended, row_text(params, tags.split(), status), msg_id))
+               (state, status, ended, text, msg_id))
 
 
 def add(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str) -> None:
@@ -100,11 +110,11 @@ def add(db: sqlite3.Connection, view: QueueView, msg_id: str, state: str) -> Non
                                float(msg.get("due") or 0))
     except (RQError, OSError):
         return
-    insert(db, msg_id, state, msg, status, times)
+    insert(db, msg_id, state, msg, status, times, last_line(view, state, msg_id))
 
 
 def insert(db: sqlite3.Connection, msg_id: str, state: str, msg: dict[str, Any],
-           status: str, times: dict[str, Any]) -> None:
+           status: str, times: dict[str, Any], last: str = "") -> None:
     """A message's row (and its tags), replacing any it had."""
     params = _text(" ".join(str(msg[k]) for k in PARAMS if msg.get(k) not in (None, "")))
     tags, status = [_text(str(t)) for t in msg.get("tags") or []], _text(status)
@@ -114,7 +124,7 @@ def insert(db: sqlite3.Connection, msg_id: str, state: str, msg: dict[str, Any],
         " text) VALUES (?,?,?,?,?,?,?,?,?,?)",
         (msg_id, state, times.get("created_at") or id_time(msg_id), times.get("started_at"),
          times.get("ended_at"), times.get("run_s"), status, params, " ".join(tags),
-         row_text(params, tags, status)))
+         row_text(params, tags, status, last)))
     db.executemany("INSERT OR IGNORE INTO msg_tags(tag, rid) VALUES (?, ?)",
                    [(t, cur.lastrowid) for t in tags])
 

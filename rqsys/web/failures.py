@@ -9,7 +9,7 @@ from typing import Any
 import falcon
 
 from rqsys.errors import BadRequest, RQError
-from rqsys.web import access, body, timeshtml
+from rqsys.web import access, body, queuepage, timeshtml
 from rqsys.web.answers import ok
 from rqsys.web.context import Resource, Web
 from rqsys.web.html import pager, render
@@ -17,6 +17,7 @@ from rqsys.wire.roles import Account
 
 GROUPS_SHOWN = 5  # per queue on the dashboard (the queue page lists them all)
 PAGE_SIZE = 25  # a group page's messages
+PARAMS = ("param1", "param2", "param3", "param4")
 
 
 def section(web: Web, names: list[str], user: Account,
@@ -66,6 +67,7 @@ class Group(Resource):
                group=dict(_row(self.web, name, got["groups"][0]),
                           acts=access.account(req).may("operator", name)), total=got["total"],
                rows=_members(self.web, name, got["ids"]), back=self.web.queue_path(name),
+               bulk_href=self.web.path("q", name, "bulk"),
                page=pager(here, {}, offset, PAGE_SIZE, got["total"]))
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str,
@@ -79,13 +81,19 @@ class Group(Resource):
         ok(req, resp, got["count"], params, page=self.web.queue_path(name))
 
 
-def _members(web: Web, name: str, ids: list[str]) -> list[dict[str, str]]:
+def _members(web: Web, name: str, ids: list[str]) -> list[dict[str, Any]]:
+    """The group's messages as rows: params, when, status and last line."""
     store, rows = web.store(name), []
     for msg_id in ids:
-        if not store.msg_dir("err", msg_id).is_dir():
+        try:
+            msg = store.read_msg("err", msg_id)
+        except RQError:
             continue  # retried or deleted since it was listed
         rows.append({"id": msg_id, "href": web.msg_path(name, msg_id),
-                     "status": store.read_status("err", msg_id)})
+                     "params": " ".join(str(msg[k]) for k in PARAMS if msg.get(k)),
+                     "status": store.read_status("err", msg_id),
+                     "why": queuepage.why(store, "err", msg_id),
+                     "times": timeshtml.row_times(store.msg_dir("err", msg_id), msg)})
     return rows
 
 

@@ -9,9 +9,10 @@ from typing import Any
 import falcon
 
 from rqsys.errors import BadRequest, NotFound, RQError, StoreError
+from rqsys.observe import lastlines
 from rqsys.run import protocol
 from rqsys.search import query as searchquery
-from rqsys.store import STATES
+from rqsys.store import STATES, QueueView
 from rqsys.web import msgpage, timeshtml
 from rqsys.web.context import Web
 from rqsys.web.html import pager, query
@@ -71,7 +72,9 @@ def _listing(web: Web, name: str, state: str, fields: dict[str, str],
         raise
     except RQError as exc:
         return {"error": f"search unavailable: {exc}"}, None
-    rows = [_index_row(web, name, state, row) for row in got["rows"]]
+    store = web.store(name)
+    rows = [_index_row(web, name, state, row) | {"why": why(store, state, row["id"])}
+            for row in got["rows"]]
     return (_shaped(web, name, state, fields, rows, offset, got["total"], got["more"])
             | {"partial": got.get("partial", False)}), got.get("states")
 
@@ -88,6 +91,15 @@ def _shaped(web: Web, name: str, state: str, fields: dict[str, str], rows: list[
             "sorts": [_sort(web, name, state, fields, col) for col in timeshtml.TIME_COLUMNS],
             "pager": pager(web.queue_path(name), {"state": state, **fields}, offset, PAGE_SIZE,
                            total, more)}
+
+
+def why(store: QueueView, state: str, msg_id: str) -> str:
+    """A failed message's last line (its exception, say): what tells one failure
+    from another where every status reads ``PROCESS EXITED IMPROPERLY``."""
+    if state != "err":
+        return ""
+    lines = lastlines.read(store.msg_dir(state, msg_id))
+    return lines[-1] if lines else ""
 
 
 def _index_row(web: Web, name: str, state: str, row: dict[str, Any]) -> dict[str, Any]:
@@ -112,6 +124,7 @@ def _plain_listing(web: Web, name: str, state: str, offset: int) -> dict[str, An
                      "params": " ".join(str(msg[k]) for k in ("param1", "param2")
                                         if msg.get(k)),
                      "tags": _tags(web, name, state, msg.get("tags") or []), "status": status,
+                     "why": why(store, state, msg_id),
                      "progress": msgpage.progress(protocol.progress(status))
                      if state == "run" else None,
                      "times": timeshtml.row_times(store.msg_dir(state, msg_id), msg)})

@@ -14,7 +14,7 @@ import falcon
 
 from rqsys.errors import BadRequest, RQError
 from rqsys.store import STATES
-from rqsys.web import timeshtml
+from rqsys.web import queuepage, timeshtml
 from rqsys.web.context import Resource, Web
 from rqsys.web.html import query, render
 
@@ -76,4 +76,5 @@ def _rows(web: Web, found: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"queue": row["queue"], "queue_href": web.queue_path(row["queue"]),
              "id": row["id"], "href": web.msg_path(row["queue"], row["id"]),
              "state": row["state"], "params": row["params"], "status": row["status"],
+             "why": queuepage.why(web.store(row["queue"]), row["state"], row["id"]),
              "created": timeshtml.when(row["created"])} for row in found["rows"]]

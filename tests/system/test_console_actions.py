@@ -76,3 +76,49 @@ def test_chosen_rows_and_down_on_a_root_of_several_queues(make_queue, daemon, we
             assert etl.call("counts")["counts"]["err"] == 3
         finally:
             browser.close()
+
+
+def test_failures_are_told_apart_and_found_by_their_words(make_queue, daemon, web_server,
+                                                          tmp_path):
+    # issue 48 item 2: the err tab, a search and a group's members show each one's last
+    # line (its exception), with params and time; the last lines are searchable; the
+    # group page has chosen rows
+    sync_playwright, _axe = _need_browser()
+    make_queue("etl", FAILING, shebang=f"#!{sys.executable}",
+               env_vars={"GO_FILE": str(tmp_path / "go")})
+    make_queue("billing", "echo done >&3")
+    etl = daemon("etl")
+    daemon("billing")
+    failed = {n: send(etl, param1="row", param2=str(n)) for n in (7, 12, 30)}
+    for msg_id in failed.values():
+        settle(etl, msg_id)
+    server = web_server()
+    code, found = server.get_json("/q/etl/search.json?text=ValueError&state=err")
+    assert code == 200 and sorted(r["id"] for r in found["rows"]) == sorted(failed.values())
+    code, found = server.get_json("/q/etl/search.json?text=db01+30&state=err")
+    assert [r["id"] for r in found["rows"]] == [failed[30]]
+    with sync_playwright() as pw:
+        browser = _browser(pw, tmp_path, viewport={"width": 1400, "height": 900})
+        try:
+            page = browser.new_page()
+            page.on("dialog", lambda dialog: dialog.accept())
+            page.goto(server.base + "/q/etl?state=err", timeout=15000)
+            for n in failed:  # each err row's last line
+                assert page.locator("#live-queue span.why",
+                                    has_text=f"ValueError: bad row {n} on db01").is_visible()
+            page.goto(server.base + "/search?q=ValueError", timeout=15000)  # each hit's too
+            page.locator("#matches-by-queue").wait_for(timeout=10000)
+            for n in failed:
+                assert page.locator("span.why", has_text=f"bad row {n} on db01").is_visible()
+            page.goto(server.base + "/q/etl?state=err", timeout=15000)
+            page.get_by_role("link", name="ValueError: bad row N on dbN").first.click()
+            page.locator("#group-reason").wait_for(timeout=10000)
+            row = page.locator("tr", has_text=failed[12])
+            assert "row 12" in row.inner_text() and "bad row 12 on db01" in row.inner_text()
+            page.get_by_label(f"choose {failed[12]}").check()
+            page.get_by_role("button", name="Retry chosen").click()
+            page.locator("#bulk-done", has_text="retry: 1 of 1").wait_for(timeout=20000)
+        finally:
+            browser.close()
+    settle(etl, failed[12])
+    assert etl.call("counts")["counts"]["err"] == 3  # retried, and failed again

@@ -191,7 +191,7 @@ def test_admin_buttons_follow_the_queue_state(layout, make_queue, daemon):
 
     def buttons(path):
         html = client.simulate_get(path, headers={"Accept": "text/html"}).text
-        return re.findall(r'action="/q/adm/adminoper">.*?<button[^>]*>(\w+)</button>', html)
+        return re.findall(r'action="/q/adm/adminoper"[^>]*>.*?<button[^>]*>(\w+)</button>', html)
 
     for oper, offered in (("up", ["pause", "down"]), ("pause", ["resume", "down"]),
                           ("down", ["up"]), ("resume", ["pause", "down"])):
