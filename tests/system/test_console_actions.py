@@ -122,3 +122,34 @@ def test_failures_are_told_apart_and_found_by_their_words(make_queue, daemon, we
             browser.close()
     settle(etl, failed[12])
     assert etl.call("counts")["counts"]["err"] == 3  # retried, and failed again
+
+
+def test_the_live_refresh_keeps_the_keyboard_focus(make_queue, daemon, web_server, tmp_path):
+    # issue 48 item 3: the dashboard's live part is swapped while messages come and go;
+    # the focused "pause" stays focused (it went to the page's body within 16 s)
+    sync_playwright, _axe = _need_browser()
+    for name in ("etl", "billing"):
+        make_queue(name, "echo done >&3")
+    procs = {name: daemon(name) for name in ("etl", "billing")}
+    server = web_server()
+    with sync_playwright() as pw:
+        browser = _browser(pw, tmp_path, viewport={"width": 1400, "height": 900})
+        try:
+            page = browser.new_page()
+            page.goto(server.base + "/", timeout=15000)
+            pause = page.get_by_role("button", name="pause queue billing")
+            pause.focus()
+            live = page.locator(".live[data-refresh]").first
+            swaps = 0
+            for _ in range(3):  # three swaps of changed content, the focus kept each time
+                before = live.inner_html()
+                for _n in range(3):
+                    settle(procs["etl"], send(procs["etl"]))
+                page.wait_for_function(
+                    "(old) => document.querySelector('.live[data-refresh]').innerHTML !== old",
+                    arg=before, timeout=20000)
+                swaps += 1
+                focused = page.evaluate("document.activeElement.getAttribute('aria-label')")
+                assert focused == "pause queue billing", (swaps, focused)
+        finally:
+            browser.close()

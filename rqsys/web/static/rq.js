@@ -138,6 +138,27 @@ if (tails.length) {
 // every few seconds and swapped in place, so the dashboard and queue page stay current
 // without a reload.  Skipped while the user is typing or choosing, or the tab is hidden.
 // An unchanged page costs a 304 (the browser sends the ETag of its copy).
+// What the focused control is, in words that survive a swap: its id, else its
+// role in the page (the form it posts to, its name and value, its label).
+function focusKey(el) {
+  if (el.id) return "#" + el.id;
+  const form = el.form ? el.form.getAttribute("action") || "" : "";
+  return [el.tagName, form, el.name || "", el.value || "", el.getAttribute("aria-label") || "",
+    el.getAttribute("href") || "", el.textContent.trim()].join("|");
+}
+
+// Swap a live block's content; the control that had the keyboard focus has it again
+// in the new content (the same control, found by focusKey), and nothing scrolls.
+function swapKeepingFocus(block, fresh) {
+  const had = document.activeElement;
+  const key = had && had !== document.body && block.contains(had) ? focusKey(had) : null;
+  block.innerHTML = fresh.innerHTML;
+  if (!key) return;
+  const same = key.startsWith("#") ? document.getElementById(key.slice(1))
+    : Array.from(block.querySelectorAll(had.tagName)).find((el) => focusKey(el) === key);
+  if (same) same.focus({ preventScroll: true });
+}
+
 function startLive(block) {
   const every = Math.max(2, Number(block.dataset.refresh) || 5) * 1000;
   async function refresh() {
@@ -150,7 +171,7 @@ function startLive(block) {
         if (resp.ok) {
           const doc = new DOMParser().parseFromString(await resp.text(), "text/html");
           const fresh = doc.getElementById(block.id);
-          if (fresh && fresh.innerHTML !== block.innerHTML) block.innerHTML = fresh.innerHTML;
+          if (fresh && fresh.innerHTML !== block.innerHTML) swapKeepingFocus(block, fresh);
           block.dataset.refreshed = String(Date.now());
         }
       } catch (err) { /* the next round tries again */ }
