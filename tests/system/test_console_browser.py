@@ -111,7 +111,8 @@ def test_every_page_in_both_themes_and_widths_is_accessible_and_fits(
              "message-run": f"/q/etl/{running}", "group": f"/q/etl/groups/{group}",
              "search": "/search?q=db01", "new-message": "/q/etl/new_message",
              "trends": "/q/etl/trends?range=1h", "message-prep": f"/q/etl/{prep}",
-             "timers": "/timers", "not-found": "/q/nosuch", "audit": "/audit",
+             "timers": "/timers", "triggers": "/triggers", "not-found": "/q/nosuch",
+             "audit": "/audit",
              "message-colours": f"/q/paint/{painted}"}
     shots = tmp_path / "screenshots"
     shots.mkdir()

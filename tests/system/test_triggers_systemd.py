@@ -170,17 +170,12 @@ def test_a_signed_post_to_the_hook_is_one_message(box: Container):
     assert status_text == "took octo/hello", status_text
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "triggers/.state/ is made by the first record written (rqsys.triggers.record.note, "
-    "mkdir 0755): made by rq-scan (root, Group=rq), rq-web (User=rq) may not write its "
-    "webhook records there (EACCES, 'record not written' on its stderr); the shipped "
-    "tmpfiles.d makes no triggers/ nor triggers/.state/"))
 def test_the_webhooks_record_is_written_after_rq_scan_made_the_state_directory(
         box: Container):
-    # Given the state directory rq-scan made (the files trigger's record, written first)
+    # Given the records' directory as the package makes it (tmpfiles: rq's, setgid,
+    # group-writable), where rq-scan (root) has written the files trigger's record
     state_dir = box.path(f"{ROOT}/triggers/.state")
-    if not state_dir.is_dir() or state_dir.stat().st_uid != 0:
-        pytest.skip("the state directory was not made by rq-scan first (run the module)")
+    assert state_dir.stat().st_mode & 0o2070 == 0o2070, oct(state_dir.stat().st_mode)
     # When the hook has made its message (the test before)
     wait_for(lambda: "trigger hook" in journal(box, "rq-web.service") or
              record(box, "hook"), DEADLINE, "the hook's delivery")
