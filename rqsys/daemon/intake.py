@@ -112,7 +112,8 @@ class Intake:
             self._await_publish(staged, state, r)
             return None
         try:
-            uploads = self._take_uploads(specs, r.fds)
+            uploads = self._take_uploads(specs, r.fds, r.conn is not None
+                                         and r.conn.role == "admin")
         except Exception as exc:
             self._discard(staged, exc)
             raise
@@ -220,16 +221,20 @@ class Intake:
         self.pending.append((staged, state, then))
 
     # ------------------------------------------------------------ attachments
-    def _take_uploads(self, specs: list[dict[str, Any]], fds: list[int]) -> list[Incoming]:
+    def _take_uploads(self, specs: list[dict[str, Any]], fds: list[int],
+                      trusted: bool = False) -> list[Incoming]:
         """Start taking in the files (their names and md5 are checked by the
         request's schema).  Takes the fds out of ``fds``: they stay open
-        until the files are checked (see _check_uploads)."""
+        until the files are checked (see _check_uploads).  A file whose spec
+        says ``link`` is hard-linked, not copied, when the sender is an admin
+        peer (rq-scan, for a files trigger whose file then leaves its place)."""
         if len(specs) != len(fds):
             raise BadRequest(f"{len(specs)} attachments described but {len(fds)} files sent")
         uploads: list[Incoming] = []
         try:
             for spec, fd in zip(specs, fds, strict=True):
-                uploads.append((spec["name"], spec["md5"], self.store.new_upload(fd), fd))
+                link = trusted and bool(spec.get("link"))
+                uploads.append((spec["name"], spec["md5"], self.store.new_upload(fd, link), fd))
         except OSError:
             for _name, _md5, upload, _fd in uploads:
                 self.store.drop_upload(upload)

@@ -52,13 +52,15 @@ def md5_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.md5")
 
 
-def new_upload(tmp_dir: str, src_fd: int) -> Upload:
+def new_upload(tmp_dir: str, src_fd: int, link: bool = False) -> Upload:
     """Start taking in an attachment sent as an open file: its own file in
-    ``tmp_dir``, hard-linked to the sender's when that has no name and lives
-    on this file system (through ``/proc/self/fd``, instantly: the web's
-    large uploads are never copied), else to be copied by :func:`fill_upload`."""
+    ``tmp_dir``, hard-linked to the sender's when that has no name, is the
+    store's, or ``link`` says so (a file the sender hands over for good), and
+    it lives on this file system (through ``/proc/self/fd``, instantly: the
+    web's large uploads are never copied), else to be copied by :func:`fill_upload`."""
     path = f"{tmp_dir}/upload.{os.getpid()}.{next(_upload_seq)}"
-    linkable = os.fstat(src_fd).st_nlink == 0 or _in_store(src_fd, Path(tmp_dir).parent.parent)
+    linkable = link or os.fstat(src_fd).st_nlink == 0 or _in_store(
+        src_fd, Path(tmp_dir).parent.parent)
     return Upload(path, linkable and _link_fd(src_fd, Path(path)))
 
 

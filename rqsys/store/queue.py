@@ -331,9 +331,9 @@ class QueueStore(QueueView):
         adir.mkdir(exist_ok=True)
         return adir
 
-    def new_upload(self, src_fd: int) -> Upload:
+    def new_upload(self, src_fd: int, link: bool = False) -> Upload:
         """Start taking in an attachment sent as an open file (in ``.tmp/``)."""
-        return attachments.new_upload(f"{self._base}/{TMP_DIR}", src_fd)
+        return attachments.new_upload(f"{self._base}/{TMP_DIR}", src_fd, link)
 
     fill_upload = staticmethod(attachments.fill_upload)
 

@@ -242,7 +242,8 @@ class Work:
         if not self.layout.queue_dir(fs.dest).is_dir():
             raise NotFound(f"no queue named {fs.dest}")
         by = f"trigger {self.name}"
-        attached = [{"name": attachment_name(os.path.basename(relname)), "md5": fd_md5(fd)}]
+        attached = [{"name": attachment_name(os.path.basename(relname)), "md5": fd_md5(fd),
+                     "link": fs.then != "keep"}]  # the file leaves: linked, not copied
         return self._client(fs.dest).call(
             "create", fds=[fd], msg=message(fs, relname, key), by=by, attachments=attached,
             actor={"user": by, "address": "rq-scan", "role": "operator"})

@@ -49,7 +49,9 @@ ACTOR = {"title": "actor", "type": "object",
                         "queues": {"title": "actor's queues", "type": "array", "maxItems": 100,
                                    "items": {"type": "string", "maxLength": 200}}},
          "additionalProperties": False}
-ATTACHMENT = {"type": "object", "properties": {"name": ATTACH_NAME, "md5": MD5},
+# ``link``: the file is handed over, hard-link it (where the file system allows)
+# instead of copying it; taken from an admin peer only (``rqsys.daemon.intake``)
+ATTACHMENT = {"type": "object", "properties": {"name": ATTACH_NAME, "md5": MD5, "link": FLAG},
               "required": ["name", "md5"], "additionalProperties": False}
 
 

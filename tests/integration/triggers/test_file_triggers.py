@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_for
+from conftest import need, wait_for
 from scan_util import DEADLINE, LoggedProcess, call, make_entry, start_serve, started
 
 from rqsys.store import Layout
@@ -224,6 +224,9 @@ def test_then_move_and_delete_after_done_never_after_err(layout, serve, tmp_path
     # and the creator is the trigger, in the timeline and the audit trail
     made = [(d, m) for s, d, m in messages(layout) if m["param1"] == "good.csv"]
     assert len(made) == 1
+    # its attachment the file itself, hard-linked (it left: then move), not a copy
+    assert os.stat(made[0][0] / "attach" / "good.csv").st_ino == \
+        os.stat(processed / "good.csv").st_ino
     got = call(layout, "ingest", "get", msg_id=made[0][0].name)
     assert "trigger mv" in json.dumps(got["timeline"][0]), got["timeline"]
     audit = [json.loads(line) for line in
@@ -237,8 +240,8 @@ def test_then_move_and_delete_after_done_never_after_err(layout, serve, tmp_path
 
 def test_a_file_on_another_file_system_is_copied(layout, serve, tmp_path):
     shm = Path("/dev/shm")
-    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(layout.root).st_dev:
-        pytest.skip("no /dev/shm on another file system than the state root")
+    need(shm.is_dir() and os.stat(shm).st_dev != os.stat(layout.root).st_dev,
+         "a /dev/shm on another file system than the state root")
     inbox = Path(tempfile.mkdtemp(prefix="rq-files-", dir=shm))
     try:
         proc = serve()
