@@ -1,4 +1,5 @@
-"""The suite's QEMU guests, booted all at once: the power cuts, the no-sync proof, the limits.
+"""The suite's QEMU guests, booted all at once: the power cuts, the no-sync proof, the cuts
+in a migration, the limits.
 
 Under TCG (a host without working KVM) each guest keeps one core busy for
 minutes, and alone it leaves the other idle; together they keep both busy,
@@ -32,7 +33,11 @@ CUTS = 1  # per file system: a cut is a few minutes of one core under TCG
 # pass; make test-powercut proves it on ext4 with a journal too
 NOSYNC_FILE_SYSTEMS = ("ext4-nojournal",)
 MAX_DELAY = 3.0  # seconds from the clients' first acknowledgement to the cut (times SLOWDOWN)
+# a migration of the root's format cut by the guest itself at each point, an image each
+MIGRATE_FILE_SYSTEM = "ext4"
+MIGRATE_CUTS = powercut.MIGRATE_CUTS
 MODULES = {"built": "test_powercut.py", "nosync": "test_powercut.py",
+           "migrate": "test_migrate_cut.py",
            "limits": "test_vm_limits.py"}  # the test module that reads each run
 
 
@@ -52,8 +57,9 @@ class Outcome:
 
 def cut(workdir: Path, fs: tuple[str, ...], cuts: int, **extra: Any) -> list[powercut.Tally]:
     seed = int.from_bytes(os.urandom(4))
+    extra.setdefault("jobs", len(fs))
     opts = powercut.Options(cycles=cuts, fs=list(fs), max_delay=MAX_DELAY, seed=seed,
-                            workdir=workdir, quiet=True, jobs=len(fs), **extra)
+                            workdir=workdir, quiet=True, **extra)
     return powercut.run(opts)
 
 
@@ -72,6 +78,9 @@ def run_all(base: Path, wanted: set[str]) -> dict[str, Outcome]:
         "nosync": (pc_kernel.missing_parts(),
                    lambda: cut(base / "nosync", NOSYNC_FILE_SYSTEMS, 1, nosync=True,
                                roles=["burst"])),  # creates are what it must lose
+        "migrate": (pc_kernel.missing_parts(),
+                    lambda: cut(base / "migrate", (MIGRATE_FILE_SYSTEM,), 1,
+                                migrate_cuts=list(MIGRATE_CUTS), jobs=len(MIGRATE_CUTS))),
         "limits": (vm_systemd.missing(), lambda: limits(base / "limits")),
     }
     runs = {name: run for name, run in runs.items() if name in wanted}

@@ -7,6 +7,13 @@ then does, as the plan says: check the file system read-only (``fsck``),
 mount the disk image, let rqsys recover and check every message acknowledged
 so far (``check``), start rqsys and the clients and run until the host kills
 the kernel (``work``), or power off cleanly after a last fsck (``final``).
+With ``migrate_cut``, the boot instead stops rqsys cleanly once its clients
+have some acknowledgements, takes the root back to format 0 (no
+``format.json``, as every rqsys before 0.2.0 left it) and migrates it with
+``formats.ensure``, cutting its own power at the named point of the
+migration (``echo b > /proc/sysrq-trigger``: a reboot with no sync and no
+unmount, which QEMU, run with ``-no-reboot``, ends); a later boot with
+``expect_format`` says which format rqsys's start left.
 
 Everything the host must see goes to the channel directory, a host directory
 shared read-write over 9p without a guest cache: a write there is QEMU's
@@ -37,6 +44,10 @@ import rqservice  # noqa: E402
 DISK = "/dev/vda"
 GUEST_TMP = "/run/tmp"
 RB_POWER_OFF = 0x4321FEDC
+SYSRQ = "/proc/sysrq-trigger"
+MIGRATE_CUTS = ("after-step", "in-stamp")  # where a migrate_cut boot cuts its power
+MIGRATE_ACKS = 30  # acknowledgements before rqsys is stopped for the migration
+MIGRATE_ACK_WAIT = 120.0  # seconds after the first: stop with what there is
 JOURNALLED = {"ext4": True, "ext4-nojournal": False, "xfs": True}
 
 
@@ -93,9 +104,12 @@ class Boot:
         service = rqservice.Service(self.plan, nosync=bool(self.plan.get("nosync_so")), log=log)
         if self.plan.get("check"):
             service.hold_queues()
+        before = self.format_file() if self.plan.get("expect_format") else {}
         service.start()  # each queue daemon recovers its queue before it answers
         if self.plan.get("check"):
-            self.check()
+            self.check(format_before=before)
+        if self.plan.get("migrate_cut"):
+            self.migrate_cut(service, self.plan["migrate_cut"])  # ends in the power cut
         if self.plan.get("work"):
             self.work(service)
         service.stop()
@@ -132,14 +146,122 @@ class Boot:
         (self.chan / name).write_text(f"exit {proc.returncode}\n{proc.stdout}{proc.stderr}")
         self.event("fsck", when=when, code=proc.returncode, file=name)
 
-    def check(self) -> None:
+    def check(self, format_before: dict[str, Any]) -> None:
         """Compare the recovered queues (paused: nothing moves) with every
-        acknowledgement the host holds."""
+        acknowledgement the host holds (and, with ``expect_format``, the
+        root's format with this rqsys's)."""
         self.event("recovered")
         result = checker.check_run(self.chan, Path(self.plan["root"]), self.boot,
                                    int(self.plan["port"]))
+        if self.plan.get("expect_format"):
+            result["format"] = self.format_verdict(format_before)
         (self.chan / f"check.{self.boot}.json").write_text(json.dumps(result))
-        self.event("checked", lost=len(result["lost"]), corrupted=len(result["corrupted"]))
+        self.event("checked", lost=len(result["lost"]), corrupted=len(result["corrupted"]),
+                   format_ok=result.get("format", {}).get("ok"))
+
+    def format_file(self) -> dict[str, Any]:
+        """What the root's ``format.json`` says, read as an operator would
+        (None: no such file), and the version files' temp files beside it."""
+        root = Path(self.plan["root"])
+        try:
+            text: str | None = (root / "format.json").read_text(errors="replace")
+        except FileNotFoundError:
+            text = None
+        try:
+            said = json.loads(text) if text is not None else None
+        except ValueError:
+            said = {"unreadable": text[:200] if text else text}
+        temps = sorted(p.name for p in root.glob(".format.json.*"))
+        return {"said": said, "temps": temps}
+
+    def format_verdict(self, before: dict[str, Any]) -> dict[str, Any]:
+        """After rqsys's start: the root in this rqsys's format, said by this
+        rqsys; before it, the cut must have left no version (format 0), or
+        the migration's end was not what was tested."""
+        from rqsys import __version__
+        from rqsys.store import formats
+
+        after = self.format_file()
+        want = {"format": formats.FORMAT, "by": f"rqsys {__version__}"}
+        said = after["said"] if isinstance(after["said"], dict) else {}
+        why = []
+        if before.get("said") is not None:
+            why.append(f"format.json before rqsys started: {before['said']} (the cut "
+                       "should have left none)")
+        if said.get("format") != want["format"] or said.get("by") != want["by"]:
+            why.append(f"format.json after rqsys started: {after['said']}, not {want}")
+        return {"ok": not why, "why": "; ".join(why), "want": want, "before": before,
+                "after": after}
+
+    def migrate_cut(self, service: rqservice.Service, point: str) -> None:
+        """Messages acknowledged, rqsys stopped cleanly, the root made format 0
+        and migrated by ``formats.ensure`` with the power cut at ``point``."""
+        from rqsys import __version__
+        from rqsys.store import durable, formats
+
+        if point not in MIGRATE_CUTS:
+            raise ValueError(f"migrate_cut {point!r}: not one of {MIGRATE_CUTS}")
+        service.release_queues()
+        clients = service.start_clients(self.chan / "acks", self.boot)
+        self.event("started", clients=len(clients))
+        acks = self.wait_acks(MIGRATE_ACKS)
+        for client in clients:  # no request in flight while rqsys stops
+            client.kill()
+            client.wait()
+        service.stop()  # a clean stop: every acknowledged transition on disk
+        root = Path(self.plan["root"])
+        (root / formats.FILE).unlink()  # the root as rqsys 0.1.0 left it: format 0
+        os.sync()
+        if formats.read(root) is not None:
+            raise RuntimeError(f"{root}: format.json still there")
+
+        def cut(where: str) -> None:
+            self.event("cut", point=where, acks=acks)  # on the host before the power goes
+            with open(SYSRQ, "w") as trigger:
+                trigger.write("b")  # reboot now: no sync, no unmount
+            time.sleep(120)
+            raise RuntimeError("still running two minutes after sysrq b")
+
+        if point == "after-step":  # the step done, its version not written
+            step = formats.STEPS[0]
+
+            def step_then_cut(at: Path) -> None:
+                step(at)
+                cut(point)
+
+            formats.STEPS[0] = step_then_cut
+        else:  # in-stamp: the version's temp file written and synced, not renamed
+
+            def write_then_cut(at: Path, version: int) -> None:
+                data = json.dumps({"format": version,
+                                   "by": f"rqsys {__version__}"}).encode() + b"\n"
+                path = at / formats.FILE
+                durable.write_new(path.with_name(f".{path.name}.{os.getpid()}.tmp"), data,
+                                  sync=True)  # as durable.write_file_durably does
+                cut(point)
+
+            formats.write = write_then_cut  # type: ignore[assignment]
+        self.event("migrating", point=point)
+        formats.ensure(root)
+        raise RuntimeError(f"formats.ensure returned without reaching {point!r}")
+
+    def wait_acks(self, wanted: int) -> int:
+        """Until the clients have ``wanted`` acknowledgements, or some and
+        MIGRATE_ACK_WAIT seconds since the first; how many they have."""
+        first = 0.0
+        deadline = time.monotonic() + rqservice.READY_TIMEOUT
+        while True:
+            count = sum(p.read_bytes().count(b"\n")
+                        for p in (self.chan / "acks").glob(f"{self.boot}.*.jsonl"))
+            now = time.monotonic()
+            if count and not first:
+                first = now
+            if count >= wanted or (first and now - first > MIGRATE_ACK_WAIT):
+                return count
+            if now > deadline:
+                raise RuntimeError(f"no acknowledgement in {rqservice.READY_TIMEOUT}s")
+            _reap()
+            time.sleep(0.5)
 
     def work(self, service: rqservice.Service) -> None:
         """Resume the queues, start the clients, then wait for the power cut."""

@@ -10,7 +10,14 @@ turn; the last boot only recovers, checks, and runs fsck once more.  Prints
 total; exits 1 on any loss or corruption (or, with ``--nosync``, when
 nothing was lost: that mode proves the harness can fail).
 
+With ``--migrate-cut POINT,...`` each file system gets one image per point
+instead: boot 0 stops rqsys cleanly after some acknowledgements, takes the
+root back to format 0 and migrates it with the guest cutting its own power at
+that point; boot 1 checks every message and that rqsys's start finished the
+migration (``format.json``).
+
     python tests/system/powercut/run.py --cycles 20 --fs ext4,ext4-nojournal,xfs
+    python tests/system/powercut/run.py --fs ext4 --migrate-cut after-step,in-stamp --jobs 2
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from tally import Tally, fsck_findings, report, total  # noqa: E402
 
 VENV_PYTHON = HERE.parents[2] / ".venv" / "bin" / "python"
 BOOT_TIMEOUT = 600.0  # a check boot on a full image, under TCG on a busy host
+MIGRATE_CUTS = ("after-step", "in-stamp")  # guest_init.MIGRATE_CUTS (imported by the guest)
 QUEUE_SCRIPT = """#!/bin/sh
 # drains one message: param2 milliseconds of work first, then done
 ms=${RQ_PARAM2:-0}
@@ -65,6 +73,7 @@ class Options:
     quiet: bool = False
     jobs: int = 1
     mount_opts: str = ""  # e.g. "dirsync", for experiments
+    migrate_cuts: list[str] = field(default_factory=list)  # one image per point, one cut each
 
 
 class ImageRun:
@@ -72,8 +81,9 @@ class ImageRun:
     work, boot n only checks.  Reports land in ``chan/``."""
 
     def __init__(self, opts: Options, fs: str, base: Path, cuts: int,
-                 rng: random.Random, tally: Tally) -> None:
+                 rng: random.Random, tally: Tally, migrate_cut: str = "") -> None:
         self.opts, self.fs, self.cuts = opts, fs, cuts
+        self.migrate_cut = migrate_cut  # boot 0 cuts itself in a migration (then cuts == 1)
         self.rng, self.tally = rng, tally
         self.base, self.workdir = base, base.parent.parent
         self.chan, self.mnt, self.image = base / "chan", base / "mnt", base / "disk.img"
@@ -97,7 +107,12 @@ class ImageRun:
         pc_kernel.make_image(self.image, self.fs)
         for boot in range(self.cuts + 1):
             first, last = boot == 0, boot == self.cuts
-            plan = self.plan(boot, fsck=not first, check=not first, work=not last)
+            if self.migrate_cut:
+                steps = ({"migrate_cut": self.migrate_cut} if first
+                         else {"fsck": True, "check": True, "expect_format": True})
+                plan = self.plan(boot, **steps)
+            else:
+                plan = self.plan(boot, fsck=not first, check=not first, work=not last)
             kernel = pc_kernel.kernel(self.image, plan, self.chan / f"console.{boot}.txt")
             kernel.start()
             try:
@@ -109,6 +124,9 @@ class ImageRun:
     def one_boot(self, kernel: Guest, boot: int, last: bool) -> None:
         if last:
             self.wait_event(kernel, boot, "final")
+            return
+        if self.migrate_cut:
+            self.wait_self_cut(kernel, boot)
             return
         self.wait_event(kernel, boot, "started")
         self.wait_first_ack(kernel, boot)
@@ -134,6 +152,25 @@ class ImageRun:
             time.sleep(0.05)
         raise VMError(f"{self.fs} boot {boot}: no {word!r} in {BOOT_TIMEOUT}s:\n"
                           f"{kernel.console_tail()}")
+
+    def wait_self_cut(self, kernel: Guest, boot: int) -> None:
+        """A migration's cut: the guest says where it cuts, then reboots by
+        sysrq, and QEMU (``-no-reboot``) exits by itself: that is the cut."""
+        self.wait_event(kernel, boot, "started")
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        while kernel.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if kernel.running():
+            raise VMError(f"{self.fs} boot {boot}: still running {BOOT_TIMEOUT}s after its "
+                          f"clients started, no cut:\n{kernel.console_tail()}")
+        cuts = [e for e in self.events(boot) if e["event"] == "cut"]
+        err = self.chan / f"init.{boot}.err"  # sysrq did not reboot it: no cut, a clean stop
+        if not cuts or err.exists():
+            raise VMError(f"{self.fs} boot {boot}: the guest ended without cutting at "
+                          f"{self.migrate_cut!r}:\n{_read(err)}\n"
+                          f"{kernel.console_tail()}")
+        self.tally.cuts += 1
+        self.tally.migrate_cuts.append(cuts[-1]["point"])
 
     def wait_first_ack(self, kernel: Guest, boot: int) -> None:
         """The cut is timed from the clients' first acknowledgement."""
@@ -204,6 +241,19 @@ def stage_rqsys(workdir: Path, pythonpath: str) -> str:
 def run_fs(opts: Options, fs: str, workdir: Path, rng: random.Random) -> Tally:
     tally = Tally(fs)
     started = time.monotonic()
+    if "/" in fs:  # "ext4/after-step": one image, cut in a migration at that point
+        fs, point = fs.split("/", 1)
+        base = workdir / fs / f"migrate-{point}"
+        image_run = ImageRun(opts, fs, base, 1, rng, tally, migrate_cut=point)
+        try:
+            image_run.run()
+        except VMError as exc:
+            tally.failures.append(f"{base}: {exc}")
+        finally:
+            image_run.image.unlink(missing_ok=True)
+        tally.acked += getattr(image_run, "last_acked", 0)
+        tally.seconds = time.monotonic() - started
+        return tally
     done, gen = 0, 0
     while done < opts.cycles:
         cuts = min(opts.per_image, opts.cycles - done)
@@ -245,10 +295,11 @@ def run_in(opts: Options, workdir: Path) -> list[Tally]:
     opts.pythonpath = stage_rqsys(workdir, opts.pythonpath)
     if opts.nosync:
         pc_kernel.build_nosync(workdir)
+    runs = [f"{fs}/{point}" for fs in opts.fs for point in opts.migrate_cuts] or opts.fs
     with ThreadPoolExecutor(max(1, opts.jobs)) as pool:  # one guest per job
         tallies = list(pool.map(
-            lambda n: run_fs(opts, opts.fs[n], workdir, random.Random(opts.seed + n)),
-            range(len(opts.fs))))
+            lambda n: run_fs(opts, runs[n], workdir, random.Random(opts.seed + n)),
+            range(len(runs))))
     (workdir / "report.json").write_text(json.dumps([t.__dict__ for t in tallies], indent=1))
     return tallies
 
@@ -267,15 +318,21 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--pythonpath", default="", help="rqsys to test instead of the venv's")
     p.add_argument("--mount-opts", default="", help="the guest mounts the image with -o ...")
     p.add_argument("--jobs", type=int, default=1, help="file systems run at once (one guest each)")
+    p.add_argument("--migrate-cut", default="",
+                   help=f"instead of random cuts, one image per point ({','.join(MIGRATE_CUTS)}):"
+                        " the guest cuts its power there in a migration of the root's format")
     args = p.parse_args(argv)
     fs = [f for f in args.fs.split(",") if f]
     unknown = set(fs) - set(pc_kernel.MKFS)
     if unknown:
         p.error(f"unknown file system(s): {', '.join(sorted(unknown))}")
+    points = [m for m in args.migrate_cut.split(",") if m]
+    if set(points) - set(MIGRATE_CUTS):
+        p.error(f"unknown migrate cut(s): {', '.join(sorted(set(points) - set(MIGRATE_CUTS)))}")
     return Options(cycles=args.cycles, fs=fs, nosync=args.nosync, max_delay=args.max_delay,
                    seed=args.seed, per_image=args.per_image, workdir=args.workdir,
                    keep=args.keep, pythonpath=args.pythonpath,
-                   jobs=args.jobs, mount_opts=args.mount_opts)
+                   jobs=args.jobs, mount_opts=args.mount_opts, migrate_cuts=points)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"powercut: cannot run: {missing}", file=sys.stderr)
         return 2
     opts = parse_args(argv)
-    print(f"powercut: seed {opts.seed}, {opts.cycles} cuts on each of {', '.join(opts.fs)}"
+    what = (f"a cut in a migration at each of {', '.join(opts.migrate_cuts)}"
+            if opts.migrate_cuts else f"{opts.cycles} cuts")
+    print(f"powercut: seed {opts.seed}, {what} on each of {', '.join(opts.fs)}"
           + (" (no-sync proof mode)" if opts.nosync else ""), flush=True)
     print(f"powercut: QEMU with {qemu_vm.accel_report()}", flush=True)
     tallies = run(opts)

@@ -20,16 +20,23 @@ class Tally:
     relay_duplicates: dict[str, dict[str, Any]] = field(default_factory=dict)
     fsck: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # boots rqsys did not survive
+    migrate_cuts: list[str] = field(default_factory=list)  # where the guest cut (--migrate-cut)
+    formats: list[dict[str, Any]] = field(default_factory=list)  # format.json, checked
     seconds: float = 0.0
 
     def line(self, label: str = "") -> str:
         where = f"[{label}]" if label else ""
         failed = f", {len(self.failures)} boots failed" if self.failures else ""
+        fmt = (f", format finished {len(self.formats) - len(self.wrong_formats())} of "
+               f"{len(self.formats)}" if self.formats else "")
         return (f"powercut{where}: {self.cuts} cuts, {self.acked} acked, "
-                f"{len(self.lost)} lost, {len(self.corrupted)} corrupted{failed}")
+                f"{len(self.lost)} lost, {len(self.corrupted)} corrupted{fmt}{failed}")
+
+    def wrong_formats(self) -> list[dict[str, Any]]:
+        return [f for f in self.formats if not f["ok"]]
 
     def clean(self) -> bool:
-        return not (self.lost or self.corrupted or self.failures)
+        return not (self.lost or self.corrupted or self.failures or self.wrong_formats())
 
     def add_check(self, result: dict[str, Any], fsck_text: str = "") -> None:
         for item in result["lost"]:
@@ -41,6 +48,8 @@ class Tally:
             self.corrupted.setdefault(f"{item['q']}/{item['id']}", item)
         for item in result["relay_duplicates"]:
             self.relay_duplicates.setdefault(item["id"], item)
+        if "format" in result:
+            self.formats.append(dict(result["format"], boot=result["boot"]))
 
 
 def about_inode(fsck_text: str, where: str) -> str:
@@ -72,6 +81,8 @@ def total(tallies: list[Tally]) -> Tally:
         whole.lost.update({f"{t.fs}:{k}": v for k, v in t.lost.items()})
         whole.corrupted.update({f"{t.fs}:{k}": v for k, v in t.corrupted.items()})
         whole.failures += t.failures
+        whole.migrate_cuts += t.migrate_cuts
+        whole.formats += t.formats
         whole.seconds += t.seconds
     return whole
 
@@ -87,6 +98,10 @@ def report(tallies: list[Tally], out: Any = sys.stdout) -> None:
             print(f"  corrupted {key}: {item['why']}", file=out)
         for key in list(t.relay_duplicates)[:5]:
             print(f"  relay duplicate {key}", file=out)
+        if t.migrate_cuts:
+            print(f"  cut in the migration: {', '.join(t.migrate_cuts)}", file=out)
+        for f in t.wrong_formats():
+            print(f"  format not finished (boot {f['boot']}): {f['why']}", file=out)
         for failure in t.failures[:3]:
             print(f"  boot failed: {failure[:1500]}", file=out)
         dirty = [f for f in t.fsck if f["code"] != 0]
