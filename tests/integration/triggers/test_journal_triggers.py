@@ -59,7 +59,7 @@ def journald() -> Iterator[None]:
     """A journald on /run/systemd/journal: the host's, or one started here."""
     from systemd import journal
 
-    proc = None
+    proc, before = None, _entries(SOCKET.parent)
     if not _answers(SOCKET):
         need(os.geteuid() == 0 and JOURNALD.exists(), "a journald (root runs it standalone)")
         proc = subprocess.Popen([str(JOURNALD)], stdout=subprocess.DEVNULL,
@@ -74,6 +74,15 @@ def journald() -> Iterator[None]:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
+            for name in _entries(SOCKET.parent) - before:  # its sockets: the host as found
+                (SOCKET.parent / name).unlink(missing_ok=True)
+
+
+def _entries(path: Path) -> set[str]:
+    try:
+        return set(os.listdir(path))
+    except FileNotFoundError:
+        return set()
 
 
 @pytest.fixture
