@@ -99,6 +99,8 @@ def _ensure_locked(root: Path, say: Callable[[str], None]) -> int:
         write(root, version + 1)
     if read(root) is None:  # a new root (or one of format 0 with no steps run)
         write(root, FORMAT)
+    for left in root.glob(f".{FILE}.*.tmp"):  # a version's write cut off before its rename
+        left.unlink(missing_ok=True)
     return found
 
 

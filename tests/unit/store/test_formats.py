@@ -43,8 +43,10 @@ def test_a_step_cut_off_runs_again_and_the_version_follows_it(tmp_path, monkeypa
         formats.ensure(tmp_path)
     assert formats.read(tmp_path) is None  # still format 0: nothing said it was done
     monkeypatch.setitem(formats.STEPS, 0, runs.append)
+    (tmp_path / f".{formats.FILE}.1.tmp").write_text('{"format": 1')  # a cut in its write
     assert formats.ensure(tmp_path) == 0
     assert runs == [tmp_path, tmp_path] and formats.read(tmp_path) == formats.FORMAT
+    assert sorted(p.name for p in tmp_path.iterdir()) == [formats.LOCK, formats.FILE, "queue"]
 
 
 def test_a_newer_format_is_refused_naming_both(tmp_path):
