@@ -9,7 +9,8 @@ import json
 import re
 
 import pytest
-from webfakes import MID
+import webfakes
+from webfakes import MID, FakeDaemons, Served
 
 from rqsys.errors import (
     BadRequest,
@@ -31,6 +32,21 @@ from rqsys.wire.bulk import BATCH
 HTML = {"Accept": "text/html,application/xhtml+xml"}
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 NDJSON = {"Content-Type": "application/x-ndjson"}
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory) -> Served:
+    return webfakes.served(tmp_path_factory.mktemp("web"))
+
+
+@pytest.fixture
+def daemons(web) -> FakeDaemons:
+    return web.daemons.reset()
+
+
+@pytest.fixture
+def client(web, daemons):
+    return web.client
 
 
 def shown_error(page: str) -> str:

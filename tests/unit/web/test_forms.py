@@ -10,12 +10,28 @@ import json
 from urllib.parse import urlencode
 
 import pytest
-from webfakes import HOST, MID, FakeDaemons
+import webfakes
+from webfakes import HOST, MID, FakeDaemons, Served
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 JSON = {"Content-Type": "application/json"}
 BY = "http 127.0.0.1"
 URL = f"http://{HOST}:3333/q/etl-1/{MID}"
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory) -> Served:
+    return webfakes.served(tmp_path_factory.mktemp("web"))
+
+
+@pytest.fixture
+def daemons(web) -> FakeDaemons:
+    return web.daemons.reset()
+
+
+@pytest.fixture
+def client(web, daemons):
+    return web.client
 
 
 def post_form(client, path: str, fields, headers=None):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import webfakes
-from webfakes import HOST, Served
+from webfakes import HOST, FakeDaemons, Served
 
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 PATH = "/q/etl-1/new_message"
@@ -17,6 +17,16 @@ CROSS = "changes come only from this site's own pages"
 @pytest.fixture(scope="module")
 def web(tmp_path_factory) -> Served:
     return webfakes.served(tmp_path_factory.mktemp("web"), allowed_hosts=["rq.example.org"])
+
+
+@pytest.fixture
+def daemons(web) -> FakeDaemons:
+    return web.daemons.reset()
+
+
+@pytest.fixture
+def client(web, daemons):
+    return web.client
 
 
 def post(client, **headers: str):

@@ -6,6 +6,22 @@ from __future__ import annotations
 
 import pytest
 import webfakes
+from webfakes import FakeDaemons, Served
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory) -> Served:
+    return webfakes.served(tmp_path_factory.mktemp("web"))
+
+
+@pytest.fixture
+def daemons(web) -> FakeDaemons:
+    return web.daemons.reset()
+
+
+@pytest.fixture
+def client(web, daemons):
+    return web.client
 
 
 def refused(client, daemons, path: str) -> str:

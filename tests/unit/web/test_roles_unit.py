@@ -9,7 +9,7 @@ import json
 
 import pytest
 import webfakes
-from webfakes import MID, Served, basic
+from webfakes import MID, FakeDaemons, Served, basic
 
 from rqsys.web import search
 
@@ -21,6 +21,16 @@ EVERY_QUEUE = ("/timers", "/timers.json", "/search.json", "/search", "/metrics",
 @pytest.fixture(scope="module")
 def web(tmp_path_factory) -> Served:
     return webfakes.served(tmp_path_factory.mktemp("web"), basic_auth=webfakes.users_config())
+
+
+@pytest.fixture
+def daemons(web) -> FakeDaemons:
+    return web.daemons.reset()
+
+
+@pytest.fixture
+def client(web, daemons):
+    return web.client
 
 
 def send(client, user: str, queue: str):
