@@ -9,20 +9,17 @@ to act for an admin: every op that can change state
 queues are as they were.  The table of roles names every op (none is an
 admin's by default unnoticed), and an operator's group retry works: the
 refusal was the role, not the request."""
+# ruff: noqa: F811  (groups, a fixture from peer_client, is a parameter here)
 
 from __future__ import annotations
 
-import grp
 import itertools
-import json
-import os
-import subprocess
-from collections.abc import Iterator
 from unittest import mock
 
 import pytest
 from conftest import wait_for
 from daemon_util import send
+from peer_client import ask_as, groups  # noqa: F401
 
 from rqsys.daemon import observe, ops
 from rqsys.daemon.searchops import SearchOps
@@ -33,44 +30,8 @@ from rqsys.wire import roles, schema
 SCHEMAS = {**schema.OPS, **observe.SCHEMAS}
 CHOICES = ("action", "oper", "state")  # the enum fields that choose what an op does
 ERRS = 3
-NOBODY = 65534
-CLIENT = """if 1:
-    import json, socket, sys
-    s = socket.socket(socket.AF_UNIX)
-    s.connect("q.sock")
-    f = s.makefile("rwb")
-    for line in sys.argv[1:]:
-        f.write(line.encode() + b"\\n"); f.flush()
-        print(f.readline().decode().strip())
-"""
 
 
-@pytest.fixture(scope="module")
-def groups() -> Iterator[dict[str, int]]:
-    """The groups rqsys's roles name (made for the test when the host lacks them)."""
-    made = []
-    for name in ("rq-view", "rq"):
-        try:
-            grp.getgrnam(name)
-        except KeyError:
-            subprocess.run(["groupadd", "--system", name], check=True)
-            made.append(name)
-    try:
-        yield {name: grp.getgrnam(name).gr_gid for name in ("rq-view", "rq")}
-    finally:
-        for name in made:
-            subprocess.run(["groupdel", name], check=False)
-
-
-def ask_as(layout, gids: list[int], *requests: dict) -> list[dict]:
-    """The answers to ``requests``, sent by a process of user nobody in ``gids``."""
-    os.chmod(layout.socket_path("q"), 0o666)  # rq@.socket's SocketMode
-    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-            "--groups=" + ",".join(map(str, gids)) if gids else "--clear-groups",
-            "/usr/bin/python3", "-c", CLIENT, *(json.dumps(r) for r in requests)]
-    done = subprocess.run(argv, cwd=layout.socket_dir, capture_output=True, text=True,
-                          timeout=60, check=True)
-    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def every_request(err_id: str, prep_id: str, group: str) -> list[dict]:
