@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need, wait_for
+from fillfs import fill_inodes
 from nspawn import Container, booted_with_units, can_boot
 
 from rqsys.store import QueueStore
@@ -88,17 +89,6 @@ def service(box: Container, queue: str) -> tuple[str, str]:
 
 def journal(box: Container, queue: str) -> str:
     return box.run("journalctl", "-q", "-o", "cat", "-u", f"rq@{queue}.service").stdout
-
-
-def fill_inodes(filler: Path) -> None:
-    filler.mkdir()
-    n = 0
-    try:
-        while True:
-            os.close(os.open(filler / f"f{n}", os.O_CREAT | os.O_WRONLY, 0o644))
-            n += 1
-    except OSError:
-        pass
 
 
 def test_a_full_disk_under_systemd_refuses_ends_and_resumes(box: Container, image: Path):

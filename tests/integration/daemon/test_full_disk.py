@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 import pytest
 from conftest import need, wait_for, web_client
+from fillfs import fill_blocks, fill_blocks_again, fill_inodes, fill_inodes_in
 from scan_util import DEADLINE, LoggedProcess, call, clean_env, make_entry, start_serve
 
 from rqsys.errors import NoSpace
@@ -113,7 +114,7 @@ def test_a_full_disk_refuses_creates_ends_runs_and_resumes(served, image, tmp_pa
 
     # When: the file system is filled to its last block, or its last inode
     filler = image / "filler"
-    _fill_blocks(filler) if what == "blocks" else _fill_inodes(filler)
+    fill_blocks(filler) if what == "blocks" else fill_inodes(filler)
 
     # Then: a create is refused, before anything is made, with the figures
     # (a daemon reads the file system at most once a second: until it has,
@@ -183,37 +184,6 @@ def test_a_full_disk_refuses_creates_ends_runs_and_resumes(served, image, tmp_pa
     print(f"{what} on {image}: work resumed {took:.2f} s after room came back")
 
 
-def _fill_blocks(filler: Path) -> None:
-    """Every block taken: one big file, then 4 KiB at a time until ENOSPC."""
-    filler.mkdir()
-    free = room.read(str(filler)).free_bytes
-    with open(filler / "big", "wb") as f:
-        os.posix_fallocate(f.fileno(), 0, max(0, free - (2 << 20)))
-    with open(filler / "tail", "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
-    _fill_inodes_in(filler, "small")  # and the bytes of what little is left in blocks
-
-
-def _fill_inodes(filler: Path) -> None:
-    """Every inode taken: empty files until ENOSPC."""
-    filler.mkdir()
-    _fill_inodes_in(filler, "f")
-
-
-def _fill_inodes_in(filler: Path, prefix: str) -> None:
-    n = 0
-    try:
-        while True:
-            os.close(os.open(filler / f"{prefix}{n}", os.O_CREAT | os.O_WRONLY, 0o644))
-            n += 1
-    except OSError:
-        pass
-
-
 def _create(layout: Layout, queue: str) -> str:
     return str(call(layout, queue, "create", msg={"dest": queue})["msg_id"])
 
@@ -266,7 +236,7 @@ def test_an_action_whose_audit_record_cannot_be_written_is_refused(served, image
     reserve = layout.audit_dir / "idle.reserve"
     assert reserve.stat().st_size == 256 << 10  # the trail's room, kept while there is room
     filler = image / "filler"
-    _fill_blocks(filler)
+    fill_blocks(filler)
     # When actions that free nothing come (a reload writes only its record), each time
     # after the disk was filled again (other writers take what is freed), Then each one
     # answered ok is on the record, until one is refused, once its record could not be
@@ -279,8 +249,8 @@ def test_an_action_whose_audit_record_cannot_be_written_is_refused(served, image
             why = str(exc)
             break
         answered += 1
-        _fill_blocks_in(filler)
-        _fill_inodes_in(filler, f"again{n}-")
+        fill_blocks_again(filler)
+        fill_inodes_in(filler, f"again{n}-")
     assert why.startswith("no space left on device: ") and why.endswith(
         "; the action was refused: its audit record could not be written"), why
     recorded = [json.loads(line) for line in (layout.audit_dir / "idle.jsonl").read_bytes()
@@ -306,13 +276,3 @@ def _try_reload(layout: Layout, queue: str) -> bool:
     except NoSpace:
         return False
     return True
-
-
-def _fill_blocks_in(filler: Path) -> None:
-    """What was freed taken again, by the filler's last file."""
-    with open(filler / "tail", "ab", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
