@@ -100,6 +100,7 @@ class Auditor:
             log.event("warning", f"no audit file in {audit_dir}: {exc}")
         self.reserve = audit_dir / f"{queue}{audit.RESERVE_SUFFIX}"
         self._syncing = False
+        self._spent = False  # the reserve was given up to a record: made anew with room
         self._reserve()
 
     def _reserve(self) -> bool:
@@ -108,6 +109,7 @@ class Auditor:
             return True  # no trail to keep: nothing is refused for it
         try:
             if self.reserve.stat().st_size >= RESERVE:
+                self._spent = False
                 return True
         except FileNotFoundError:
             pass
@@ -116,7 +118,9 @@ class Auditor:
                 f.write(bytes(RESERVE))  # its blocks taken now (or ENOSPC), freed by unlink
         except OSError:
             self.reserve.unlink(missing_ok=True)
+            self._spent = True
             return False
+        self._spent = False
         return True
 
     def require_room(self, op: str, args: dict[str, Any]) -> None:
@@ -126,7 +130,10 @@ class Auditor:
         (a delete, a prune): an operator can always make room."""
         if frees_room(op, args):
             return
-        if self.room.check() and not self._reserve():
+        full = self.room.check()
+        if self._spent and not full:
+            self._reserve()  # room again: made anew before the disk fills again
+        elif full and not self._reserve():
             raise self.room.no_space("the message was not taken" if op in CREATES else
                                      "the action was refused: its audit record could not "
                                      "be written")
@@ -157,6 +164,7 @@ class Auditor:
             if not is_no_space(exc):
                 raise
             self.reserve.unlink(missing_ok=True)
+            self._spent = True
             self.room.doubt()
             self.file.write(b"")  # what the file system did not take of it
 

@@ -107,6 +107,7 @@ from rqsys.store.layout import (
     STATES,
     TMP_DIR,
 )
+from rqsys.store.room import is_no_space
 
 STARTED = "started"  # in a message's directory: when its last run with a timeout began
 TIME_USED = "timeout_used"  # msg field: seconds of its timeout runs cut short used
@@ -247,7 +248,9 @@ def _count_crashed_run(store: QueueStore, msg_id: str) -> None:
         msg[TIME_USED] = float(msg.get(TIME_USED) or 0) + used
     try:
         store.write_msg("run", msg_id, msg)
-    except OSError:  # a full disk (the new msg needs an inode): it runs again uncounted
+    except OSError as exc:  # a full disk (the new msg needs an inode): it runs again uncounted
+        if not is_no_space(exc):
+            raise
         store.room.skip("crashed run's count")
 
 
