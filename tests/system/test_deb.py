@@ -89,16 +89,22 @@ def installed(deb: Path) -> Iterator[Installed]:
     need(not reason, reason)
     box = Container()
     try:
-        box.boot()
-        as_fresh_debian(box)
-        inbox = box.path(INBOX)
-        inbox.mkdir(mode=0o755)
-        shutil.copy(deb, inbox / deb.name)  # where apt's _apt user may read it
+        debian_box(box, deb)
         inst = Installed(box, deb, upper_entries(box))
         apt_install(inst)
         yield inst
     finally:
         box.shutdown()
+
+
+def debian_box(box: Container, *debs: Path) -> None:
+    """``box`` booted as a fresh Debian, with ``debs`` where apt's _apt user may read them."""
+    box.boot()
+    as_fresh_debian(box)
+    inbox = box.path(INBOX)
+    inbox.mkdir(mode=0o755)
+    for deb in debs:
+        shutil.copy(deb, inbox / deb.name)
 
 
 def apt_install(inst: Installed) -> None:

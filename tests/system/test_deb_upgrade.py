@@ -40,8 +40,8 @@ from test_deb import (
     SCRIPTS,
     Installed,
     apt_install,
-    as_fresh_debian,
     deb,  # noqa: F401 (a fixture: this checkout's .deb, built by make deb)
+    debian_box,
     journal,
     queue,
     send_with_rq,
@@ -118,12 +118,7 @@ def upgraded(old_deb: Path, deb: Path) -> Iterator[Upgrade]:  # noqa: F811 (deb:
     need(not reason, reason)
     box = Container()
     try:
-        box.boot()
-        as_fresh_debian(box)
-        inbox = box.path(INBOX)
-        inbox.mkdir(mode=0o755)
-        for path in (old_deb, deb):
-            shutil.copy(path, inbox / path.name)  # where apt's _apt user may read them
+        debian_box(box, old_deb, deb)
         old = Installed(box, old_deb, upper_entries(box))
         apt_install(old)
         assert version_installed(old) == OLD_VERSION
