@@ -33,7 +33,11 @@ class CopyHealth:
         """Log what changed since the last call (the loop calls it as each turn
         ends, before the log's flush: a few comparisons).  Not while the file
         system is full: its own line says so, and the first turn with room again
-        tells what failed meanwhile, once."""
+        tells what failed meanwhile, once.  A new failure reads the file system
+        first: it may have filled since the last reading."""
+        if self._rose():
+            self.room.doubt()
+            self.room.check()
         if self.room.full:
             return
         failed = self.timeline.failed
@@ -50,3 +54,7 @@ class CopyHealth:
         if self._behind and not behind:
             self.log.event("daemon", "search index mended: searches are whole again")
         self._behind = behind
+
+    def _rose(self) -> bool:
+        return (self.timeline.failed > self._told["timelines"]
+                or self.index.failed > self._told["index"])
