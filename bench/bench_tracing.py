@@ -5,7 +5,7 @@ N messages (bench_drain's), alternating between a daemon without tracing
 and one exporting to a local OTLP/HTTP sink (a thread here that accepts
 and drops each batch): the rate and the daemon's CPU per message (every
 thread: the SDK's exporter thread counts).  Then the off path alone: what
-the run hooks cost when ``ctx.tracing`` is None (they return at once), per
+the run's trace moments cost when tracing is off (no hook registered), per
 message, beside the daemon's whole cost per message.
 """
 
@@ -24,8 +24,7 @@ from bench_drain import rqsys_drain
 from bench_queue import Daemon, make_queue, report
 from scratch import scratch_layout
 
-from rqsys.daemon.context import QueueContext
-from rqsys.daemon.runtraces import RunTraces
+from rqsys.life.moments import Moments
 from rqsys.run.verdict import Outcome
 
 N = 800
@@ -53,15 +52,19 @@ def traced_daemon(layout: Any, name: str, url: str) -> Daemon:
 
 
 def off_hooks_ns() -> float:
-    """ns a run spends in the trace hooks with tracing off (started, carried, ended)."""
-    traces, outcome = RunTraces(QueueContext.__new__(QueueContext)), Outcome("done", "")
-    traces.ctx.tracing = None
+    """ns a run spends on the trace moments with tracing off (starting,
+    duplicating, run_over): no hook is registered, each is an empty loop."""
+    moments, outcome = Moments(), Outcome("done", "")
     run: dict[str, str] = {}
+    copy: dict[str, str] = {}
 
     def one() -> None:
-        traces.started("m", {}, run)
-        traces.carried("m")
-        traces.ended("m", outcome, None)
+        for hook in moments.starting:
+            hook("m", {}, run)
+        for dup in moments.duplicating:
+            dup("m", copy)
+        for over in moments.run_over:
+            over("m", outcome, None)
     loops = 200_000
     return min(timeit.repeat(one, number=loops, repeat=5)) / loops * 1e9
 

@@ -4,7 +4,7 @@ The message is only read, never changed: the scratch directory gets a copy
 of its ``msg``, its attachments hard-linked in ``attach/`` (copied when on
 another file system), a ``job/`` to run in (``RQ_MSG_DIR``, as the daemon
 gives a run its own), ``env`` with the run's environment as the queue
-daemon builds it (``rqsys.daemon.runenv``: RQ_PARAM1..4, RQ_MSG_ID,
+daemon builds it (``rqsys.run.environment``: RQ_PARAM1..4, RQ_MSG_ID,
 RQ_COUNT, the queue's ``env_vars``...) and ``run.sh``, which runs the
 queue's script there with it.  The script's fd 3 (its status lines) is
 ``status.log``; fd 4 (the answers to ``dup``) reads /dev/null, so a debug
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from rqsys.cli.common import RET_FAIL, RET_OK
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.runenv import RunEnvironment
 from rqsys.errors import BadRequest
+from rqsys.run.environment import RunEnvironment
 from rqsys.run.spawn import script_argv
 from rqsys.store import Layout, QueueStore
 from rqsys.wire.client import find_message

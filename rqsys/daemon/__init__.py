@@ -27,8 +27,6 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
   messages is busy (in a retry batch, so it is decided where the batch leaves
   it), the next once the step's work has called back; the answer after the
   last.
-* ``children``: Watching the running scripts: their status pipes and pidfds,
-  on an epoll of their own.
 * ``context``: What every room of the daemon reads about its queue: name,
   config, admin state.
 * ``copyhealth``: The health of the daemon's copies of its store: the
@@ -36,14 +34,9 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
   (the store is the truth), so a write that fails is counted where it happens;
   this module shows the counts in ``stats`` and tells the log when they change
   (once per change, not per failure: a full disk fails every line).
-* ``deadlines``: When running scripts must be stopped: timed actions on the
-  loop's clock, and the timeout of each run (the queue's ``timeout``, a
-  message's own, what an earlier, cut-short run already used).
 * ``gates``: Whether a due message may start now: the queue's concurrency
   limits (``blocking_params`` is the limit-1 case) and its rate limit, each
   counted globally or per tuple of parameters.
-* ``handoff``: Handing a relay message straight to the relay worker, without
-  starting its script.
 * ``intake``: New messages coming in: create, clone, a local dup, attachments,
   and the group commit that makes a turn's new messages durable before any is
   answered.
@@ -62,13 +55,6 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
   to another queue, and queueing a post_run_webhook call.  Never on the loop.
 * ``retries``: err → que: a client's retry of failed messages, one at a time
   or a bulk retry's batch, as one transition of ``rqsys.daemon.transitions``.
-* ``runenv``: A queue script's environment: the part every run shares (kept,
-  also as C strings for the spawn helper) and each run's own variables
-  (RQ_MSG_ID...).
-* ``runlimits``: Per-run limits: a sub-cgroup, a scope or rlimits, and the
-  truth about how a limited run ended.
-* ``runner``: Running queue scripts: starting them (environment, fds), their
-  status lines and dup requests on fd 3, the answers on fd 4, and their exits.
 * ``scheduler``: The in-memory que of one queue: which message runs next
   (priority, due time, arrival), blocking keys and coalescing.
 * ``searchops``: The ``search`` and ``bulk`` socket operations, and the
@@ -76,7 +62,6 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
   answering.
 * ``server``: The daemon's socket server: listener, connections, framing, and
   dispatch over an explicit table of operations.
-* ``starts``: The spawn helper as the queue's runner calls it.
 * ``tags``: Tags: the listing of one state's messages that carry a tag
   (``list``'s ``tag``).
 * ``transitions``: Where a message changes state: the only place in the daemon

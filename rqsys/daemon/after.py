@@ -60,7 +60,6 @@ class After:
         self.later: list[tuple[str, str, str]] = []  # for messages being rewritten: next turn
         self.follower: Follower | None = None
         self.following: set[str] = set()  # URLs the follower was asked about, not yet told
-        self.ledger.queued = self.add
         log.sinks.append(self._sink)
 
     # ------------------------------------------------------------ at create
@@ -116,14 +115,14 @@ class After:
             return "gone"
 
     # ------------------------------------------------------------ waiting
-    def add(self, msg_id: str, msg: Msg) -> None:
+    def on_queued(self, msg_id: str, msg: Msg) -> None:
         """A message came into que (created, committed, retried, loaded): it
         waits until its dependencies are done."""
         urls = set(msg.get("after") or ())
         if not urls:
             return
         self.waits[msg_id] = set(urls)
-        self.ledger.schedule.after.add(msg_id)
+        self.transitions.wait_for_others(msg_id, True)
         for url in urls:
             self.waiters.setdefault(url, set()).add(msg_id)
             try:
@@ -136,7 +135,7 @@ class After:
         """At start: each queued message waits again for what is not done yet."""
         for msg_id, msg in list(self.ledger.schedule.msgs.items()):
             if msg.get("after"):  # most wait for nothing: no call for them
-                self.add(msg_id, msg)
+                self.on_queued(msg_id, msg)
 
     def _look(self, url: str, delay: float = 0.0) -> None:
         where = self._local(url)
@@ -221,14 +220,14 @@ class After:
             return
         self.waits.pop(msg_id, None)
         self.store.write_status("que", msg_id, "")
-        self.ledger.schedule.unhold(msg_id)
+        self.transitions.wait_for_others(msg_id, False)
 
     def _forget(self, msg_id: str) -> None:
         for url in self.waits.pop(msg_id, ()):
             self.waiters.get(url, set()).discard(msg_id)
             if not self.waiters.get(url, True):
                 del self.waiters[url]
-        self.ledger.schedule.after.discard(msg_id)
+        self.transitions.wait_for_others(msg_id, False, wake=False)
 
     def _show(self, msg_id: str, more: str = "") -> None:
         self.store.write_status("que", msg_id, f"waiting for {len(self.waits[msg_id])}{more}")

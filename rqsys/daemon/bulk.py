@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rqsys.daemon.deadlines import check_timeout
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.room import check_create
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.unique import key_of
 from rqsys.errors import BadRequest, RQError, StoreError
 from rqsys.message import new_message
+from rqsys.run.deadlines import check_timeout
 from rqsys.store import Staged
 
 
@@ -32,8 +32,6 @@ class Bulk:
         self.intake = intake
 
     def create_many(self, r: Request) -> Reply | None:
-        if self.intake.pool is not None:
-            raise BadRequest("create_many: a pool queue takes messages one by one (create)")
         state = r.args.get("state", "que")
         self.intake.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msgs = r.args["msgs"]

@@ -29,7 +29,6 @@ class QueueContext:
     admin_files: str = "UP"  # RQ's config/<q>.down and config/<q>.pause, as last read
     stopping: bool = False
     files: AdminFiles | None = None
-    tracing: Any = None  # rqsys.observe.tracing.Tracing when traces are on (set at start)
     _url_prefix: tuple[Any, str] = field(default=(None, ""), init=False, repr=False,
                                          compare=False)  # (the sysconfig it is of, the prefix)
 

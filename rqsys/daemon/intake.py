@@ -14,26 +14,23 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rqsys import tunables
 from rqsys.background import FILES, Background
 from rqsys.daemon.after import After
-from rqsys.daemon.afterwatch import refuse_after_in_pool
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.deadlines import check_timeout
 from rqsys.daemon.room import check_create
 from rqsys.daemon.server import Reply, Request
 from rqsys.daemon.transitions import Transitions
-from rqsys.daemon.unique import Duplicates, refuse_unique_in_pool
-from rqsys.errors import BadRequest, NotFound, StoreError
+from rqsys.daemon.unique import Duplicates
+from rqsys.errors import BadRequest, StoreError
+from rqsys.life.moments import Moments
 from rqsys.message import new_message
 from rqsys.observe.events import EventLog
+from rqsys.run.deadlines import check_timeout
 from rqsys.store import QueueStore, Staged, Upload
 from rqsys.store.room import is_no_space
-
-if TYPE_CHECKING:
-    from rqsys.pool.member import PoolMember
 
 Published = Callable[[BaseException | None], None]  # after the group commit: error or None
 Incoming = tuple[str, str, Upload, int]  # an attachment on its way in: name, md5 sent, file, fd
@@ -55,8 +52,9 @@ class Intake:
     """Takes new messages and their files in, and publishes them once per turn."""
 
     def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
-                 background: Background, log: EventLog, after: After) -> None:
-        self.ctx, self.store = ctx, store
+                 background: Background, log: EventLog, after: After,
+                 moments: Moments) -> None:
+        self.ctx, self.store, self.moments = ctx, store, moments
         self.transitions, self.ledger = transitions, transitions.ledger
         self.background, self.log = background, log
         self.pending: list[tuple[Staged, str, Published]] = []
@@ -67,20 +65,11 @@ class Intake:
         self._deferred: dict[str, Published] = {}  # such ids not placed yet -> their then
         self.dups = Duplicates(ctx, self.ledger.unique)
         self.after = after  # the queue's dependencies
-        # a pool queue's member, which pulls into this intake, so it is made
-        # after it: the loop sets it, and creates go there from then on
-        self.pool: PoolMember | None = None
 
     # ------------------------------------------------------------ requests
     def create(self, r: Request) -> Reply | None:
         """New message in ``que`` (default) or ``prep``; answered by the group
         commit (after its attachments are checked, if it has any)."""
-        if self.pool is not None:
-            refuse_after_in_pool(r.args.get("msg"))
-            if r.args.get("state", "que") == "que":  # a prep message is local until commit
-                self.pool.create(r)  # answered once JetStream has it
-                return None
-            refuse_unique_in_pool(r.args.get("msg"))
         state = r.args.get("state", "que")
         self.ctx.check_accepting(strict=bool(r.args.get("refuse_paused")))
         msg = new_message(r.args.get("msg"), self.ctx.name)
@@ -101,12 +90,13 @@ class Intake:
             existing = self.ledger.schedule.find_same_params(msg)
             if existing:
                 return self._created(existing)
-        span = self.ctx.tracing.create(msg) if self.ctx.tracing is not None else None
+        for hook in self.moments.creating:
+            hook(msg)
         staged = self.store.stage(msg, state)
         self.dups.hold(staged)
         staged.origin = r.claimed()
-        if span is not None:
-            self.ctx.tracing.created(span, staged.msg_id, staged.origin)
+        for staged_hook in self.moments.staged:
+            staged_hook(staged.msg_id, staged.msg, staged.origin)
         specs = r.args.get("attachments") or []
         if not specs and not r.fds:
             self._await_publish(staged, state, r)
@@ -150,13 +140,12 @@ class Intake:
         msg_id = r.args["msg_id"]
         self.ctx.check_accepting()
         source = self.ledger.running.get(msg_id)
-        state = "run" if source is not None else self._find_source(msg_id)
+        state = "run" if source is not None else self.store.find(msg_id)
         if source is None:
             source = self.store.read_msg(state, msg_id)
         msg = copy_fields(source, self.ctx.name, self.ctx.url(msg_id))
-        if self.pool is not None:  # to the pool, answered once JetStream has it
-            self.pool.copy(msg, state, msg_id, lambda new_id, error: r.fail(error) if error
-                           else r.answer(self._created(new_id)))
+        if self._diverted(msg, state, msg_id, lambda new_id, error: r.fail(error) if error
+                          else r.answer(self._created(new_id))):
             return
         staged = self._stage_copy(msg, state, msg_id)
         staged.origin = f"clone {self.ctx.url(msg_id)}"
@@ -167,9 +156,8 @@ class Intake:
         """A running message's dup to this same queue: ``published(url, error)``
         once it is durable (or could not be stored)."""
         self.ctx.check_accepting(strict=True)
-        if self.pool is not None:  # to the pool, answered once JetStream has it
-            self.pool.copy(msg, "run", src_id,
-                           lambda new_id, error: published(self.ctx.url(new_id), error))
+        if self._diverted(msg, "run", src_id,
+                          lambda new_id, error: published(self.ctx.url(new_id), error)):
             return
         staged = self._stage_copy(msg, "run", src_id)
         staged.origin = f"dup {self.ctx.url(src_id)}"
@@ -188,15 +176,11 @@ class Intake:
             raise
         return staged
 
-    def _find_source(self, msg_id: str) -> str:
-        """The state of a message to clone; a pool queue clones only those held here."""
-        try:
-            return self.store.find(msg_id)
-        except NotFound:
-            if self.pool is None:
-                raise
-            raise NotFound(f"no message {msg_id} on this host: a pool queue clones a "
-                           "message on the host that holds it (its URL's host)") from None
+    def _diverted(self, msg: dict[str, Any], state: str, src_id: str,
+                  then: Callable[[str, BaseException | None], None]) -> bool:
+        """Whether a feature took the copy (a pool queue's goes to the pool,
+        ``then`` once JetStream has it)."""
+        return any(divert(msg, state, src_id, then) for divert in self.moments.diverting)
 
     def _require_prep(self, msg_id: str) -> None:
         """In prep, and not being sent away by a bulk move (an attachment taken

@@ -10,13 +10,14 @@ and its retry collaborator (``rqsys.daemon.retries``) change it.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
+from rqsys.daemon.gates import Gate
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.unique import UniqueIndex
 from rqsys.errors import InternalError, NotFound, RQError
+from rqsys.life.moments import Moments
 from rqsys.observe.events import EventLog
 from rqsys.run.verdict import Outcome
 from rqsys.store import STATES, QueueStore
@@ -35,30 +36,68 @@ MOVES = frozenset({  # every rename between two states the daemon makes
 Riders = tuple[str, list[tuple[str, Msg]]]  # the primary's URL, and its riders
 
 
-class Ledger:
-    """The que, the running, the counts and the busy: read by all, changed only by
-    Transitions and its collaborators (Retries; a bulk move's hold and release)."""
+class QueView(Protocol):
+    """The que in memory as everyone but the transitions sees it: read only."""
 
-    def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog) -> None:
-        self.store, self.schedule, self.log = store, schedule, log
-        self.running: dict[str, Msg] = {}  # run/: messages whose script runs
-        self.riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
+    @property
+    def msgs(self) -> Mapping[str, Msg]: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, msg_id: str) -> bool: ...
+    def backlog(self) -> bool: ...
+    def next_due(self) -> float | None: ...
+    def find_same_params(self, msg: Msg) -> str | None: ...
+    def ordered_ids(self, offset: int = 0, limit: int | None = None) -> list[str]: ...
+    @property
+    def room(self) -> RoomView: ...
+
+
+class RoomView(Protocol):
+    """The slots and needs in use, as readers see them (``rqsys.daemon.room``)."""
+
+    def gpus_of(self, msg_id: str) -> list[str]: ...
+    def has_free_slot(self) -> bool: ...
+    def usage(self) -> dict[str, Any]: ...
+
+
+class Ledger:
+    """The que, the running, the counts and the busy: read by all through the
+    properties and reading methods; changed only by Transitions and its
+    collaborators (Retries; a bulk move's hold and release), through the
+    methods under "writing" (``WRITERS``: a test holds everyone else to it).
+    Its changes are the moments ``queued``, ``ended`` and ``removed`` of a
+    message's life (``rqsys.life.moments``)."""
+
+    def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog,
+                 moments: Moments) -> None:
+        self.store, self.log, self.moments = store, log, moments
+        self._que = schedule
+        self._running: dict[str, Msg] = {}  # run/: messages whose script runs
+        self._riders: dict[str, Riders] = {}  # coalesced with a running one (still in que/)
         self._busy: dict[str, str] = {}  # id -> why: its msg is being rewritten
         self._after_busy: dict[str, list[Callable[[], None]]] = {}  # client requests waiting
-        self.held: dict[str, list[tuple[str, Msg]]] = {}  # a resent primary's riders
+        self._held: dict[str, list[tuple[str, Msg]]] = {}  # a resent primary's riders
         self._moving: dict[str, Msg] = {}  # queued ones a bulk move sends: out of the que
-        self.tally = dict.fromkeys(COUNTED, 0)  # the counts of the states not in memory
-        self.blank: set[str] = set()  # placed here, never run: its status file is blank
+        self._tally = dict.fromkeys(COUNTED, 0)  # the counts of the states not in memory
+        self._blank: set[str] = set()  # placed here, never run: its status file is blank
         self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
-        self.queued: Callable[[str, Msg], None] = lambda _id, _msg: None  # new in que: after
+
+    @property
+    def schedule(self) -> QueView:
+        """The que in memory, to read."""
+        return self._que
+
+    @property
+    def running(self) -> Mapping[str, Msg]:
+        """The messages whose script runs, to read."""
+        return self._running
 
     # ------------------------------------------------------------ reading
     def count(self, state: str) -> int:
         if state == "que":
             return len(self.schedule)
         if state == "run":
-            return len(self.running)
-        return self.tally[state]
+            return len(self._running)
+        return self._tally[state]
 
     def counts(self) -> dict[str, int]:
         return {state: self.count(state) for state in STATES}
@@ -68,14 +107,14 @@ class Ledger:
         if state == "que":
             return self.schedule.ordered_ids(offset, limit)
         if state == "run":
-            return sorted(self.running, key=arrival)[offset:offset + limit]
+            return sorted(self._running, key=arrival)[offset:offset + limit]
         return self.store.newest(state, offset, limit)
 
     def busy(self, msg_id: str) -> str:
         """Why no client may move the message now ("" when it may)."""
-        if msg_id in self.running:
+        if msg_id in self._running:
             return f"message {msg_id} is running: destroy it instead"
-        for primary, (_url, riders) in self.riders.items():
+        for primary, (_url, riders) in self._riders.items():
             if any(rider == msg_id for rider, _msg in riders):
                 return f"message {msg_id} runs coalesced with {primary}: destroy that one"
         why = self._busy.get(msg_id)
@@ -128,7 +167,7 @@ class Ledger:
         so none starts, rides along or is coalesced here while its copy is made."""
         for msg_id in msg_ids:
             self._busy[msg_id] = "being moved"
-            msg = self.schedule.remove(msg_id)
+            msg = self._que.remove(msg_id)
             if msg is not None:
                 self._moving[msg_id] = msg
 
@@ -142,15 +181,15 @@ class Ledger:
         if then is not None:
             then()
         elif msg is not None:
-            self.schedule.add(msg_id, msg)
+            self._que.add(msg_id, msg)
         for request in self._after_busy.pop(msg_id, []):
             request()
 
     def free(self, msg_id: str) -> None:
         """The rewrite is durable: the message may move again; run what waited."""
         del self._busy[msg_id]
-        for rider_id, rider in self.held.pop(msg_id, []):
-            self.schedule.add(rider_id, rider)
+        for rider_id, rider in self._held.pop(msg_id, []):
+            self._que.add(rider_id, rider)
             self.free(rider_id)
         for request in self._after_busy.pop(msg_id, []):
             request()
@@ -160,7 +199,8 @@ class Ledger:
         guard((src, dest) in MOVES, f"no transition {src} → {dest}")
         self.store.move(msg_id, src, dest)
         if dest in ENDED:
-            self.unique.ended(msg_id, time.time())
+            for hook in self.moments.ended:
+                hook(msg_id, dest)
 
     def moved(self, msg_id: str, src: str, dest: str) -> bool:
         """``move`` of a message the daemon moves on its own (a start, an end):
@@ -170,16 +210,119 @@ class Ledger:
         try:
             self.move(msg_id, src, dest)
         except NotFound:
-            self.blank.discard(msg_id)
-            self.schedule.remove(msg_id)
-            self.unique.forget(msg_id)
+            self._que.remove(msg_id)
+            self.removed(msg_id)
             self.log.event("deleted", f"gone from {src}/: its directory was removed, not by "
                            "rqsys", msg_id)
             return False
         return True
+
+    # ------------------------------------------------------------ writing (the transitions)
+    def removed(self, msg_id: str) -> None:
+        """The message is gone (deleted, pruned, removed by hand): the moment ``removed``."""
+        self._blank.discard(msg_id)
+        for hook in self.moments.removed:
+            hook(msg_id)
+
+    def queued(self, msg_id: str, msg: Msg) -> None:
+        """In the que (placed, committed, retried): the moment ``queued``."""
+        self._que.add(msg_id, msg)
+        for hook in self.moments.queued:
+            hook(msg_id, msg)
+
+    def requeue(self, msg_id: str, msg: Msg) -> None:
+        """Back in the que as it was (no moment: it was queued before)."""
+        self._que.add(msg_id, msg)
+
+    def unqueue(self, msg_id: str) -> Msg | None:
+        """Out of the que in memory (its directory stays where it is)."""
+        return self._que.remove(msg_id)
+
+    def load_que(self, msgs: dict[str, Msg] | None) -> None:
+        """At start, from the snapshot."""
+        if msgs is not None:
+            self._que.load(msgs)
+
+    def pop_ready(self, now: float) -> tuple[str, Msg] | None:
+        return self._que.pop_ready(now)
+
+    def dropped(self, queued: Msg) -> None:
+        self._que.dropped(queued)
+
+    def begin_run(self, msg_id: str, msg: Msg, now: float) -> None:
+        """que → run in memory: its gate counts it, its share of the room is held."""
+        self._running[msg_id] = msg
+        self._que.started(msg_id, msg, now)
+
+    def end_run(self, msg_id: str) -> Msg | None:
+        """No longer running (None: it was not)."""
+        msg = self._running.pop(msg_id, None)
+        if msg is not None:
+            self._que.ended(msg_id, msg)
+        return msg
+
+    def counted(self, state: str, delta: int) -> None:
+        """A message more (or fewer) in ``state`` (one of ``COUNTED``)."""
+        self._tally[state] += delta
+
+    def recount(self, counts: dict[str, int]) -> None:
+        self._tally.update(counts)
+
+    def placed_blank(self, msg_id: str) -> None:
+        """Placed by this daemon, never run: its status file is blank."""
+        self._blank.add(msg_id)
+
+    def take_blank(self, msg_id: str) -> bool:
+        """Whether it had a blank status file (and it has no longer)."""
+        blank = msg_id in self._blank
+        self._blank.discard(msg_id)
+        return blank
+
+    def ride(self, msg_id: str, url: str, riders: list[tuple[str, Msg]]) -> None:
+        self._riders[msg_id] = (url, riders)
+
+    def take_riders(self, msg: Msg) -> list[tuple[str, Msg]]:
+        return self._que.take_coalesced(msg)
+
+    def riders_of(self, msg_id: str) -> Riders:
+        return self._riders.pop(msg_id, ("", []))
+
+    def hold_riders(self, primary: str, riders: list[tuple[str, Msg]]) -> None:
+        self._held[primary] = riders
+
+    def wait_for_others(self, msg_id: str, waiting: bool, wake: bool = True) -> None:
+        """It waits for other messages (``after``), or no longer (``wake``: it
+        competes again now; not when it leaves the que anyway)."""
+        if waiting:
+            self._que.after.add(msg_id)
+        elif wake:
+            self._que.unhold(msg_id)
+        else:
+            self._que.after.discard(msg_id)
+
+    def reconfigure(self, gate: Gate, config: dict[str, Any]) -> None:
+        """A reload: the que's new gate, coalesce params and room."""
+        self._que.reconfigure(gate, config["coalesce_params"], self._running.values(), config)
+
+    def outside(self, held: int) -> None:
+        """Slots held by runs that ended but whose processes are not gone yet."""
+        self._que.room.outside = held
+
+
+WRITERS = frozenset({  # the ledger's writing methods: only transitions and retries call them
+    "removed", "queued", "requeue", "unqueue", "load_que", "pop_ready", "dropped", "begin_run",
+    "end_run", "counted", "recount", "placed_blank", "take_blank", "ride", "take_riders",
+    "riders_of", "hold_riders", "wait_for_others", "reconfigure", "move", "moved",
+    "mark_busy", "free", "hold_moving", "release_moving"})
 
 
 def guard(ok: bool, why: str) -> None:
     """A transition the daemon itself asked for must be possible: else a bug."""
     if not ok:
         raise InternalError(f"transition refused: {why}")
+
+
+def batch_of(msg: Msg | None) -> dict[str, str]:
+    """``RQ_BATCH`` for the end event of a batch's member (``rqsys.batches.ends``)."""
+    batch = msg.get("batch") if msg else None
+    return {"RQ_BATCH": batch} if batch else {}

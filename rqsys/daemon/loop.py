@@ -26,22 +26,21 @@ from rqsys.daemon import observe, ops
 from rqsys.daemon.after import After
 from rqsys.daemon.audit import Auditor
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.features import Features
 from rqsys.daemon.gates import Gate
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.observe import Observer
 from rqsys.daemon.outbound import Outbound
 from rqsys.daemon.room import Room
-from rqsys.daemon.runner import Runner
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.server import Handler, Server
 from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import RQError
 from rqsys.fdclose import FdBatch
-from rqsys.observe import tracing
 from rqsys.observe.events import EventLog
-from rqsys.pool import member_for
 from rqsys.run.output import ScriptOutput
+from rqsys.run.runner import Runner
 from rqsys.signals import STOP_SIGNALS, SignalFlags
 from rqsys.special import WEBHOOK_QUEUE
 from rqsys.store import Layout, QueueStore, dirsync
@@ -70,25 +69,43 @@ class QueueDaemon:
                  notifier: Notifier | None = None, log: EventLog | None = None,
                  extra_ops: ExtraOps | None = None) -> None:
         self.ctx = QueueContext.load(layout, name)
-        self.store = QueueStore(layout.queue_dir(name))
         self.notifier = notifier or Notifier()
         self.log = log or EventLog(name)
         self.log.batched = True  # written once a turn: see _end_turn
+        self.features = Features(self.ctx, self.log)  # the optional ones its config asks for
+        self.moments = self.features.moments
+        self.store = QueueStore(layout.queue_dir(name), ids=self.features.ids)
         self.default_idle = default_idle_timeout()
         self.selector = selectors.DefaultSelector()
         self.background = Background()
-        self.schedule = Schedule(self.ctx.config["blocking_params"],
-                                 self.ctx.config["coalesce_params"],
-                                 Gate.from_config(self.ctx.config), Room(self.ctx.config),
-                                 self.ctx.config["reserve_after"])
-        self.ledger = Ledger(self.store, self.schedule, self.log)
+        self._build_state()
+        self._build_run(layout, name)
+        self.server = self._server(extra_ops or {})
+        self.listener, self.stopping_until = listener, None
+        self.idle_since = time.monotonic()
+        self._status_sent, self._status_stale, self._status_at = "", False, 0.0
+
+    def _build_state(self) -> None:
+        """The ledger and its writers: the transitions, the dependencies, the intake."""
+        moments = self.moments
+        schedule = Schedule(self.ctx.config["blocking_params"], self.ctx.config["coalesce_params"],
+                            Gate.from_config(self.ctx.config), Room(self.ctx.config),
+                            self.ctx.config["reserve_after"])
+        self.ledger = Ledger(self.store, schedule, self.log, moments)
+        moments.register(self.ledger.unique, "unique")
         self.transitions = Transitions(
             self.ledger, lambda work, then: self.background.submit(work, then, SYNC),
             lambda work, then: self.background.submit(work, then, PRUNE))
         self.after = After(self.ctx, self.store, self.transitions, self.log, self.selector,
                            self.background)
+        moments.register(self.after, "after")
         self.intake = Intake(self.ctx, self.store, self.transitions, self.background, self.log,
-                             self.after)
+                             self.after, moments)
+
+    def _build_run(self, layout: Layout, name: str) -> None:
+        """The runner and what watches the runs; a pool queue's member last (it
+        pulls into the intake and runs through the runner)."""
+        moments = self.moments
         self.clock = LoopClock()
         self.closing = FdBatch()  # a turn's ended runs' fds, closed when it ends: neighbours
         self.observer = Observer(self.ctx, self.store, self.transitions, self.background, self.log,
@@ -98,21 +115,18 @@ class QueueDaemon:
         self.runner = Runner(self.ctx, self.store, self.transitions, self.selector,
                              ScriptOutput(name, self.selector, self.log.journal), self.log,
                              self.intake, Outbound(self.ctx, self.store, self.background,
-                                                   self.log), self.clock, self.closing)
-        self.pool = member_for(self.ctx, self.store, self.transitions, self.intake, self.runner,
-                               self.log, self.batch_ends)  # None unless its config names a pool
-        self.intake.pool = self.pool
-        self.server = self._server(extra_ops or {})
-        self.listener, self.stopping_until = listener, None
-        self.idle_since = time.monotonic()
-        self._status_sent, self._status_stale, self._status_at = "", False, 0.0
+                                                   self.log), self.clock, self.closing,
+                             moments, self.features.run_keys)
+        self.stops = self.runner.stops  # the scripts' timeouts, and the stop's TERM and KILL
+        self.features.join_pool(self.store, self.transitions, self.intake, self.runner,
+                                self.batch_ends)
 
     def _server(self, extra_ops: ExtraOps) -> Server:
         handlers = ops.Ops(self.ctx, self.store, self.transitions, self.runner, self.background,
                            self.log, self.reload, self.status_line)
         table, schemas = ops.table(handlers, self.intake), dict(schema.OPS)
-        if self.pool is not None:
-            self.pool.wrap_ops(table, schemas)
+        for hook in self.moments.building_ops:
+            hook(table, schemas)
         table.update(self.observer.ops())
         schemas.update(observe.SCHEMAS)
         for op, (handler, op_schema) in extra_ops.items():
@@ -125,15 +139,14 @@ class QueueDaemon:
     # ---------------------------------------------------------------- start-up
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
-        self.ctx.tracing = tracing.start(self.ctx.sysconfig, self.log, self.ctx.name)
         self.observer.load()
         self.transitions.load()
-        self.batch_ends.recover(self.store, set(self.schedule.msgs))
+        self.batch_ends.recover(self.store, set(self.ledger.schedule.msgs))
         self._warn_unordered_disk()
         self.after.load()
         self.ctx.admin_oper = self.store.admin_state()
-        if self.pool is not None:
-            self.pool.start(self.selector)  # joins the pool, or says why not
+        for hook in self.moments.joining:  # a pool queue joins its pool, or says why not
+            hook(self.selector)
         self.server.listen(self.listener or listen_unix(
             self.ctx.layout.socket_path(self.ctx.name)))
         self.signals = SignalFlags()
@@ -180,12 +193,12 @@ class QueueDaemon:
             key.data(key, mask)
         self.intake.publish_pending()
         self.server.resume_accepting()
-        self.runner.enforce_deadlines()
+        self.stops.deadlines.fire()  # the scripts whose timeout has come
         self.after.settle()  # dependencies' ends: waiting messages released or failed
         if self._handle_flags():
             return False
-        if self.pool is not None:
-            self.pool.turn()  # pull for free workers, ack ends, extend runs
+        for hook in self.moments.turn:  # a pool's: pull for free workers, ack ends, extend runs
+            hook()
         self.runner.start_due()
         self._end_turn()
         if self._idle_expired():
@@ -216,15 +229,14 @@ class QueueDaemon:
         if self.runner.children.leftovers is not None:  # what ignored TERM: not left to init
             self.runner.children.leftovers.kill_now()
         self.store.flush(force=True)
-        if self.pool is not None:
-            self.pool.close()  # acks the ends just flushed, hands the rest back
-        if len(self.schedule) >= tunables.SNAPSHOT_MIN:
-            self.store.save_que_snapshot(self.schedule.msgs)
+        for hook in self.moments.closing:  # a pool's acks and hand-back, the spans not sent
+            hook()
+        que = self.ledger.schedule
+        if len(que) >= tunables.SNAPSHOT_MIN:
+            self.store.save_que_snapshot(que.msgs)
         self.notifier.stopping()
         self.log.flush()
         self.closing.close()
-        if self.ctx.tracing is not None:
-            self.ctx.tracing.shutdown()  # the spans not sent yet
 
     def _timeout(self) -> float:
         if self.intake.pending or self.after.ended:  # taken in after this turn's phase
@@ -233,7 +245,7 @@ class QueueDaemon:
         waits = [tunables.LONGEST_WAIT, self.runner.next_wait(), self.store.flush_due(),
                  self.intake.place_wait(),
                  self.notifier.watchdog_due(now), self.server.next_wait(),
-                 self.pool.next_wait() if self.pool is not None else None]
+                 *(wait() for wait in self.moments.wait)]
         if self._status_stale:
             waits.append(self._status_at - now)
         if self.stopping_until is not None:
@@ -267,9 +279,9 @@ class QueueDaemon:
 
     # ---------------------------------------------------------------- idle
     def _is_idle(self) -> bool:
-        busy = (self.runner.workers or len(self.schedule) or self.intake.pending
+        busy = (self.runner.workers or len(self.ledger.schedule) or self.intake.pending
                 or self.intake.unplaced  # answered ok, not in que/ yet (a full disk)
-                or self.background.busy() or self.pool is not None  # a pool pulls
+                or self.background.busy() or any(busy() for busy in self.moments.busy)
                 or self.server.next_wait() is not None)  # clients wait to be accepted
         others = len(self.selector.get_map()) > self.always_registered  # clients, scripts
         return not busy and not others and self.stopping_until is None
@@ -296,7 +308,7 @@ class QueueDaemon:
         if self.stopping_until is None:
             return False
         if self.runner.workers and time.monotonic() >= self.stopping_until:
-            self.runner.kill_all()
+            self.stops.kill_all()
         return self._settled()
 
     def _settled(self) -> bool:
@@ -312,7 +324,7 @@ class QueueDaemon:
         self.stopping_until = time.monotonic() + float(self.ctx.config["stop_grace"])
         self.ctx.stopping = True
         self.server.stop_listening()
-        self.runner.stop_all()
+        self.stops.stop_all()
 
     def _admin_files_changed(self) -> None:
         """inotify saw a change in config/: RQ's admin files are read again (the
@@ -330,9 +342,7 @@ class QueueDaemon:
         except RQError as exc:
             self.log.event("err", f"reload failed, keeping the old config: {exc}")
         else:
-            self.schedule.reconfigure(Gate.from_config(self.ctx.config),
-                                      self.ctx.config["coalesce_params"],
-                                      self.ledger.running.values(), self.ctx.config)
+            self.transitions.reconfigure(Gate.from_config(self.ctx.config), self.ctx.config)
             self.runner.reconfigured()
             self.log.event("daemon", "configuration reloaded")
         self.notifier.send("READY=1")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import resource
 
-from rqsys.daemon.leftovers import become_subreaper
 from rqsys.daemon.loop import QueueDaemon
+from rqsys.run.leftovers import become_subreaper
 from rqsys.store import Layout
 from rqsys.systemd import listen_sockets
 

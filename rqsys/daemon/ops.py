@@ -21,12 +21,12 @@ from rqsys.daemon import tags
 from rqsys.daemon.bulk import Bulk
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake
-from rqsys.daemon.runner import Runner
 from rqsys.daemon.server import Handler, Reply, Request
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import BadRequest
 from rqsys.observe import lastlines, timeline
 from rqsys.observe.events import EventLog
+from rqsys.run.runner import Runner
 from rqsys.store import ADMIN_OPERS, QueueStore
 
 ALREADY_COMMITTED = ("que", "run", "done", "relayed")  # a commit of these is answered ok
@@ -52,6 +52,7 @@ class Ops:
                  runner: Runner, background: Background, log: EventLog,
                  reload: Callable[[], None], status_line: Callable[[], str]) -> None:
         self.ctx, self.store, self.runner = ctx, store, runner
+        self.stops = runner.stops  # a cancel, a destroy
         self.transitions, self.ledger = transitions, transitions.ledger
         self.background, self.log = background, log
         self._reload, self._status_line = reload, status_line
@@ -137,7 +138,7 @@ class Ops:
         if worker is None:
             self.transitions.delete(r.args["msg_id"], _when_durable(r, {"ok": True}), r.actor())
             return None
-        self.runner.destroy(worker)
+        self.stops.destroy(worker)
         return {"ok": True, "killed": True}
 
     def cancel(self, r: Request) -> Reply | None:
@@ -147,7 +148,7 @@ class Ops:
         msg_id, who = r.args["msg_id"], r.claimed()
         worker = self.runner.workers.get(msg_id)
         if worker is not None:
-            self.runner.cancel(worker, who)
+            self.stops.cancel(worker, who)
             return {"ok": True, "stopping": True}
         self.transitions.cancel(msg_id, f"cancelled by {who}", _when_durable(r, {"ok": True}))
         return None

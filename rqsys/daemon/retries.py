@@ -79,8 +79,7 @@ class Retries:
     def _requeued(self, msg_id: str, msg: Msg, by: str) -> None:
         """The picture follows a message retried into que/; its event names ``by``."""
         ledger = self.ledger
-        ledger.tally["err"] -= 1
-        ledger.schedule.add(msg_id, msg)
+        ledger.counted("err", -1)
         ledger.unique.hold_again(msg_id, msg, time.time())
         ledger.queued(msg_id, msg)
         ledger.log.event("retried", "err → que", msg_id, RQ_STATE="que",

@@ -11,7 +11,7 @@ restart nothing runs.
 
 Memory and CPUs are also enforced: they become the run's ``memory_max`` and
 ``cpu_quota`` (:func:`as_limits`), held by its sub-cgroup or scope, or by
-RLIMIT_AS in embedded mode (``rqsys.daemon.runlimits``).
+RLIMIT_AS in embedded mode (``rqsys.run.limits``).
 """
 
 from __future__ import annotations

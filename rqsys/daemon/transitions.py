@@ -37,15 +37,28 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.daemon.ledger import COUNTED, MOVES, Done, Ended, Ledger, Msg, Offload, Riders, guard
+from rqsys.daemon.gates import Gate
+from rqsys.daemon.ledger import (
+    COUNTED,
+    MOVES,
+    Done,
+    Ended,
+    Ledger,
+    Msg,
+    Offload,
+    Riders,
+    batch_of,
+    guard,
+)
+from rqsys.daemon.removals import Removals
 from rqsys.daemon.retries import Retries
 from rqsys.errors import BadRequest, NoSpace, RQError
 from rqsys.run.verdict import Outcome
-from rqsys.store import Staged, pruning
+from rqsys.store import Staged
 from rqsys.store.durable import fsync_dirs
 
 __all__ = ["COUNTED", "MOVES", "Done", "Ended", "Ledger", "Msg", "Offload", "Riders",
-           "Transitions"]
+           "Transitions", "batch_of"]
 
 
 class Transitions:
@@ -54,9 +67,11 @@ class Transitions:
 
     def __init__(self, ledger: Ledger, offload: Offload, slow: Offload | None = None) -> None:
         self.ledger, self.store, self.log = ledger, ledger.store, ledger.log
+        self.moments = ledger.moments
         self._offload = offload  # runs work on the sync lane, then a callback on the loop
         self._slow = slow or offload  # the same, on a lane of its own (prunes)
         self.retries = Retries(ledger, offload)
+        self.removals = Removals(ledger, offload, self._slow)
 
     # ------------------------------------------------------------ start-up
     def load(self) -> None:
@@ -69,17 +84,17 @@ class Transitions:
                            f"directory: moved to .set-aside/{name}")
         snapshot = self.store.take_que_snapshot()
         if snapshot is not None:
-            self.ledger.schedule.load(snapshot)
+            self.ledger.load_que(snapshot)
         else:
             for msg_id, read in self.store.read_all("que"):
                 self._load_one(msg_id, read)
-        self.ledger.tally.update({state: self.store.count(state) for state in COUNTED})
+        self.ledger.recount({state: self.store.count(state) for state in COUNTED})
         prep = ((i, m) for i, m in self.store.read_all("prep") if not isinstance(m, RQError))
         self.ledger.unique.load([*self.ledger.schedule.msgs.items(), *prep], time.time())
 
     def _load_one(self, msg_id: str, msg: Msg | RQError) -> None:
         if not isinstance(msg, RQError):
-            self.ledger.schedule.add(msg_id, msg)
+            self.ledger.requeue(msg_id, msg)
             return
         # que → err: a message nobody can read cannot run
         self.log.event("err", f"unreadable queued message moved to err: {msg}", msg_id,
@@ -94,12 +109,12 @@ class Transitions:
         guard(state in ("que", "prep"), f"a new message cannot go to {state}")
         left, error = self.store.place(batch, state)
         for staged in batch[:len(batch) - len(left)]:
-            self.ledger.blank.add(staged.msg_id)
-            self.ledger.unique.hold(staged.msg_id, staged.msg)
+            self.ledger.placed_blank(staged.msg_id)
+            for hook in self.moments.placed:
+                hook(staged.msg_id, staged.msg, state)
             if state == "prep":
-                self.ledger.tally["prep"] += 1
+                self.ledger.counted("prep", 1)
             else:
-                self.ledger.schedule.add(staged.msg_id, staged.msg)
                 self.ledger.queued(staged.msg_id, staged.msg)
             self.log.event("created", f"in {state}", staged.msg_id, RQ_STATE=state,
                            RQ_BY=staged.origin)
@@ -116,69 +131,87 @@ class Transitions:
             raise BadRequest(f"message {msg_id} is in {state}, not prep")
         self.ledger.move(msg_id, "prep", "que")
         self.log.record("committed", msg_id, RQ_STATE="que")
-        self.ledger.tally["prep"] -= 1
-        self.ledger.schedule.add(msg_id, self.store.read_msg("que", msg_id))
-        self.ledger.queued(msg_id, self.ledger.schedule.msgs[msg_id])
+        self.ledger.counted("prep", -1)
+        self.ledger.queued(msg_id, self.store.read_msg("que", msg_id))
         dirs = [self.store.state_dir("que"), self.store.state_dir("prep")]  # destination first
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
 
     # ------------------------------------------------------------ running
     def start_next(self, now: float) -> tuple[str, Msg, Msg] | None:
         """que → run: the next due message its gate lets start, or None."""
-        while (picked := self.ledger.schedule.pop_ready(now)) is not None:
+        while (picked := self.ledger.pop_ready(now)) is not None:
             msg_id, queued = picked
             guard(msg_id not in self.ledger.running, f"{msg_id} is running already")
             try:
                 if self.ledger.moved(msg_id, "que", "run"):
                     break
             except NoSpace:  # a full disk seen first here: it waits in que for room
-                self.ledger.schedule.add(msg_id, queued)
+                self.ledger.requeue(msg_id, queued)
                 return None
-            self.ledger.schedule.dropped(queued)  # its keys' parked messages compete again
+            self.ledger.dropped(queued)  # its keys' parked messages compete again
         if picked is None:
             return None
         msg = dict(queued, count=int(queued.get("count", 0)))  # RQ's count, raised by end
-        self.ledger.running[msg_id] = msg
-        self.ledger.schedule.started(msg_id, msg, time.time())  # rate windows count from now
+        self.ledger.begin_run(msg_id, msg, time.time())  # rate windows count from now
         return msg_id, queued, msg
+
+    def wait_for_others(self, msg_id: str, waiting: bool, wake: bool = True) -> None:
+        """que → que: it waits for the messages its ``after`` names, or no longer
+        (``rqsys.daemon.after``; ``wake``: it competes again now)."""
+        self.ledger.wait_for_others(msg_id, waiting, wake)
+
+    def reconfigure(self, gate: Gate, config: dict[str, Any]) -> None:
+        """A reload: the que's new gate (the running counted in it), coalesce
+        params and room; every parked message competes again."""
+        self.ledger.reconfigure(gate, config)
+
+    def slots_outside(self, held: int) -> None:
+        """Slots still held by ended runs whose processes are being stopped
+        (their scopes): no start takes them meanwhile."""
+        self.ledger.outside(held)
+
+    def take_from_que(self, msg_id: str) -> Msg | None:
+        """que → que: out of the que in memory, its directory left in que/ (a
+        pool's hand-back at start, until the pool has it); None: not queued."""
+        return self.ledger.unqueue(msg_id)
+
+    def return_to_que(self, msg_id: str, msg: Msg) -> None:
+        """que → que: one ``take_from_que`` took is back in the que, as it was."""
+        self.ledger.requeue(msg_id, msg)
 
     def take_blank_status(self, msg_id: str) -> bool:
         """Whether a message that has just started has a blank status file (it
         was placed by this daemon and never ran; loaded ones are not known)."""
-        blank = msg_id in self.ledger.blank
-        self.ledger.blank.discard(msg_id)
-        return blank
+        return self.ledger.take_blank(msg_id)
 
     def coalesce(self, msg_id: str, msg: Msg, url: str) -> None:
         """Queued messages with ``msg``'s coalesce params ride along, whatever
         their due time (RQ's ``handle_dups``): out of the que in memory, left
         in que/ on disk until the primary ends (a crash meanwhile leaves them
         queued).  ``url``: the primary's, for their ``duplicate`` status."""
-        riders = self.ledger.schedule.take_coalesced(msg)
+        riders = self.ledger.take_riders(msg)
         if riders:
-            self.ledger.riders[msg_id] = (url, riders)
+            self.ledger.ride(msg_id, url, riders)
             self.log.event("coalesced", f"{len(riders)} queued message(s) ride along", msg_id,
                            RQ_STATE="run", RQ_RIDERS=[rider for rider, _msg in riders])
 
     def unstart(self, msg_id: str, queued: Msg, why: str) -> None:
         """run → que: its script could not be started; it waits as it was."""
-        running = self.ledger.running.pop(msg_id, None)
+        running = self.ledger.end_run(msg_id)
         guard(running is not None, f"{msg_id} is not running")
-        self.ledger.schedule.ended(msg_id, running or queued)
         self.store.write_status("run", msg_id, why)
         if self.ledger.moved(msg_id, "run", "que"):
-            self.ledger.schedule.add(msg_id, queued)
+            self.ledger.requeue(msg_id, queued)
 
     def end(self, msg_id: str, outcome: Outcome, written: str | None) -> list[Ended]:
         """run → done | err | relayed | que | gone, with its riders; returns
         those that ended in done, err or relayed (``written``: what its status
         file holds, not written again; None when not known)."""
-        msg = self.ledger.running.pop(msg_id, None)
+        msg = self.ledger.end_run(msg_id)
         guard(msg is not None, f"{msg_id} is not running")
         assert msg is not None
-        self.ledger.schedule.ended(msg_id, msg)
         ended = self._settle(msg_id, msg, outcome, written)
-        url, riders = self.ledger.riders.pop(msg_id, ("", []))
+        url, riders = self.ledger.riders_of(msg_id)
         if self.ledger.is_busy(msg_id):  # on its way back to the que (resend): riders wait for it
             self._hold(msg_id, riders)
             return ended or []
@@ -193,22 +226,22 @@ class Transitions:
         (RQ's resend coalesce); until then they are busy."""
         for rider_id, _rider in riders:
             self.ledger.mark_busy(rider_id, f"waiting for {primary} to be requeued")
-        self.ledger.held[primary] = riders
+        self.ledger.hold_riders(primary, riders)
 
     def _settle_rider(self, msg_id: str, msg: Msg, state: str, url: str) -> list[Ended]:
         """que → done | relayed as its primary did (RQ: status ``duplicate
         <primary url>``); when the primary did not succeed, it waits again in
         the que and runs on its own."""
         if state not in ("done", "relayed"):
-            self.ledger.schedule.add(msg_id, msg)
+            self.ledger.requeue(msg_id, msg)
             return []
         outcome = Outcome(state, f"duplicate {url}")
-        self.ledger.blank.discard(msg_id)
+        self.ledger.take_blank(msg_id)
         self.store.write_status("que", msg_id, outcome.text)
         self._advisory(self.store.write_count("que", msg_id, int(msg.get("count", 0))), msg_id)
         if not self.ledger.moved(msg_id, "que", state):
             return []
-        self.ledger.tally[state] += 1
+        self.ledger.counted(state, 1)
         self.log.event(state, outcome.text, msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE=state,
                        **batch_of(msg))
         return [(msg_id, msg, outcome)]
@@ -235,7 +268,7 @@ class Transitions:
         except NoSpace as exc:  # past the spares' room: in run/, run again at the next start
             self.log.event("err", f"{outcome.state} not recorded: {exc}", msg_id)
             return None
-        self.ledger.tally[outcome.state] += 1
+        self.ledger.counted(outcome.state, 1)
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
                        RQ_STATE=outcome.state, **batch_of(msg),
                        **({"RQ_KIND": outcome.kind} if outcome.kind else {}),
@@ -263,7 +296,7 @@ class Transitions:
             if error is not None:
                 self.log.event("err", f"new count and due not saved: {error}", msg_id)
             if self.ledger.moved(msg_id, "run", "que"):
-                self.ledger.schedule.add(msg_id, msg)
+                self.ledger.requeue(msg_id, msg)
                 self.log.event("retry" if outcome.kind == "retry" else "resend", outcome.text,
                                msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE="que",
                                RQ_DUE=msg["due"])
@@ -274,12 +307,12 @@ class Transitions:
     def fail_queued(self, msg_id: str, text: str, kind: str = "after") -> None:
         """que → err: a queued message that cannot run (what it waits for failed;
         ``kind`` "attachment": a pool message's file did not arrive whole)."""
-        msg = self.ledger.schedule.remove(msg_id)
+        msg = self.ledger.unqueue(msg_id)
         guard(msg is not None, f"{msg_id} is not queued")
         self.store.write_status("que", msg_id, text)  # (a retry sets it aside)
         if not self.ledger.moved(msg_id, "que", "err"):
             return
-        self.ledger.tally["err"] += 1
+        self.ledger.counted("err", 1)
         self.log.event("err", text, msg_id, RQ_STATE="err", RQ_KIND=kind, **batch_of(msg))
 
     def cancel(self, msg_id: str, text: str, done: Done) -> None:
@@ -303,14 +336,14 @@ class Transitions:
         """que → que, due now: out of the que until its rewritten msg is durable."""
         if self.ledger.wait_while_busy(msg_id, lambda: self.run_now(msg_id, done), done):
             return
-        msg = self.ledger.schedule.remove(msg_id)
+        msg = self.ledger.unqueue(msg_id)
         if msg is None:
             raise BadRequest(f"message {msg_id} is not queued")
         msg = dict(msg, due=0)
         self.ledger.mark_busy(msg_id, "being rescheduled")
 
         def rescheduled(_result: Any, error: BaseException | None) -> None:
-            self.ledger.schedule.add(msg_id, msg)
+            self.ledger.requeue(msg_id, msg)
             self.log.record("run_now", msg_id, RQ_STATE="que")
             done(error)
             self.ledger.free(msg_id)
@@ -318,77 +351,10 @@ class Transitions:
         self._offload(lambda: self.store.write_msg("que", msg_id, msg), rescheduled)
 
     def delete(self, msg_id: str, done: Done, by: str = "") -> None:
-        """prep | que | done | err | relayed → gone (a running one is destroyed
-        instead); ``done`` is called once the delete is durable; ``by``: who
-        asked (in the ``deleted`` entry: the message's timeline goes with it)."""
-        if self.ledger.wait_while_busy(msg_id, lambda: self.delete(msg_id, done, by), done):
-            return
-        why = self.ledger.busy(msg_id)
-        if why:
-            raise BadRequest(why)
-        state = self.store.find(msg_id)
-        finish = self.store.delete_later(msg_id, state)  # its sync and rmtree: off the loop
-        self.ledger.blank.discard(msg_id)
-        queued = self.ledger.schedule.remove(msg_id)
-        self.ledger.unique.forget(msg_id)
-        if state in COUNTED:
-            self.ledger.tally[state] -= 1
-        self.log.event("deleted", f"deleted from {state}" + (f" by {by}" if by else ""), msg_id,
-                       **batch_of(queued), **({"RQ_BY": by} if by else {}))
-        self._offload(finish, lambda _result, error: done(error))
+        """prep | que | done | err | relayed → gone (``removals``)."""
+        self.removals.delete(msg_id, done, by)
 
     def prune(self, now: float, days: float, prep_days: float | None,
               done: Done) -> dict[str, int]:
-        """done | relayed ended ``days`` ago, acknowledged err (one in a retry batch
-        once that has landed), prep untouched ``prep_days`` → gone: the cleaner's
-        request, out of sight now, ``done`` once removed for good.  How many of each."""
-        removal = pruning.Removal(self.store)
-        removed = {state: pruning.ended(self.store, state, now - days * 86400, removal)
-                   for state in ("done", "relayed")}
-        removed["err"], late = pruning.acked(self.store, "err", removal, self.ledger.busy_ids())
-        if prep_days is not None:
-            prep = pruning.untouched(self.store, "prep", now - prep_days * 86400, removal)
-            for msg_id in prep:
-                self.ledger.unique.forget(msg_id)
-            removed["prep"] = len(prep)
-        for state, count in removed.items():
-            self.ledger.tally[state] -= count
-        self.log.event("deleted", f"pruned {removed} (older than {days:g} days)")
-        finished = _prune_late(self, late, removed, done)
-        self._slow(removal.finish, lambda _result, error: finished(error))
-        return removed
-
-
-def _prune_late(t: Transitions, late: list[str], removed: dict[str, int], done: Done) -> Done:
-    """The acknowledged err messages a prune met busy (in a retry batch): once
-    their batches have landed, those still in err are deleted together
-    (counted in ``removed``); ``done`` once they and the rest are durable."""
-    left, errors = [2], []  # the rest's removal, and the late ones as one batch
-
-    def one(error: BaseException | None) -> None:
-        errors.extend([error] if error is not None else [])
-        left[0] -= 1
-        if left[0] == 0:
-            done(errors[0] if errors else None)
-
-    def landed() -> None:
-        for msg_id in late:
-            if not pruning.is_acked(t.store, "err", msg_id):
-                continue  # retried: in que now, not pruned
-            left[0] += 1  # before: its ``one`` may come at once
-            try:
-                t.delete(msg_id, one)
-            except RQError:  # gone or busy again meanwhile: left for the next prune
-                left[0] -= 1
-                continue
-            removed["err"] += 1
-        one(None)
-    if not t.ledger.wait_until_free(late, landed):
-        landed()
-    return one
-
-
-def batch_of(msg: Msg | None) -> dict[str, str]:
-    """``RQ_BATCH`` for the end event of a batch's member (``rqsys.batches.ends``)."""
-    batch = msg.get("batch") if msg else None
-    return {"RQ_BATCH": batch} if batch else {}
+        """done | relayed | acknowledged err | untouched prep → gone (``removals``)."""
+        return self.removals.prune(now, days, prep_days, done)

@@ -103,6 +103,16 @@ class UniqueIndex:
         except OSError:
             pass  # held in memory all the same; only a restart would free it early
 
+    # ------------------------------------------------------------ its moments
+    def on_placed(self, msg_id: str, msg: dict[str, Any], _state: str) -> None:
+        self.hold(msg_id, msg)
+
+    def on_ended(self, msg_id: str, _state: str) -> None:
+        self.ended(msg_id, time.time())
+
+    def on_removed(self, msg_id: str) -> None:
+        self.forget(msg_id)
+
     def load(self, live: Iterable[tuple[str, dict[str, Any]]], now: float) -> None:
         """At start: keys of the messages still in prep/que, then the ended
         window from ``unique.ended``, which is rewritten with the live lines."""

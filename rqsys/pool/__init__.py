@@ -4,8 +4,8 @@ A queue whose config names a ``pool`` publishes its new messages to the
 pool's work-queue stream instead of placing them in its own ``que/``; each
 host's daemon pulls as many as it has free workers, runs them as local
 messages and acks them once its store has recorded the end.  Nothing here
-imports ``nats`` until :func:`member_for` is given a pool queue: a plain
-queue never loads it.
+imports ``nats`` until :func:`member_for` is called, for a pool queue
+only (``rqsys.daemon.features``): a plain queue never loads it.
 
 * ``settings`` names and limits of a pool, from the two configs (no NATS)
 * ``ids``      message ids unique across the pool's hosts
@@ -33,20 +33,20 @@ if TYPE_CHECKING:
     from rqsys.batches.ends import BatchEnds
     from rqsys.daemon.context import QueueContext
     from rqsys.daemon.intake import Intake
-    from rqsys.daemon.runner import Runner
     from rqsys.daemon.transitions import Transitions
     from rqsys.observe.events import EventLog
+    from rqsys.pool.ids import PoolIds
     from rqsys.pool.member import PoolMember
+    from rqsys.run.runner import Runner
     from rqsys.store import QueueStore
 
 
 def member_for(ctx: QueueContext, store: QueueStore, transitions: Transitions, intake: Intake,
-               runner: Runner, log: EventLog, batch_ends: BatchEnds) -> PoolMember | None:
-    """The pool side of a queue daemon, or None for a plain queue (nothing imported)."""
-    if not ctx.config.get("pool"):
-        return None
+               runner: Runner, log: EventLog, batch_ends: BatchEnds,
+               ids: PoolIds) -> PoolMember:
+    """The pool side of a pool queue's daemon (NATS imported only now)."""
     from rqsys.pool.member import PoolMember
     from rqsys.pool.parts import QueueParts
 
     return PoolMember(QueueParts(ctx, store, transitions, intake, runner, log,
-                                 batch_ends))
+                                 batch_ends, ids))

@@ -27,9 +27,8 @@ class HandBack:
         self.pending = 0  # publishes not answered yet: the host pulls nothing till then
 
     def start(self) -> None:
-        schedule = self.ledger.schedule
-        for msg_id in schedule.ordered_ids():
-            msg = schedule.remove(msg_id)
+        for msg_id in self.ledger.schedule.ordered_ids():
+            msg = self.transitions.take_from_que(msg_id)
             if msg is not None:
                 record = {"state": "que", "host": "", "status": "",
                           "url": self.ctx.url(msg_id), "msg": msg}
@@ -54,7 +53,7 @@ class HandBack:
                 self.log.event("pool", f"queued here at start: handed to the pool, {how}",
                                msg_id)
             else:
-                self.ledger.schedule.add(msg_id, msg)
+                self.transitions.return_to_que(msg_id, msg)
                 self.log.event("err", f"pool: not handed to the pool ({error}); runs here",
                                msg_id)
         return then

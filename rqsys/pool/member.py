@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rqsys.daemon.afterwatch import refuse_after_in_pool
 from rqsys.daemon.server import Handler, Reply, Request
+from rqsys.daemon.unique import refuse_unique_in_pool
 from rqsys.errors import BadRequest, NotFound, RQError, Unavailable
 from rqsys.message import new_message
 from rqsys.pool import unique
@@ -44,10 +46,10 @@ class PoolMember:
         self.link = Link(self.settings)
         self.worker = PoolWorker(parts, self.bridge, self.link)
         self.batch_watch = PoolBatchEnds(self.link, self.bridge, parts.batch_ends, self.log)
-        self.ids: PoolIds | None = None
+        self.ids: PoolIds = parts.ids  # the store's maker, numbered when the host joins
 
     # ------------------------------------------------------------ start, stop
-    def start(self, selector: selectors.BaseSelector) -> None:
+    def on_joining(self, selector: selectors.BaseSelector) -> None:
         """Join the pool (before READY=1); an RQError says why it cannot."""
         try:
             number = self.bridge.call(self.link.open(), START_TIMEOUT)
@@ -62,8 +64,8 @@ class PoolMember:
         except Exception as exc:  # JetStream refused: replicas, permissions
             self.bridge.close()
             raise Unavailable(f"pool {self.settings.pool}: {exc or type(exc).__name__}") from exc
-        # One maker for the pool's ids and the local prep messages' (published at commit)
-        self.ids = self.store.id_maker = PoolIds(number, self.store.id_maker)
+        # The store's maker: the pool's ids and the local prep messages' (published at commit)
+        self.ids.join(number)
         selector.register(self.bridge, selectors.EVENT_READ,
                           lambda _key, _mask: self.bridge.run_finished())
         self.worker.hand_back.start()
@@ -71,7 +73,7 @@ class PoolMember:
         self.log.event("daemon", f"pool {self.settings.pool}: joined as host {number} "
                        f"({', '.join(map(public_url, self.settings.servers))})")
 
-    def close(self) -> None:
+    def on_closing(self) -> None:
         """At stop, after the store's last flush: ack what ended, hand the rest back."""
         try:
             self.worker.settle_ends()
@@ -81,15 +83,20 @@ class PoolMember:
         self.bridge.close()
 
     # ------------------------------------------------------------ the loop
-    def turn(self) -> None:
+    def on_turn(self) -> None:
         """Once a loop turn, before due messages start."""
         for line in self.link.errors:
             self.log.event("err", f"pool {self.settings.pool}: {line}")
         self.link.errors.clear()
         self.worker.turn()
 
-    def next_wait(self) -> float | None:
+    def on_wait(self) -> float | None:
         return self.worker.next_wait(time.monotonic())
+
+    @staticmethod
+    def on_busy() -> bool:
+        """A pool queue's daemon pulls: never idle."""
+        return True
 
     # ------------------------------------------------------------ requests
     def create(self, r: Request) -> None:
@@ -98,7 +105,6 @@ class PoolMember:
         self._check_plain(r)
         msg = new_message(r.args.get("msg"), self.ctx.name)
         self.ctx.check_dest(msg)
-        assert self.ids is not None
         msg_id = self.ids.next_id()
         msg["msg_id"] = msg_id
         if msg.get("batch"):  # a batch member: its end comes back through the bucket
@@ -126,13 +132,12 @@ class PoolMember:
                            else unique.publish_once(self.link, self.worker.files, key, msg_id,
                                                     msg, record, files, headers), then)
 
-    def copy(self, msg: dict[str, Any], state: str, src_id: str,
-             done: Callable[[str, BaseException | None], None]) -> None:
+    def on_diverting(self, msg: dict[str, Any], state: str, src_id: str,
+                     done: Callable[[str, BaseException | None], None]) -> bool:
         """A clone, or a running script's dup to this queue, of a message this
         host holds: a new message to the pool, with the source's files put in
         the object store under the new id; ``done(new_id, error)`` once
         JetStream has it."""
-        assert self.ids is not None
         msg_id = self.ids.next_id()
         msg = dict(msg, msg_id=msg_id)
         record = {"state": "que", "host": "", "status": "", "url": self.ctx.url(msg_id),
@@ -144,6 +149,7 @@ class PoolMember:
 
         files = local_files(self.store, state, src_id)
         self.bridge.submit(self.worker.files.publish(msg_id, msg, record, files), then)
+        return True
 
     @staticmethod
     def _outgoing(r: Request) -> list[Outgoing]:
@@ -162,13 +168,38 @@ class PoolMember:
                              f"({self.settings.pool}): single and unique_key together "
                              "are not taken (one key a message)")
 
-    def wrap_ops(self, table: dict[str, Handler], schemas: dict[str, Any]) -> None:
-        """``get``, ``state`` and ``status`` of a message another host holds
-        are answered from the pool's bucket; ``pool`` tells the pool's figures."""
+    def on_building_ops(self, table: dict[str, Handler], schemas: dict[str, Any]) -> None:
+        """A new queued message goes to the pool, a prep one stays here until its
+        commit sends it; ``get``, ``state`` and ``status`` of a message another
+        host holds are answered from the pool's bucket; ``pool`` tells the
+        pool's figures."""
         for op in LOOKUP_OPS:
             table[op] = self._or_from_pool(op, table[op])
+        table["create"] = self._create_or_prep(table["create"])
+        table["clone"] = self._clone_held(table["clone"])
+        table["create_many"] = _one_by_one
         table["pool"], schemas["pool"] = self.figures, request()
         table["commit"] = self.commit
+
+    def _create_or_prep(self, local: Handler) -> Handler:
+        def handler(r: Request) -> Reply | None:
+            refuse_after_in_pool(r.args.get("msg"))
+            if r.args.get("state", "que") == "que":  # a prep message is local until commit
+                self.create(r)  # answered once JetStream has it
+                return None
+            refuse_unique_in_pool(r.args.get("msg"))
+            return local(r)
+        return handler
+
+    def _clone_held(self, local: Handler) -> Handler:
+        def handler(r: Request) -> Reply | None:
+            try:
+                return local(r)
+            except NotFound:
+                raise NotFound(f"no message {r.args['msg_id']} on this host: a pool queue "
+                               "clones a message on the host that holds it (its URL's "
+                               "host)") from None
+        return handler
 
     def commit(self, r: Request) -> Reply | None:
         """A prep message (made here, with its attachments) goes to the pool
@@ -201,7 +232,7 @@ class PoolMember:
     def figures(self, r: Request) -> None:
         """``pool``: JetStream's figures of the pool, and this host's part."""
         here = {"ok": True, "pool": self.settings.pool, "host": self.settings.host,
-                "host_number": self.ids.host_number if self.ids else 0,
+                "host_number": self.ids.host_number,
                 "in_flight_here": len(self.worker.held)}
 
         def then(figures: Any, error: BaseException | None) -> None:
@@ -233,6 +264,10 @@ class PoolMember:
             else:
                 r.answer(_lookup_reply(op, record))
         return then
+
+
+def _one_by_one(_r: Request) -> Reply | None:
+    raise BadRequest("create_many: a pool queue takes messages one by one (create)")
 
 
 def _lookup_reply(op: str, record: dict[str, Any]) -> Reply:

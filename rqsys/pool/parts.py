@@ -9,9 +9,10 @@ if TYPE_CHECKING:  # the daemon imports the pool: only the types from there
     from rqsys.batches.ends import BatchEnds
     from rqsys.daemon.context import QueueContext
     from rqsys.daemon.intake import Intake
-    from rqsys.daemon.runner import Runner
     from rqsys.daemon.transitions import Transitions
     from rqsys.observe.events import EventLog
+    from rqsys.pool.ids import PoolIds
+    from rqsys.run.runner import Runner
     from rqsys.store import QueueStore
 
 
@@ -26,3 +27,4 @@ class QueueParts:
     runner: Runner
     log: EventLog
     batch_ends: BatchEnds
+    ids: PoolIds  # the store's id maker, numbered when the host joins

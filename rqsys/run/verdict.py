@@ -146,7 +146,7 @@ class Worker:
 
     def _process(self) -> str:
         """Who ran it, as RQ's exit texts name it: ``pid N``, or a relay
-        worker's hand-over (rqsys.daemon.handoff: no process of its own)."""
+        worker's hand-over (rqsys.run.handoff: no process of its own)."""
         return self.child.process or f"pid {self.child.pid}"
 
 

@@ -13,7 +13,7 @@ import functools
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -367,7 +367,7 @@ class QueueStore(QueueView):
         """Clean temp files, move ``run/`` back to ``que/``; returns recovered ids."""
         return recovery.recover(self)
 
-    def save_que_snapshot(self, msgs: dict[str, dict[str, Any]]) -> None:
+    def save_que_snapshot(self, msgs: Mapping[str, dict[str, Any]]) -> None:
         """At a clean stop: every queued message in one file, durably (not on
         a full disk: the next start reads que/ instead)."""
         try:

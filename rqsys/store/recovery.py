@@ -93,6 +93,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -274,7 +275,7 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def save_que_snapshot(qdir: Path, msgs: dict[str, dict[str, Any]]) -> None:
+def save_que_snapshot(qdir: Path, msgs: Mapping[str, dict[str, Any]]) -> None:
     """At a clean stop: every queued message in one file (durably), so the
     next start reads one file instead of one per message."""
     lines = "".join(json.dumps([msg_id, msg]) + "\n" for msg_id, msg in msgs.items())

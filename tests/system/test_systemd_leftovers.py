@@ -1,7 +1,7 @@
 """Nothing outlives its message under a real booted systemd (tests/helpers/nspawn.py),
 on a queue without ``message_limits``: no sub-cgroup, no scope, the daemon (user
 ``rq``, sandboxed as shipped) ends what the run left behind itself
-(rqsys.daemon.leftovers), as in embedded mode."""
+(rqsys.run.leftovers), as in embedded mode."""
 
 from __future__ import annotations
 

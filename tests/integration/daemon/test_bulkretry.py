@@ -19,6 +19,7 @@ from rqsys.daemon.context import QueueContext
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import NotFound
+from rqsys.life.moments import Moments
 from rqsys.observe.events import EventLog
 from rqsys.run.verdict import Outcome
 from rqsys.store import QueueStore, pruning, retrybatch
@@ -29,7 +30,7 @@ def t(layout):
     layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
     store = QueueStore(layout.queue_dir("q"))
     background = Background()
-    t = Transitions(Ledger(store, Schedule([], []), EventLog("q", journal=False)),
+    t = Transitions(Ledger(store, Schedule([], []), EventLog("q", journal=False), Moments()),
                     lambda work, then: background.submit(work, then, SYNC))
     t.load()
     t.background = background  # type: ignore[attr-defined]

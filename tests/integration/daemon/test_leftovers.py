@@ -1,4 +1,4 @@
-"""Nothing outlives its message (rqsys.daemon.leftovers): what a script leaves
+"""Nothing outlives its message (rqsys.run.leftovers): what a script leaves
 behind, out of its process group (setsid, double forks, a daemon's), is ended
 when its run ends, and reaped; a running neighbour's processes are left alone.
 

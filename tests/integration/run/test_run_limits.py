@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from daemon_util import send, settle, store_of
 
-from rqsys.daemon.runlimits import Run, explain
 from rqsys.errors import RQError
 from rqsys.observe import timeline
 from rqsys.run import scopes
+from rqsys.run.limits import Run, explain
 from rqsys.run.verdict import Outcome
 
 ALLOCATE = """\
@@ -118,7 +118,7 @@ def test_a_sigkill_after_a_new_oom_kill_of_the_unit_is_the_queues_memory_max(tmp
     # here the unit's memory.events is a file, and each new kill explains one end
     from types import SimpleNamespace
 
-    from rqsys.daemon.runlimits import RunLimits
+    from rqsys.run.limits import RunLimits
 
     ctx = SimpleNamespace(name="q", config={"limits": {"memory_max": "128M"}})
     events = tmp_path / "memory.events"

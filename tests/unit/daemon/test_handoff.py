@@ -1,4 +1,4 @@
-"""Unit tests of the relay hand-over (rqsys.daemon.handoff) against a real
+"""Unit tests of the relay hand-over (rqsys.run.handoff) against a real
 listening Unix socket standing in for the relay worker: a run it drops
 makes the message's next run start the script, and what it remembers so is
 bounded by the messages still in the queue."""
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from rqsys.daemon.handoff import LOST, HandedChild, HandOff
 from rqsys.fdclose import close_fds
+from rqsys.run.handoff import LOST, HandedChild, HandOff
 from rqsys.web import msgpage
 
 

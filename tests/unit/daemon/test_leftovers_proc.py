@@ -1,4 +1,4 @@
-"""The parsing under rqsys.daemon.leftovers: /proc's stat, environ and cgroup texts."""
+"""The parsing under rqsys.run.leftovers: /proc's stat, environ and cgroup texts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rqsys.daemon.procs import Stat, in_run_cgroup, msg_id_of, parse_stat, read_proc
+from rqsys.run.procs import Stat, in_run_cgroup, msg_id_of, parse_stat, read_proc
 
 # /proc/<pid>/stat of a `sleep 300` (52 fields; starttime is the 22nd)
 SLEEP_STAT = (b"4242 (sleep) S 1 4240 4242 0 -1 4194560 102 0 0 0 0 0 0 0 20 0 1 0 "

@@ -14,6 +14,7 @@ from rqsys.background import SYNC, Background
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import BadRequest, InternalError, NotFound, StoreError
+from rqsys.life.moments import Moments
 from rqsys.observe.events import EventLog
 from rqsys.run.verdict import Outcome
 from rqsys.store import QueueStore
@@ -27,7 +28,8 @@ class World:
         self.store = QueueStore(layout.queue_dir("q"))
         self.background = Background()
         self.schedule = Schedule([], list(coalesce))
-        self.t = Transitions(Ledger(self.store, self.schedule, EventLog("q", journal=False)),
+        ledger = Ledger(self.store, self.schedule, EventLog("q", journal=False), Moments())
+        self.t = Transitions(ledger,
                              lambda work, then: self.background.submit(work, then, SYNC))
         self.t.load()
 

@@ -15,11 +15,11 @@ import pytest
 
 from rqsys import config
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.runenv import RunEnvironment
 from rqsys.errors import ConfigError, RQError
 from rqsys.observe.events import EventLog
 from rqsys.run import credentials, resources
 from rqsys.run.credentials import CredentialError, Credentials
+from rqsys.run.environment import RunEnvironment
 from rqsys.scan import enabler
 
 SECRET = b"s3cr3t-\x00-bytes\n"

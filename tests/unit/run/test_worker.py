@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from rqsys.daemon.handoff import HandedChild
+from rqsys.run.handoff import HandedChild
 from rqsys.run.protocol import parse_line
 from rqsys.run.spawn import Child, describe_exit
 from rqsys.run.verdict import MAX_LINE, Worker

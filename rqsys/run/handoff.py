@@ -34,7 +34,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from rqsys.daemon.runenv import RunEnvironment
+from rqsys.run.environment import RunEnvironment
 from rqsys.run.spawn import Child
 
 SHIM = "rqrelay"

@@ -58,8 +58,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.procs import Stat, children_of, in_run_cgroup, msg_id_of, read_proc, stat_of
 from rqsys.observe.events import EventLog
+from rqsys.run.procs import Stat, children_of, in_run_cgroup, msg_id_of, read_proc, stat_of
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 WALK_MAX = 10_000  # processes looked at in one sweep: a fork bomb does not hold the loop long

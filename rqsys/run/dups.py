@@ -14,8 +14,8 @@ from typing import Any
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.intake import Intake, copy_fields
 from rqsys.daemon.outbound import Outbound
-from rqsys.daemon.runtraces import RunTraces
 from rqsys.errors import NotFound, RQError, Unavailable
+from rqsys.life.moments import Moments
 from rqsys.run.protocol import Command
 from rqsys.run.verdict import Worker
 from rqsys.store import QueueStore
@@ -25,10 +25,10 @@ class Dups:
     """Copies a running message where its script asks; the answer goes to fd 4."""
 
     def __init__(self, ctx: QueueContext, store: QueueStore, intake: Intake,
-                 outbound: Outbound, traces: RunTraces,
+                 outbound: Outbound, moments: Moments,
                  answer: Callable[[Worker], None]) -> None:
         self.ctx, self.store, self.intake, self.outbound = ctx, store, intake, outbound
-        self.traces, self._answer = traces, answer
+        self.moments, self._answer = moments, answer
 
     def request(self, worker: Worker, cmd: Command) -> None:
         """Copy the running message (attachments hard-linked) to ``cmd.dest``;
@@ -44,8 +44,9 @@ class Dups:
         try:
             target = self.ctx.dup_target(cmd.dest)
             msg = copy_fields(worker.msg, cmd.dest, self.ctx.url(worker.msg_id),
-                              due=time.time() + cmd.due if cmd.due else 0,
-                              **self.traces.carried(worker.msg_id))  # the copy in its trace
+                              due=time.time() + cmd.due if cmd.due else 0)
+            for hook in self.moments.duplicating:  # tracing: the copy in the run's trace
+                hook(worker.msg_id, msg)
             if target == self.ctx.name:
                 self.intake.dup_here(msg, worker.msg_id, then)
             else:

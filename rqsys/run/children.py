@@ -15,7 +15,7 @@ At an end the script's process group is signalled *before* the script is
 reaped: the zombie keeps the group alive, so the signal reaches whatever the
 script left behind (and cannot reach a later group that took its number).
 What left the group (setsid, a daemon's double fork) is found by the run's
-marks once the script is reaped, and ended (``rqsys.daemon.leftovers``).
+marks once the script is reaped, and ended (``rqsys.run.leftovers``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.leftovers import After, Leftovers, Starting
 from rqsys.errors import ProtocolError
 from rqsys.fdclose import FdBatch
 from rqsys.observe.events import EventLog
+from rqsys.run.leftovers import After, Leftovers, Starting
 from rqsys.run.protocol import Command
 from rqsys.run.verdict import Worker
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from rqsys import config
 from rqsys.daemon.context import QueueContext
-from rqsys.observe import tracing
 from rqsys.run import credentials as creds
 from rqsys.run.identity import Identity
 from rqsys.run.spawn import QueueEnviron
@@ -24,8 +23,10 @@ class RunEnvironment:
     """Built once per configuration (``forget`` after a reload)."""
 
     def __init__(self, ctx: QueueContext, credentials: creds.Credentials | None = None,
-                 identity: Identity | None = None) -> None:
+                 identity: Identity | None = None,
+                 run_keys: frozenset[str] = frozenset()) -> None:
         self.ctx, self.credentials, self.identity = ctx, credentials, identity
+        self.run_keys = run_keys  # the features' own variables of each run (TRACEPARENT)
         self._shared: dict[str, str] | None = None
         self._strings: QueueEnviron | None = None  # _shared as C strings
 
@@ -52,17 +53,13 @@ class RunEnvironment:
     def strings(self) -> QueueEnviron:
         if self._strings is None:
             self._strings = QueueEnviron(self.shared(), RUN_KEYS | self._gpu_keys()
-                                         | self._credential_keys() | self._trace_keys())
+                                         | self._credential_keys() | self.run_keys)
         return self._strings
 
     def _credential_keys(self) -> frozenset[str]:
         """CREDENTIALS_DIRECTORY, where each run has its own (embedded mode)."""
         per_run = self.credentials is not None and self.credentials.per_run
         return frozenset({creds.ENV}) if per_run else frozenset()
-
-    def _trace_keys(self) -> frozenset[str]:
-        """TRACEPARENT, each run's own when traces are on."""
-        return frozenset({tracing.ENV}) if self.ctx.tracing is not None else frozenset()
 
     def _gpu_keys(self) -> frozenset[str]:
         return GPU_KEYS if (self.ctx.config.get("budget") or {}).get("gpus") else frozenset()

@@ -19,7 +19,7 @@ Each start's time in the in-process helper (a failed one's too) is added to
 the loop's spawn seconds (``rqsys.daemon.loopclock``), and so is the time
 spent sending a request to the server.  A start holds the script's ends of
 its pipes until its run ends (closed then with the run's other fds,
-``rqsys.daemon.children``); the output fd it gives the script is closed
+``rqsys.run.children``); the output fd it gives the script is closed
 with the turn's fds (``rqsys.fdclose.FdBatch``) once the script has its
 copy, so the output's reader sees end of file when the script is done.
 """

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rqsys.run.cgroups import RUN_PREFIX
 from rqsys.run.scopes import scope_name
 
-MARK = b"RQ_MSG_ID="  # the run's own variable (rqsys.daemon.runenv.RUN_KEYS)
+MARK = b"RQ_MSG_ID="  # the run's own variable (rqsys.run.environment.RUN_KEYS)
 
 
 @dataclass(frozen=True)

@@ -14,35 +14,35 @@ from __future__ import annotations
 import errno
 import os
 import selectors
-import signal
 import time
 from typing import Any
 
 from rqsys import tunables
-from rqsys.daemon.children import Children
 from rqsys.daemon.context import QueueContext
-from rqsys.daemon.deadlines import USED, Deadlines, budget, time_used, timed_out_text
-from rqsys.daemon.dups import Dups
-from rqsys.daemon.handoff import HANDED, HandOff
 from rqsys.daemon.intake import Intake
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.outbound import Outbound
-from rqsys.daemon.runenv import RunEnvironment
-from rqsys.daemon.runlimits import Run, RunLimits, explain
-from rqsys.daemon.runtraces import RunTraces
-from rqsys.daemon.starts import Starts
 from rqsys.daemon.transitions import Ended, Msg, Transitions
-from rqsys.errors import BadRequest, ProtocolError, SpawnError
+from rqsys.errors import ProtocolError, SpawnError
 from rqsys.fdclose import FdBatch
+from rqsys.life.moments import Moments
 from rqsys.observe import lastlines, timeline
 from rqsys.observe.events import EventLog
-from rqsys.run import resources, spawn
+from rqsys.run import spawn
 from rqsys.run.backoff import retried
+from rqsys.run.children import Children
 from rqsys.run.credentials import CredentialError, Credentials
+from rqsys.run.deadlines import USED, budget, time_used, timed_out_text
+from rqsys.run.dups import Dups
+from rqsys.run.environment import RunEnvironment
+from rqsys.run.handoff import HANDED, HandOff
 from rqsys.run.identity import Identity
+from rqsys.run.limits import Run, RunLimits, explain
 from rqsys.run.output import ScriptOutput
 from rqsys.run.protocol import Command
 from rqsys.run.spawn import ExecFailed, ScriptPath, script_argv
+from rqsys.run.starts import Starts
+from rqsys.run.stops import Stops
 from rqsys.run.verdict import Outcome, Worker
 from rqsys.store import QueueStore
 
@@ -55,8 +55,8 @@ class Runner:
     def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  selector: selectors.BaseSelector, output: ScriptOutput, log: EventLog,
                  intake: Intake, outbound: Outbound, clock: LoopClock,
-                 closing: FdBatch) -> None:
-        self.ctx, self.store, self.selector = ctx, store, selector
+                 closing: FdBatch, moments: Moments, run_keys: frozenset[str]) -> None:
+        self.ctx, self.store, self.selector, self.moments = ctx, store, selector, moments
         self.transitions, self.ledger = transitions, transitions.ledger
         self.output, self.log, self.intake, self.outbound = output, log, intake, outbound
         self.identity = Identity(ctx.name, ctx.layout.queue_dir(ctx.name), log, ctx.config)
@@ -68,23 +68,21 @@ class Runner:
         self._script = ScriptPath()
         self.credentials = Credentials(ctx.layout.root, ctx.name, log, ctx.config,
                                        owner=self.identity)
-        self.env = RunEnvironment(ctx, self.credentials, self.identity)
-        self.traces = RunTraces(ctx)  # each run's span, when tracing is on
-        self.dups = Dups(ctx, store, intake, outbound, self.traces, self._write_replies)
+        self.env = RunEnvironment(ctx, self.credentials, self.identity, run_keys)
+        self.dups = Dups(ctx, store, intake, outbound, moments, self._write_replies)
         self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
-        self.children = Children(selector, self._on_lines, self._on_exit, closing, ctx, log,
-                                 lambda seconds, act: self.deadlines.after(seconds, act),
-                                 self.starts.children)
-        self.deadlines = Deadlines()  # timeouts and their escalation to SIGKILL
         self.limits = RunLimits(ctx, outbound.background, log)
         self.limits.recover()
+        self.stops = Stops(ctx, store, log, self.workers, self.limits)  # timeouts, cancels
+        self.children = Children(selector, self._on_lines, self._on_exit, closing, ctx, log,
+                                 self.stops.deadlines.after, self.starts.children)
 
     # ------------------------------------------------------------ starting
     def can_start(self) -> bool:
         room = self.ledger.schedule.room
-        room.outside = self.limits.ending
+        self.transitions.slots_outside(self.limits.ending)
         return (self.ctx.admin == "UP" and not self.ctx.stopping and self.limits.ready
                 and not (self.credentials.refusal or self.identity.refusal)
                 and room.has_free_slot() and not self.store.room.check()  # a full disk
@@ -93,7 +91,7 @@ class Runner:
     def next_wait(self) -> float | None:
         """Seconds until a script may start or one must be stopped (its
         timeout); None when nothing waits for time."""
-        waits = [w for w in (self._start_wait(), self.deadlines.wait()) if w is not None]
+        waits = [w for w in (self._start_wait(), self.stops.deadlines.wait()) if w is not None]
         return min(waits) if waits else None
 
     def _start_wait(self) -> float | None:
@@ -190,9 +188,9 @@ class Runner:
         self.transitions.coalesce(msg_id, msg, self.ctx.url(msg_id))
         self.children.watch(worker)
         if left is not None:
-            self._arm_timeout(worker, left)
+            self.stops.arm_timeout(worker, left)
         if limits:
-            self._limit(worker, limits)
+            self.stops.limit(worker, limits)
         pid = worker.child.pid
         who, field = ((f"handed to the {HANDED}", {"RQ_HANDED": HANDED}) if handed
                       else (f"pid {pid}", {"RQ_PID": pid}))  # a hand-over: no pid
@@ -204,7 +202,8 @@ class Runner:
         """A run's own variables (and credentials); None: they cannot be, it ended in err."""
         try:
             run = self.env.of_run(msg_id, msg, real, job, self._gpus_of(msg_id))
-            self.traces.started(msg_id, msg, run)
+            for hook in self.moments.starting:
+                hook(msg_id, msg, run)
             return run
         except CredentialError as exc:  # named, never their content
             self.log.event("err", str(exc), msg_id, RQ_STATE="run")
@@ -217,7 +216,9 @@ class Runner:
         fitting; a lone surrogate stored before intake refused them), it alone ends
         in err; else the queue's script is (SCRIPTERROR): it waits in que."""
         self.credentials.close_run(msg_id)
-        self.traces.ended(msg_id, Outcome("que", f"not started: {exc}"), None)
+        not_run = Outcome("que", f"not started: {exc}")
+        for hook in self.moments.run_over:
+            hook(msg_id, not_run, None)
         errno_ = getattr(exc, "errno", None)
         why = "its params hold a lone UTF-16 surrogate" if isinstance(exc, UnicodeError) else ""
         if errno_ == errno.E2BIG and not spawn.env_problem(self.env.shared(), tuple(argv)):
@@ -325,75 +326,15 @@ class Runner:
                   worker: Worker | None = None) -> None:
         """End a run: retried when the queue's policy says so (``retry``)."""
         self.credentials.close_run(msg_id)  # its directory, once all it started is gone
-        self.traces.ended(msg_id, outcome, worker)
+        for hook in self.moments.run_over:
+            hook(msg_id, outcome, worker)
         outcome = retried(outcome, msg, self.ctx.config)
         if outcome.state == "que" and (USED in msg or budget(msg, self.ctx.config)):
             outcome.fields[USED] = time_used(worker)
         self._webhooks(self.transitions.end(msg_id, outcome, on_disk))
-
-    # ------------------------------------------------------------ timeouts
-    def enforce_deadlines(self) -> None:
-        """Stop the scripts whose timeout has come (a loop phase)."""
-        self.deadlines.fire()
-
-    def _arm_timeout(self, worker: Worker, seconds: float) -> None:
-        if why := self.store.write_started(worker.msg_id, worker.started):  # recovery's
-            self.log.event("warning", why, worker.msg_id)  # estimate of the time used
-        self.deadlines.after(seconds, lambda: self._time_out(worker))
-
-    def _limit(self, worker: Worker, limits: dict[str, Any]) -> None:
-        """Hold a run's limits; its runtime_max is a timeout of its own."""
-        self.limits.started(worker, limits)
-        if "runtime_max" in limits:
-            seconds = float(limits["runtime_max"])
-            text = f"killed: runtime limit {resources.runtime_text(seconds)}"
-            self.deadlines.after(seconds, lambda: self._time_out(worker, text))
-
-    def _time_out(self, worker: Worker, text: str = "") -> None:
-        if self.workers.get(worker.msg_id) is not worker or worker.stop_reason:
-            return  # ended, destroyed, or the daemon is stopping it anyway
-        self._stop(worker, "timeout", text or timed_out_text(worker.msg, self.ctx.config))
-
-    def _stop(self, worker: Worker, reason: str, text: str) -> None:
-        """TERM the script's whole process group, KILL it after stop_grace."""
-        worker.stop_reason, worker.stop_text = reason, text
-        self.log.event(reason, f"{text}: SIGTERM to its process group", worker.msg_id,
-                       RQ_STATE="run")
-        worker.child.signal_group(signal.SIGTERM)
-        self.deadlines.after(float(self.ctx.config["stop_grace"]), lambda: self._kill(worker))
-
-    def _kill(self, worker: Worker) -> None:
-        if self.workers.get(worker.msg_id) is worker:
-            self.log.event(worker.stop_reason, "still running after stop_grace: SIGKILL",
-                           worker.msg_id, RQ_STATE="run")
-            worker.child.signal_group(signal.SIGKILL)
 
     def _webhooks(self, ended: list[Ended]) -> None:
         """Call the post_run_webhook of each message that ended."""
         for msg_id, msg, outcome in ended:
             if msg.get("post_run_webhook"):
                 self.outbound.webhook(msg_id, msg, outcome)
-
-    def cancel(self, worker: Worker, who: str) -> None:
-        """Stop a running message as a timeout does; it ends in err, ``cancelled by <who>``."""
-        if worker.stop_reason:
-            raise BadRequest(f"message {worker.msg_id} is being stopped already "
-                             f"({worker.stop_reason})")
-        self._stop(worker, "cancel", f"cancelled by {who}")
-
-    def destroy(self, worker: Worker) -> None:
-        """Kill a running message's whole process group; it is deleted when it exits."""
-        worker.stop_reason = "destroy"
-        self.log.record("destroy", worker.msg_id, "destroy requested", RQ_STATE="run")
-        worker.child.signal_group(signal.SIGKILL)
-
-    def stop_all(self) -> None:
-        """The daemon stops: TERM every script; their messages go back to que."""
-        for worker in self.workers.values():
-            worker.stop_reason = worker.stop_reason or "stopping"
-            worker.child.signal_group(signal.SIGTERM)
-
-    def kill_all(self) -> None:
-        for worker in self.workers.values():
-            worker.child.signal_group(signal.SIGKILL)
-
