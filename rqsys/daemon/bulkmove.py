@@ -98,7 +98,7 @@ class Move(Steps):
                   if (m := self.mover.copy(i, self.dest, self.state)) is not None]
         self.passed += len(batch) - len(chosen)
         if chosen:
-            self.ledger.hold_moving([i for i, _m in chosen])
+            self.transitions.hold_moving([i for i, _m in chosen])
             self._send(chosen)
         return bool(chosen)
 
@@ -115,13 +115,13 @@ class Move(Steps):
         """On the loop: the other queue has them (those it took are deleted here)."""
         if error is not None:
             for msg_id, _m in chosen:
-                self.ledger.release_moving(msg_id)
+                self.transitions.release_moving(msg_id)
             self.finish(self.done, self.passed, error)
             return
         made = [old for (old, _m), got in zip(chosen, results, strict=True) if "msg_id" in got]
         for (msg_id, _m), got in zip(chosen, results, strict=True):
             if "msg_id" not in got:  # refused there: it stays here, startable again
-                self.ledger.release_moving(msg_id)
+                self.transitions.release_moving(msg_id)
         self.passed += len(chosen) - len(made)
         self._delete(made)
 
@@ -137,7 +137,7 @@ class Move(Steps):
             self.step()
             return
         for msg_id in made:
-            self.ledger.release_moving(msg_id, partial(self._delete_one, msg_id, one))
+            self.transitions.release_moving(msg_id, partial(self._delete_one, msg_id, one))
 
     def _delete_one(self, msg_id: str, then: Callable[[BaseException | None], None]) -> None:
         """The original of a copy the other queue took (held until now, so it

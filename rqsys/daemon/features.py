@@ -23,13 +23,13 @@ from rqsys.observe import tracing
 from rqsys.observe.events import EventLog
 from rqsys.observe.traces import Traces
 from rqsys.pool import member_for
-from rqsys.pool.ids import PoolIds
 from rqsys.store.layout import IdMaker
 
 if TYPE_CHECKING:
     from rqsys.batches.ends import BatchEnds
     from rqsys.daemon.intake import Intake
     from rqsys.daemon.transitions import Transitions
+    from rqsys.pool.ids import PoolIds
     from rqsys.run.runner import Runner
     from rqsys.store import QueueStore
 
@@ -41,7 +41,11 @@ class Features:
         self.ctx, self.log = ctx, log
         self.moments = Moments()
         self.tracing = tracing.start(ctx.sysconfig, log, ctx.name)  # None: traces are off
-        self.pool_ids = PoolIds() if ctx.config.get("pool") else None
+        self.pool_ids: PoolIds | None = None
+        if ctx.config.get("pool"):  # a plain queue imports nothing of the pool's but this
+            from rqsys.pool.ids import PoolIds
+
+            self.pool_ids = PoolIds()
         self.ids: IdMaker = self.pool_ids or IdMaker()  # the queue store's
         if self.tracing is not None:
             self.moments.register(Traces(self.tracing), "tracing")

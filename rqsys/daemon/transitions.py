@@ -170,6 +170,16 @@ class Transitions:
         (their scopes): no start takes them meanwhile."""
         self.ledger.outside(held)
 
+    def hold_moving(self, msg_ids: list[str]) -> None:
+        """que | prep | done | err | relayed → (held): a bulk move's step is being
+        copied to another queue; busy until ``release_moving``."""
+        self.ledger.hold_moving(msg_ids)
+
+    def release_moving(self, msg_id: str, then: Callable[[], None] | None = None) -> None:
+        """The other queue answered: ``then`` (the delete of one it took), or
+        the message stays here as it was."""
+        self.ledger.release_moving(msg_id, then)
+
     def take_from_que(self, msg_id: str) -> Msg | None:
         """que → que: out of the que in memory, its directory left in que/ (a
         pool's hand-back at start, until the pool has it); None: not queued."""
