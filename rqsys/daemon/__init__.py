@@ -1,6 +1,8 @@
 """The queue daemon: one process per queue, the sole writer of its directory.
 
-Its rooms, each a module (``main`` starts it, ``loop`` runs it):
+It keeps the loop, the intake, the ops and the state; the run side is
+``rqsys.run``, the moments features hook into ``rqsys.life``.  Its rooms,
+each a module (``main`` starts it, ``loop`` runs it):
 
 * ``adminfiles``: RQ's admin files of one queue: ``config/<q>.down`` and
   ``config/<q>.pause`` under the root, read at start and on each status
@@ -34,6 +36,8 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
   (the store is the truth), so a write that fails is counted where it happens;
   this module shows the counts in ``stats`` and tells the log when they change
   (once per change, not per failure: a full disk fails every line).
+* ``features``: The optional features a queue's config asks for, built before
+  their users and registered for their moments (tracing, a pool).
 * ``gates``: Whether a due message may start now: the queue's concurrency
   limits (``blocking_params`` is the limit-1 case) and its rate limit, each
   counted globally or per tuple of parameters.
@@ -53,6 +57,8 @@ Its rooms, each a module (``main`` starts it, ``loop`` runs it):
 * ``ops``: The socket operations, and the table that names every one of them.
 * ``outbound``: Everything that talks to another queue daemon: a script's dup
   to another queue, and queueing a post_run_webhook call.  Never on the loop.
+* ``removals``: any → gone: a client's delete and the cleaner's prune, two
+  transitions of the daemon's.
 * ``retries``: err → que: a client's retry of failed messages, one at a time
   or a bulk retry's batch, as one transition of ``rqsys.daemon.transitions``.
 * ``scheduler``: The in-memory que of one queue: which message runs next

@@ -24,6 +24,7 @@ from rqsys.pool import batchends, unique
 from rqsys.pool.bridge import Bridge, why
 from rqsys.pool.files import PoolFiles
 from rqsys.pool.link import Link, NatsMsg
+from rqsys.store import QueueStore
 
 RETRY = 1.0  # seconds before a failed fetch, lookup or end is tried again (no busy loop)
 SOON = 0.05  # seconds: an end that waits for the store's next flush is looked at again
@@ -46,7 +47,7 @@ class End:
 class Acks:
     """Records and acks the ends of held messages once flushed, and drops their files."""
 
-    def __init__(self, store: Any, link: Link, bridge: Bridge, files: PoolFiles,
+    def __init__(self, store: QueueStore, link: Link, bridge: Bridge, files: PoolFiles,
                  log: EventLog) -> None:
         self.store, self.link, self.bridge, self.files, self.log = store, link, bridge, files, log
         self.ended: list[End] = []

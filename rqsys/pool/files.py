@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.js.api import ObjectStoreConfig
 from nats.js.errors import BadObjectMetaError, DigestMismatchError, ObjectNotFoundError
@@ -31,6 +31,9 @@ from rqsys.errors import BadRequest, RQError
 from rqsys.store import durable
 from rqsys.store.attachments import file_md5, md5_path
 from rqsys.store.layout import check_attach_name
+
+if TYPE_CHECKING:
+    from rqsys.pool.link import Link
 
 HEADER = "Rq-Attachments"  # a pool message's attachments: JSON [{name, md5, size}]
 
@@ -70,7 +73,7 @@ class _Md5Reader:
 class PoolFiles:
     """One pool's object store bucket, created at its first use."""
 
-    def __init__(self, link: Any) -> None:
+    def __init__(self, link: Link) -> None:
         self.link = link
         self.obs: Any = None
 

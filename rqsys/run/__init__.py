@@ -1,5 +1,16 @@
-"""One run of a queue script: starting it (spawn), the fd-3 grammar (protocol),
-its verdict when it ends (verdict), automatic retries and their back-off
-(backoff), where its output goes (output), its cgroup or systemd scope and
-their limits (cgroups, scopes, limits).
+"""The run side of a queue daemon: one table of running scripts, split by action.
+
+* ``runner``: the table (``Runner.workers``); a start, its status lines, its exit.
+* ``starts``: the spawn helper and the fork server as the runner calls them;
+  ``spawn`` and ``forkserver`` beneath them.
+* ``children``: the running scripts' status pipes and pidfds.
+* ``stops``: timeouts, a cancel, a destroy, the daemon's stop; ``deadlines``
+  their timed actions on the loop's clock.
+* ``leftovers`` and ``procs``: what a run left behind it.
+* ``environment``: a script's environment; ``credentials`` and ``identity``
+  (``unituser`` under systemd) the secrets and the user it runs with.
+* ``limits``: per-run limits (``cgroups``, ``scopes``, rlimits from ``resources``).
+* ``dups``: fd 3's ``dup`` requests; ``handoff``: a relay run handed over, no exec.
+* ``protocol`` (the fd-3 grammar), ``verdict`` (the end of a run),
+  ``backoff`` (automatic retries), ``output`` (stdout and stderr).
 """

@@ -12,7 +12,7 @@ runs they are all running scripts, and that is the whole cost.
 A process carries the run's marks when (a) its session is the script's
 (the script leads a session: its sid is the script's pid, and whatever did
 not call setsid() stays in it), or (b) the environment it was exec'd with
-(``/proc/<pid>/environ``) holds the run's ``RQ_MSG_ID`` (``runenv``), which
+(``/proc/<pid>/environ``) holds the run's ``RQ_MSG_ID`` (``environment``), which
 a setsid'd process keeps.  A marked process and all its descendants get
 SIGTERM (but those the group's TERM reached) through pidfds (a reused pid is
 never hit), watched in the loop's selector (the daemon does not go idle
@@ -22,7 +22,7 @@ never a wildcard wait, which could take a running script.  stop_grace later
 fork during the first walk).  The log names what a sweep ended.  A running
 run's process (its session or RQ_MSG_ID) is left alone, with what is below
 it; an unmarked one is looked into.  One in the run's own sub-cgroup or
-scope (``runlimits``) is left to that cgroup's stop, only reaped here.
+scope (``limits``) is left to that cgroup's stop, only reaped here.
 Zombie children outside the daemon's session (orphans that exited while
 their run went on; never a script, nor a subprocess of the daemon's) are
 reaped at each run's end and each leftover's.  Scripts are the daemon's
