@@ -1,6 +1,9 @@
 """The run side of a queue daemon: one table of running scripts, split by action.
 
-* ``runner``: the table (``Runner.workers``); a start, its status lines, its exit.
+* ``runner``: the table (``Runner.workers``), and a start; ``scriptcheck``
+  whether the queue's script can start (SCRIPTERROR).
+* ``lines``: a running script's status and ``dup`` lines on fd 3, fd 4's answers.
+* ``exits``: an exit, its verdict, and where the message goes.
 * ``starts``: the spawn helper and the fork server as the runner calls them;
   ``spawn`` and ``forkserver`` beneath them.
 * ``children``: the running scripts' status pipes and pidfds.
