@@ -55,10 +55,10 @@ class Features:
         """The environment variables the features give each run its own value of."""
         return frozenset({tracing.ENV}) if self.tracing is not None else frozenset()
 
-    def join_pool(self, store: QueueStore, transitions: Transitions, intake: Intake,
+    def register_late(self, store: QueueStore, transitions: Transitions, intake: Intake,
                   runner: Runner, batch_ends: BatchEnds) -> None:
-        """A pool queue's member, registered: it pulls into the intake and runs
-        through the runner, so it is built after them."""
+        """The features built once the intake and the runner are: a pool
+        queue's member (it pulls into the one and runs through the other)."""
         if self.pool_ids is None:
             return
         member = member_for(self.ctx, store, transitions, intake, runner, self.log,

@@ -110,6 +110,14 @@ class Ledger:
             return sorted(self._running, key=arrival)[offset:offset + limit]
         return self.store.newest(state, offset, limit)
 
+    def has_free_slot(self) -> bool:
+        """Whether a worker slot is free (ended runs still being stopped hold theirs)."""
+        return self._que.room.has_free_slot()
+
+    def gpus_of(self, msg_id: str) -> list[str]:
+        """The GPU ids a running message holds."""
+        return self._que.room.gpus_of(msg_id)
+
     def busy(self, msg_id: str) -> str:
         """Why no client may move the message now ("" when it may)."""
         if msg_id in self._running:
@@ -306,7 +314,8 @@ class Ledger:
 
     def outside(self, held: int) -> None:
         """Slots held by runs that ended but whose processes are not gone yet."""
-        self._que.room.outside = held
+        if held != self._que.room.outside:
+            self._que.room.outside = held
 
 
 WRITERS = frozenset({  # the ledger's writing methods: only transitions and retries call them

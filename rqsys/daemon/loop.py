@@ -118,7 +118,7 @@ class QueueDaemon:
                                                    self.log), self.clock, self.closing,
                              moments, self.features.run_keys)
         self.stops = self.runner.stops  # the scripts' timeouts, and the stop's TERM and KILL
-        self.features.join_pool(self.store, self.transitions, self.intake, self.runner,
+        self.features.register_late(self.store, self.transitions, self.intake, self.runner,
                                 self.batch_ends)
 
     def _server(self, extra_ops: ExtraOps) -> Server:

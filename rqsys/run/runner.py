@@ -65,7 +65,6 @@ class Runner:
                                        owner=self.identity)
         self.env = RunEnvironment(ctx, self.credentials, self.identity, run_keys)
         self.lines = StatusLines(ctx, store, log, self.workers, intake, outbound, moments)
-        self._gpus_of = self.ledger.schedule.room.gpus_of  # the GPU ids a run holds
         ledger = self.ledger
         self.handoff = HandOff(self.env, lambda i: i in ledger.schedule or bool(ledger.busy(i)))
         self.limits = RunLimits(ctx, outbound.background, log)
@@ -83,11 +82,10 @@ class Runner:
 
     # ------------------------------------------------------------ starting
     def can_start(self) -> bool:
-        room = self.ledger.schedule.room
         self.transitions.slots_outside(self.limits.ending)
         return (self.ctx.admin == "UP" and not self.ctx.stopping and self.limits.ready
                 and not (self.credentials.refusal or self.identity.refusal)
-                and room.has_free_slot() and not self.store.room.check()  # a full disk
+                and self.ledger.has_free_slot() and not self.store.room.check()  # a full disk
                 and self.script.ready())
 
     def next_wait(self) -> float | None:
@@ -201,7 +199,7 @@ class Runner:
     def _run_env(self, msg_id: str, msg: Msg, real: str, job: str) -> dict[str, str] | None:
         """A run's own variables (and credentials); None: they cannot be, it ended in err."""
         try:
-            run = self.env.of_run(msg_id, msg, real, job, self._gpus_of(msg_id))
+            run = self.env.of_run(msg_id, msg, real, job, self.ledger.gpus_of(msg_id))
             for hook in self.moments.starting:
                 hook(msg_id, msg, run)
             return run
