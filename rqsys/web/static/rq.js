@@ -159,13 +159,29 @@ function swapKeepingFocus(block, fresh) {
   if (same) same.focus({ preventScroll: true });
 }
 
+// How often live parts are fetched: the operator's pick (1 to 15 s, or off), kept by
+// this browser; the page's own data-refresh until one is picked.
+const RATE_KEY = "rq-live-every";
+function liveEvery(block) {
+  let picked = null;
+  try { picked = localStorage.getItem(RATE_KEY); } catch (err) { /* private mode */ }
+  if (picked === "off") return 0;
+  const seconds = Number(picked) || Number(block.dataset.refresh) || 5;
+  return Math.min(15, Math.max(1, seconds)) * 1000;
+}
+
+const liveBlocks = [];  // each: { block, now() } (the "r" key refreshes them at once)
+
 function startLive(block) {
-  const every = Math.max(2, Number(block.dataset.refresh) || 5) * 1000;
+  let timer = null;
   async function refresh() {
+    clearTimeout(timer);
+    timer = null;
     const busy = document.activeElement && block.contains(document.activeElement) &&
       /INPUT|SELECT|TEXTAREA/.test(document.activeElement.tagName);
     const chosen = block.querySelector("input.pick:checked");
-    if (!document.hidden && !busy && !chosen) {
+    if (document.hidden) return;  // paused: visibilitychange starts it again
+    if (!busy && !chosen) {
       try {
         const resp = await fetch(window.location.href, { headers: { Accept: "text/html" } });
         if (resp.ok) {
@@ -176,12 +192,34 @@ function startLive(block) {
         }
       } catch (err) { /* the next round tries again */ }
     }
-    setTimeout(refresh, every);
+    schedule();
   }
-  setTimeout(refresh, every);
+  function schedule() {
+    clearTimeout(timer);
+    const every = liveEvery(block);
+    timer = every && !document.hidden ? setTimeout(refresh, every) : null;
+  }
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) { clearTimeout(timer); timer = null; } else refresh();
+  });
+  liveBlocks.push({ block, now: refresh, schedule });
+  schedule();
 }
 
 document.querySelectorAll(".live[data-refresh][id]").forEach(startLive);
+
+// The live rate picker in the header: shown on pages with live parts.
+const ratePicker = document.getElementById("live-rate");
+if (ratePicker && liveBlocks.length) {
+  ratePicker.closest(".live-rate").hidden = false;
+  let picked = null;
+  try { picked = localStorage.getItem(RATE_KEY); } catch (err) { /* private mode */ }
+  ratePicker.value = picked || liveBlocks[0].block.dataset.refresh || "5";
+  ratePicker.addEventListener("change", () => {
+    try { localStorage.setItem(RATE_KEY, ratePicker.value); } catch (err) { /* private mode */ }
+    liveBlocks.forEach((live) => live.schedule());
+  });
+}
 
 // The light/dark choice: the system's until the user picks one, then theirs (kept by
 // this browser; theme.js applies it before the page is drawn).
@@ -208,4 +246,81 @@ document.addEventListener("change", (event) => {
   if (!all) return;
   const table = all.closest("table");
   if (table) table.querySelectorAll("input.pick").forEach((box) => { box.checked = all.checked; });
+});
+
+// Shift-click ticks or clears every row's box between the last one clicked and this one.
+let lastPick = null;
+document.addEventListener("click", (event) => {
+  const box = event.target.closest("input.pick");
+  if (!box) return;
+  const table = box.closest("table");
+  if (event.shiftKey && lastPick && lastPick !== box && table && table.contains(lastPick)) {
+    const boxes = Array.from(table.querySelectorAll("input.pick"));
+    const [from, to] = [boxes.indexOf(lastPick), boxes.indexOf(box)].sort((a, b) => a - b);
+    boxes.slice(from, to + 1).forEach((one) => { one.checked = box.checked; });
+  }
+  lastPick = box;
+});
+
+// After an action (a form posted, the page shown again), the keyboard focus goes back
+// to the control that acted, or to the first control of the same form (pause became
+// resume), instead of the top of the page.
+const FOCUS_KEY = "rq-focus-after";
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  if ((form.method || "").toLowerCase() !== "post") return;
+  const control = event.submitter || document.activeElement;
+  const said = control && control.getAttribute ? control.getAttribute("aria-label") : "";
+  try {
+    sessionStorage.setItem(FOCUS_KEY, JSON.stringify(
+      { action: form.getAttribute("action") || "", said: said || "", at: Date.now() }));
+  } catch (err) { /* private mode */ }
+});
+(function focusAfterAction() {
+  let was = null;
+  try {
+    was = JSON.parse(sessionStorage.getItem(FOCUS_KEY) || "null");
+    sessionStorage.removeItem(FOCUS_KEY);
+  } catch (err) { return; }
+  if (!was || Date.now() - was.at > 60000) return;
+  const controls = Array.from(document.querySelectorAll("button, a, input, select"));
+  const same = (was.said && controls.find((el) => el.getAttribute("aria-label") === was.said)) ||
+    Array.from(document.querySelectorAll("form")).filter(
+      (form) => form.getAttribute("action") === was.action)
+      .map((form) => form.querySelector("button, input[type=submit]")).find(Boolean);
+  if (same) same.focus();
+})();
+
+// Keyboard shortcuts (? lists them): / search, g d dashboard, r refresh, t theme.
+const keysDialog = document.getElementById("keys");
+const keysOpen = document.getElementById("keys-open");
+if (keysDialog && keysOpen) keysOpen.addEventListener("click", () => keysDialog.showModal());
+let pendingG = 0;
+document.addEventListener("keydown", (event) => {
+  const target = event.target;
+  if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) return;
+  if (target.closest && target.closest("input, select, textarea, [contenteditable], .xterm")) return;
+  if (keysDialog && keysDialog.open) return;  // Esc closes it
+  const key = event.key;
+  if (pendingG && Date.now() - pendingG < 1500 && key === "d") {
+    pendingG = 0;
+    window.location.href = document.querySelector("a.brand").getAttribute("href");
+    event.preventDefault();
+    return;
+  }
+  pendingG = key === "g" ? Date.now() : 0;
+  if (key === "/") {
+    const find = document.querySelector("form.find input[type=search]");
+    if (find) { find.focus(); event.preventDefault(); }
+  } else if (key === "?" && keysDialog) {
+    keysDialog.showModal();
+    event.preventDefault();
+  } else if (key === "r") {
+    if (liveBlocks.length) liveBlocks.forEach((live) => live.now());
+    else window.location.reload();
+    event.preventDefault();
+  } else if (key === "t" && themeButton) {
+    themeButton.click();
+    event.preventDefault();
+  }
 });
