@@ -282,7 +282,8 @@ class Transitions:
         self.log.event(outcome.state, outcome.text, msg_id, RQ_COUNT=msg["count"],
                        RQ_STATE=outcome.state, **batch_of(msg),
                        **({"RQ_KIND": outcome.kind} if outcome.kind else {}),
-                       **({"RQ_LAST_LINE": outcome.last_line} if outcome.last_line else {}))
+                       **({"RQ_LAST_LINE": outcome.last_line} if outcome.last_line else {}),
+                       **({"RQ_LAST_LINES": outcome.tail} if outcome.tail else {}))
         return [(msg_id, msg, outcome)]
 
     def _log_failed(self, msg_id: str) -> Callable[[Any, BaseException | None], None]:
@@ -309,7 +310,8 @@ class Transitions:
                 self.ledger.requeue(msg_id, msg)
                 self.log.event("retry" if outcome.kind == "retry" else "resend", outcome.text,
                                msg_id, RQ_COUNT=msg.get("count", 0), RQ_STATE="que",
-                               RQ_DUE=msg["due"])
+                               RQ_DUE=msg["due"],
+                               **({"RQ_LAST_LINES": outcome.tail} if outcome.tail else {}))
             self.ledger.free(msg_id)
 
         self._offload(lambda: self.store.write_msg("run", msg_id, msg), moved)

@@ -112,7 +112,8 @@ class EventLog:
             if not self.batched:
                 self._write_lines()
             return
-        extra = {k.upper(): str(v) for k, v in fields.items()}
+        extra = {k.upper(): "\n".join(map(str, v)) if isinstance(v, list) else str(v)
+                 for k, v in fields.items()}  # a list: a line each (riders, last lines)
         if msg_id:
             extra["RQ_MSG_ID"] = msg_id
         self._send(line, MESSAGE_ID=MESSAGE_IDS.get(kind, MESSAGE_IDS["daemon"]),

@@ -21,7 +21,9 @@ from pathlib import Path
 from rqsys.store.layout import LAST_LINES
 
 FILE = LAST_LINES
-KEEP = 20  # lines kept
+KEEP = 20  # lines kept (the last failure's)
+PER_RUN = 5  # lines of each failed attempt kept in its timeline (``last_lines`` of its end)
+LOG_AT = "log_at"  # msg field: where in job/stdio.log the next run's output begins
 WINDOW = 16384  # bytes read from the end of the output
 MAX_LINE = 500  # characters of one kept line
 # CSI, OSC (ended by BEL or ST, or cut off), a charset choice, the other two-byte escapes
@@ -57,19 +59,26 @@ def _as_shown(line: str) -> str:
 
 def of_log(path: str) -> list[str]:
     """The last lines of a run's log ([] when it has none)."""
+    return of_run(path, 0)[0]
+
+
+def of_run(path: str, since: int) -> tuple[list[str], int]:
+    """The last lines the log holds after byte ``since`` (where one run's
+    output began: the runs of a message share its log), and the log's size."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return []
+        return [], 0
     try:
         size = os.fstat(fd).st_size
-        start = max(0, size - WINDOW)
-        data = os.pread(fd, WINDOW, start)
+        since = since if 0 <= since <= size else 0  # a log cut short meanwhile: all of it
+        start = max(since, size - WINDOW)
+        data = os.pread(fd, size - start, start)
     except OSError:
-        return []
+        return [], 0
     finally:
         os.close(fd)
-    return from_output(data, cut=start > 0)
+    return from_output(data, cut=start > since), size
 
 
 def encode(lines: list[str]) -> bytes:

@@ -67,4 +67,6 @@ def retried(outcome: Outcome, msg: dict[str, Any], cfg: dict[str, Any]) -> Outco
         return outcome
     wait = delay(pol, made + 1)
     text = f"retry {made + 1} of {pol['max']} in {wait:.0f} s: {outcome.text}"
-    return Outcome("que", text, delay=wait, kind="retry", fields={RETRIES: made + 1})
+    return Outcome("que", text, delay=wait, kind="retry",
+                   fields={**outcome.fields, RETRIES: made + 1},
+                   last_line=outcome.last_line, tail=outcome.tail)  # this attempt's

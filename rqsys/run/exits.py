@@ -52,16 +52,21 @@ class Exits:
         outcome = worker.verdict(wait_status, int(worker.msg.get("max_count", 15)))
         outcome = explain(run, outcome) if run is not None else self.limits.queue_oom(outcome)
         if outcome.state == "err":
-            self._keep_last_lines(worker.msg_id, outcome)
+            self._keep_last_lines(worker.msg_id, worker.msg, outcome)
         self.conclude(worker.msg_id, worker.msg, outcome, worker.on_disk, worker)
 
-    def _keep_last_lines(self, msg_id: str, outcome: Outcome) -> None:
-        """Why it failed: its output's last lines beside its status (``observe.lastlines``)."""
+    def _keep_last_lines(self, msg_id: str, msg: Msg, outcome: Outcome) -> None:
+        """Why it failed: its output's last lines beside its status, and this
+        run's own in its end's record (``observe.lastlines``)."""
         self.output.take_now(msg_id)
-        lines = lastlines.of_log(f"{self.store.job_path(msg_id)}/stdio.log")
+        log = f"{self.store.job_path(msg_id)}/stdio.log"
+        lines = lastlines.of_log(log)
         if why := self.store.write_last_lines(msg_id, lastlines.encode(lines)):  # [] too:
             self.log.event("warning", why, msg_id)  # an earlier failure's are not this one's
         outcome.last_line = lines[-1] if lines else ""
+        own, size = lastlines.of_run(log, int(msg.get(lastlines.LOG_AT) or 0))
+        outcome.tail = own[-lastlines.PER_RUN:]
+        outcome.fields[lastlines.LOG_AT] = size  # where a retry's output will begin
 
     def conclude(self, msg_id: str, msg: Msg, outcome: Outcome, on_disk: str | None,
                   worker: Worker | None = None) -> None:

@@ -39,6 +39,7 @@ class Outcome:
     kind: str = ""  # why a failure failed (a retry's "on"): err, exit, signal, timeout
     fields: dict[str, Any] = field(default_factory=dict)  # set in the msg (retries, ...)
     last_line: str = ""  # of what the run wrote, when it ended in err (rqsys.observe.lastlines)
+    tail: list[str] = field(default_factory=list)  # its last few lines, in this run's record
 
 
 @dataclass

@@ -97,19 +97,26 @@ def why_failed(web: Web, queue: str, msg: dict[str, Any]) -> dict[str, Any] | No
             "log": web.path("q", queue, msg["msg_id"], "log", "stdio.log")}
 
 
+RUN_ENDS = ("done", "err", "relayed", "retry", "resend")  # what became of a run
+
+
 def runs(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per run: when, where, how it ended and what it used (``wait4``)."""
+    """One row per run, every attempt kept: when, where, how it ended and what
+    it used (``wait4``), what became of it and, when it failed, its last lines."""
     found: list[dict[str, Any]] = []
     for item in events:
-        if item.get("ev") == "started":
+        ev = item.get("ev")
+        if ev == "started":
             found.append({"start": item})
-        elif item.get("ev") == "exit" and found and "exit" not in found[-1]:
+        elif ev == "exit" and found and "exit" not in found[-1]:
             found[-1]["exit"] = item
+        elif ev in RUN_ENDS and found and "end" not in found[-1]:
+            found[-1]["end"] = item
     return [_run(n, row) for n, row in enumerate(found, 1)]
 
 
 def _run(n: int, row: dict[str, Any]) -> dict[str, Any]:
-    start, end = row["start"], row.get("exit", {})
+    start, end, became = row["start"], row.get("exit", {}), row.get("end", {})
     if "signal" in end:
         how = f"signal {end['signal']}"
     elif "exit_status" in end:
@@ -117,12 +124,15 @@ def _run(n: int, row: dict[str, Any]) -> dict[str, Any]:
     else:
         how = "running" if not end else "?"
     rss = end.get("maxrss_kb")
-    return {"run": start.get("run", n), "started": timeshtml.when(start.get("t")),
+    return {"run": n, "started": timeshtml.when(start.get("t")),
             "where": f"{start.get('host', '')} / {start.get('pid', start.get('handed', ''))}",
             "how": how, "ran": timeshtml.seconds(end.get("run_s")),
             "user": timeshtml.seconds(end.get("utime_s")),
             "system": timeshtml.seconds(end.get("stime_s")),
-            "rss": f"{rss / 1024:.1f} MiB" if isinstance(rss, int | float) else ""}
+            "rss": f"{rss / 1024:.1f} MiB" if isinstance(rss, int | float) else "",
+            "ended": timeshtml.when(became.get("t")) if became else "",
+            "became": f"{became['ev']}: {became.get('text', '')}" if became else "",
+            "lines": [str(line) for line in became.get("last_lines") or []]}
 
 
 def _attachments(web: Web, queue: str, msg_id: str,

@@ -87,7 +87,8 @@ MESSAGE_JSON = {"type": "object", "required": ["msg_id", "state", "status", "_at
                                        "(folded: how many, earlier: the 20 before it), then "
                                        "the oldest events left out but never a created, "
                                        "started, exit or end (a started event has pid, or "
-                                       "handed: relay worker)"},
+                                       "handed: relay worker; a retry or an err its run's "
+                                       "last_lines)"},
                     "progress": {"type": ["object", "null"], "description": "a running "
                                  "message whose status begins N% or N/M: fraction (0-1), "
                                  "and done and total for N/M; else null"},

@@ -293,3 +293,36 @@ def test_the_form_sends_a_message_with_a_file_through_prep(layout, make_queue, d
     assert "rows.csv" in client.simulate_get(page_path).text
     client.simulate_post(page_path, headers=FORM, body=f"_method=commit&back={page_path}")
     assert settle(proc, msg_id)["status"] == "read a,b"
+
+
+ATTEMPTS = """
+n=$(( $(cat "$RQ_MSG_DIR/../../../n" 2>/dev/null || echo 0) + 1 ))
+echo $n > "$RQ_MSG_DIR/../../../n"
+echo "reading rows"
+echo "attempt $n failed: KeyError row$n"
+exit 3
+"""
+
+
+def test_every_attempt_is_kept_with_its_own_last_lines(layout, make_queue, daemon):
+    # Given a script that fails each run its own way, and a queue that retries it twice
+    make_queue("q", ATTEMPTS, retry={"max": 2, "backoff": "fixed", "base": 0})
+    proc = daemon("q")
+    client = web_client(layout)
+    msg_id = send(proc)
+    settle(proc, msg_id)
+    # Then its JSON keeps each attempt's end and last lines, not only the last one's
+    shown = client.simulate_get(f"/q/q/{msg_id}.json").json
+    ends = [e for e in shown["_timeline"] if e["ev"] in ("retry", "err")]
+    assert [e["ev"] for e in ends] == ["retry", "retry", "err"]
+    assert [e["last_lines"] for e in ends] == [
+        ["reading rows", f"attempt {n} failed: KeyError row{n}"] for n in (1, 2, 3)]
+    # and its page lists the three runs, each with what became of it and its own lines
+    page = client.simulate_get(f"/q/q/{msg_id}").text
+    for n in (1, 2, 3):
+        row = page[page.index(f'<tr id="run-{n}">'):]
+        row = row[:row.index("</tr>")]
+        assert "exit 3" in row
+        assert f"attempt {n} failed: KeyError row{n}" in row
+        assert ("retry: " if n < 3 else "err: ") in row
+    assert "attempt 4" not in page

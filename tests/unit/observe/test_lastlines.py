@@ -77,3 +77,26 @@ def test_lines_read_back_are_the_lines_kept_even_with_unicode_line_breaks(tmp_pa
         assert lastlines.read_at(dfd, "m") == lines[-1]
     finally:
         os.close(dfd)
+
+
+def test_a_runs_own_lines_begin_where_its_output_did(tmp_path):
+    log = tmp_path / "stdio.log"
+    log.write_bytes(b"first run\nKeyError: a\n")
+    at = log.stat().st_size
+    with log.open("ab") as out:
+        out.write(b"second run\nValueError: b\n")
+    assert lastlines.of_run(str(log), at) == (["second run", "ValueError: b"],
+                                              log.stat().st_size)
+    assert lastlines.of_run(str(log), 0)[0] == ["first run", "KeyError: a", "second run",
+                                                "ValueError: b"]
+    # a log cut short since (by hand): all of it; none at all: nothing
+    assert lastlines.of_run(str(log), 10 ** 6)[0][0] == "first run"
+    assert lastlines.of_run(str(tmp_path / "none"), 0) == ([], 0)
+
+
+def test_a_long_runs_own_lines_are_read_from_its_window_only(tmp_path):
+    log = tmp_path / "stdio.log"
+    log.write_bytes(b"old\n" + b"x" * (lastlines.WINDOW * 2) + b"\ncut line\nlast\n")
+    lines, size = lastlines.of_run(str(log), 4)
+    assert lines[-2:] == ["cut line", "last"] and size == log.stat().st_size
+    assert "old" not in lines
