@@ -1,3 +1,4 @@
 """Searching a queue's messages: the SQLite index a daemon thread keeps
-(index), events folded into row writes (fold), and the queries (query).
+(index), events folded into row writes (fold), the queries (query), and the
+console's filter language over them (filters).
 """

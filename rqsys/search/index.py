@@ -48,12 +48,15 @@ GATHER_BUSY = 0.5  # at most this long while events keep coming (a busy queue)
 STOP_WAIT = 2.0  # seconds the daemon's stop waits for the thread's last batch
 HEAL_WAIT = 5.0  # seconds between tries to mend an index a failed write left behind
 LEFTOVERS = ("-wal", "-shm")  # SQLite's files beside the index
+VERSION = 2  # the index's schema (PRAGMA user_version); an older file is made again
 SCHEMA = """
 PRAGMA journal_mode=WAL;
 PRAGMA synchronous=OFF;
 CREATE TABLE IF NOT EXISTS msgs(id TEXT UNIQUE NOT NULL, state TEXT NOT NULL,
   created REAL, started REAL, ended REAL, run_s REAL, status TEXT DEFAULT '',
-  params TEXT DEFAULT '', tags TEXT DEFAULT '', text TEXT DEFAULT '');
+  params TEXT DEFAULT '', tags TEXT DEFAULT '', text TEXT DEFAULT '',
+  p1 TEXT DEFAULT '', p2 TEXT DEFAULT '', p3 TEXT DEFAULT '', p4 TEXT DEFAULT '',
+  priority INTEGER DEFAULT 0);
 CREATE INDEX IF NOT EXISTS msgs_state ON msgs(state);
 CREATE INDEX IF NOT EXISTS msgs_created ON msgs(state, created);
 CREATE INDEX IF NOT EXISTS msgs_started ON msgs(state, started);
@@ -77,10 +80,19 @@ Lookup = Callable[[str], "dict[str, Any] | None"]
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    """A connection with the schema in place (made if missing): the index's
-    own (searches use :func:`open_reader`)."""
+    """A connection with the schema in place (made if missing, made again from
+    nothing when an older rqsys made it): the index's own (searches use
+    :func:`open_reader`).  The reconcile that follows fills it from the store."""
     db = open_reader(path)
+    old = db.execute("PRAGMA user_version").fetchone()[0]
+    made = db.execute("SELECT 1 FROM sqlite_master WHERE name='msgs'").fetchone()
+    if made and old < VERSION:
+        db.close()
+        for suffix in ("", *LEFTOVERS):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        db = open_reader(path)
     db.executescript(SCHEMA)
+    db.execute(f"PRAGMA user_version={VERSION}")
     return db
 
 

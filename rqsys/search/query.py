@@ -3,6 +3,8 @@ and the SQL that answers it a page at a time.
 
 A search names any of: ``state``, ``text`` (words found in params, tags or
 status text, all of them; ``datab*`` matches as a prefix), ``tag`` (exactly),
+``params`` (``{"1": {"op": "eq"|"has", "value": V}}``: param 1 is V, or holds
+it), ``priority`` (``{"op": ">", "value": 5}``),
 ``since``/``until`` (Unix seconds, on the ``when`` time: created, started or
 ended), ``sort`` (created, started, ended, run_s, wait_s) and ``desc``
 (``by_state``: the answer counts the matches in each state too).  The
@@ -31,6 +33,7 @@ SORTS = {"created": "m.rowid", "started": "m.started", "ended": "m.ended",
          "run_s": "m.run_s", "wait_s": "(m.started - m.created)"}
 WHENS = ("created", "started", "ended")
 COLUMNS = ("id", "state", "created", "started", "ended", "run_s", "status", "params", "tags")
+COMPARE = (">", ">=", "<", "<=", "=")  # a priority's comparisons (SQL's own)
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 TEXT_FIELDS = ("state", "text", "tag", "when", "sort")
 SCHEMA: dict[str, Any] = {
@@ -45,6 +48,16 @@ SCHEMA: dict[str, Any] = {
     "offset": {"title": "offset", "type": "integer", "minimum": 0, "maximum": 10**9},
     "limit": {"title": "limit", "type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
     "by_state": {"title": "by_state", "type": "boolean"},
+    "params": {"title": "params", "type": "object", "additionalProperties": False,
+               "patternProperties": {"^[1-4]$": {
+                   "type": "object", "required": ["op", "value"], "additionalProperties": False,
+                   "properties": {"op": {"enum": ["eq", "has"]},
+                                  "value": {"type": "string", "maxLength": 500}}}}},
+    "priority": {"title": "priority", "type": "object", "required": ["op", "value"],
+                 "additionalProperties": False,
+                 "properties": {"op": {"enum": list(COMPARE)},
+                                "value": {"type": "integer", "minimum": -10**9,
+                                          "maximum": 10**9}}},
 }
 _local = threading.local()
 
@@ -87,6 +100,13 @@ def _plan(args: dict[str, Any]) -> tuple[str, str, str, list[Any]]:
     if args.get("state"):
         clauses.append("m.state = ?")
         values.append(args["state"])
+    for number, want in sorted((args.get("params") or {}).items()):
+        column = f"m.p{int(number)}"  # 1-4: the schema's pattern
+        clauses.append(f"{column} = ?" if want["op"] == "eq" else f"instr({column}, ?) > 0")
+        values.append(want["value"])
+    if args.get("priority"):
+        clauses.append(f"m.priority {COMPARE[COMPARE.index(args['priority']['op'])]} ?")
+        values.append(int(args["priority"]["value"]))
     when = f"m.{args.get('when') or 'created'}"
     for field, op in (("since", ">="), ("until", "<")):
         if args.get(field) is not None:

@@ -118,15 +118,23 @@ def insert(db: sqlite3.Connection, msg_id: str, state: str, msg: dict[str, Any],
     """A message's row (and its tags), replacing any it had."""
     params = _text(" ".join(str(msg[k]) for k in PARAMS if msg.get(k) not in (None, "")))
     tags, status = [_text(str(t)) for t in msg.get("tags") or []], _text(status)
+    each = [_text(str(msg.get(k) if msg.get(k) is not None else "")) for k in PARAMS[:4]]
     db.execute("DELETE FROM msgs WHERE id=?", (msg_id,))
     cur = db.execute(
         "INSERT INTO msgs(id, state, created, started, ended, run_s, status, params, tags,"
-        " text) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        " text, p1, p2, p3, p4, priority) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (msg_id, state, times.get("created_at") or id_time(msg_id), times.get("started_at"),
          times.get("ended_at"), times.get("run_s"), status, params, " ".join(tags),
-         row_text(params, tags, status, last)))
+         row_text(params, tags, status, last), *each, _priority(msg)))
     db.executemany("INSERT OR IGNORE INTO msg_tags(tag, rid) VALUES (?, ?)",
                    [(t, cur.lastrowid) for t in tags])
+
+
+def _priority(msg: dict[str, Any]) -> int:
+    try:
+        return int(msg.get("priority") or 0)
+    except (TypeError, ValueError):  # a message edited by hand
+        return 0
 
 
 def _text(text: str) -> str:

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 import falcon
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from rqsys.search import filters
 from rqsys.store import room
 from rqsys.web.context import Web
 
@@ -30,6 +31,7 @@ def render(web: Web, resp: falcon.Response, template: str, title: str,
     account = getattr(resp.context, "account", None)  # rqsys.web.access: who asks
     context.setdefault("reads_audit", account is None or (account.may("admin")
                                                           and account.queues is None))
+    context.setdefault("completions", filters.completions(web.layout.queue_names()))
     resp.text = templates().get_template(template).render(
         root=web.prefix, host=str(web.sysconfig["host"]), title=title, crumbs=crumbs,
         **context)

@@ -36,7 +36,12 @@ FOUND = {"type": "object", "required": ["rows", "total", "more", "partial"], "pr
 
 SEARCH_Q = {"name": "q", "in": "query", "required": False,
             "schema": {"type": "string", "maxLength": 500},
-            "description": "words found in params, status or tags (all of them)"}
+            "description": "the filter language (rqsys.search.filters): words found in "
+                           "params, tags, status or last line (all of them), and any of "
+                           "state:S, queue:GLOB (repeated: any), tag:T, paramN:V "
+                           "(paramN:~V: holds V; N 1-4), priority:>N (>, >=, <, <=, =), "
+                           "since:W, until:W (90m, 2h, 3d ago, Unix seconds, ISO dates); "
+                           "a key that is none of these is a 400"}
 SEARCH_ALL = {"type": "object", "required": ["queues", "rows", "errors"], "properties": {
     "queues": {"type": "object", "description": "queue -> state -> matches (queues with "
                "none left out)", "additionalProperties": {
@@ -70,8 +75,14 @@ def paths(queue: dict[str, Any], get: Callable[..., Any], post: Callable[..., An
                                "Retry, delete or move (to dest) every message matching a "
                                "search, or the chosen ones, by the daemon in steps",
                                {"type": "array"}),
-        "/search": get([SEARCH_Q], html, "Search across queues and states (HTML)",
-                       "text/html"),
+        "/search": {**get([SEARCH_Q], html, "Search across queues and states (HTML)",
+                          "text/html"),
+                    **post([], form({"action": {"enum": ["retry", "delete"]},
+                                     "q": SEARCH_Q["schema"]}),
+                           "Retry (the err ones) or delete every message the search q "
+                           "matches, in each queue it names, by their daemons in steps; "
+                           "a 303 back to the search saying how many (an operator of "
+                           "every queue)", {"type": "array"})},
         "/search.json": get([SEARCH_Q], SEARCH_ALL, "Search across queues and states: each "
                             "queue's matches by state, the newest 25 of all"),
     }

@@ -172,3 +172,44 @@ def test_shift_click_chooses_every_row_between(make_queue, daemon, web_server, t
             page.locator("#bulk-done", has_text="retry: 4 of 4").wait_for(timeout=20000)
         finally:
             browser.close()
+
+
+def test_the_search_box_completes_and_acts_on_all_it_matches(make_queue, daemon, web_server,
+                                                              tmp_path):
+    # issue 48: the filter language in the one box, completed as a key or a queue
+    # name begins; the bulk actions on the whole filtered selection, asked first
+    sync_playwright, _axe = _need_browser()
+    procs = _queues(make_queue, daemon, tmp_path)
+    etl = procs["etl"]
+    failed = [send(etl, param1="row", param2=str(n)) for n in range(3)]
+    for msg_id in failed:
+        settle(etl, msg_id)
+    server = web_server()
+    asked: list[str] = []
+    with sync_playwright() as pw:
+        browser = _browser(pw, tmp_path, viewport=WIDE)
+        try:
+            page = browser.new_page()
+            page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+            page.goto(server.base + "/", timeout=15000)
+            box = page.get_by_label("search all queues")
+            box.fill("state:err qu")
+            box.dispatch_event("input")
+            offered = page.evaluate("Array.from(document.querySelectorAll("
+                                    "'#search-keys option')).map(o => o.value)")
+            assert "state:err queue:etl" in offered and "state:err queue:billing" in offered
+            box.fill("state:err queue:etl param1:row")
+            box.press("Enter")
+            page.wait_for_url("**/search?q=*", timeout=10000)
+            button = page.get_by_role("button", name="Delete all 3 matching")
+            page.locator("#matches-by-queue").wait_for(timeout=10000)
+            button.click()
+            page.locator("#bulk-done", has_text="delete: 3 of 3 matching, in 1 queue(s)"
+                         ).wait_for(timeout=20000)
+            assert asked == ["Delete all 3 matching messages, in every queue above?"]
+            assert etl.call("counts")["counts"]["err"] == 0
+            # a typo in a key is said, not searched
+            page.goto(server.base + "/search?q=stat%3Aerr", timeout=15000)
+            assert "no key 'stat'" in page.content()
+        finally:
+            browser.close()

@@ -324,3 +324,22 @@ document.addEventListener("keydown", (event) => {
     event.preventDefault();
   }
 });
+
+// Completion in the search boxes: the word being typed completes to a key, a state or
+// a queue (queue:etl...), each offered as the whole text with that word finished, so
+// the browser's own list shows them.
+const searchKeys = document.getElementById("search-keys");
+if (searchKeys) {
+  const words = Array.from(searchKeys.options).map((option) => option.value);
+  document.querySelectorAll("input[list=search-keys]").forEach((box) => {
+    box.addEventListener("input", () => {
+      const text = box.value;
+      const cut = text.lastIndexOf(" ") + 1;
+      const head = text.slice(0, cut), typed = text.slice(cut);
+      const offered = typed ? words.filter((word) => word.startsWith(typed) && word !== typed)
+        : [];
+      searchKeys.replaceChildren(...offered.slice(0, 20).map(
+        (word) => Object.assign(document.createElement("option"), { value: head + word })));
+    });
+  });
+}
