@@ -17,6 +17,12 @@
   page's main thread while it draws the 5 MB (a frame it could not paint;
   target under 100 ms).
 
+* ``tabs``: 20 tabs' live streams open (``/live``, every second: each
+  renders the dashboard once a second), the time to the whole dashboard,
+  ``q.json`` and a queue page, median of 20, beside the same with no stream
+  open; target: no more than 1.5x (the streams' threads sleep between
+  renders, and waitress has one for each).
+
 Run against an older build (``bench/ab.py BEFORE AFTER``) the sections that
 build lacks print nothing.
 """
@@ -27,11 +33,13 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from bench_web import make_queue, new_layout, report, start_daemon, start_web
 from procs import stop
@@ -205,7 +213,56 @@ def bench_tail(layout: Layout, base: Path, port: int, procs: list) -> None:
            f"{longest:.0f} ms", "PASS" if longest < 100 else "MISS")
 
 
-SECTIONS = {"poll": bench_poll, "page": bench_page, "tail": bench_tail}
+def _stream(port: int, page: str = "/") -> socket.socket:
+    """A tab's live stream of ``page``, every second, its first event read."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET /live?page={quote(page)}&every=1 HTTP/1.1\r\n"
+                 "Host: 127.0.0.1\r\n\r\n".encode())
+    got = b""
+    while b"\n\n" not in got.partition(b"\r\n\r\n")[2]:
+        more = sock.recv(65536)
+        if not more:
+            raise RuntimeError(f"the stream ended: {got[:200]!r}")
+        got += more
+    return sock
+
+
+def bench_tabs(layout: Layout, base: Path, port: int, procs: list) -> None:
+    if len(layout.queue_names()) < 2:
+        for n in range(3):
+            make_queue(layout, base, f"t{n}")
+            procs.append(start_daemon(layout, f"t{n}"))
+    name = layout.queue_names()[0]
+    paths = ("/", "/q.json", f"/q/{name}")
+
+    def timed() -> dict[str, float]:
+        took: dict[str, list[float]] = {path: [] for path in paths}
+        for _n in range(20):
+            for path in paths:
+                began = time.perf_counter()
+                raw_get(port, path, {"Accept": "text/html"})
+                took[path].append(time.perf_counter() - began)
+        return {path: statistics.median(t) * 1000 for path, t in took.items()}
+    for tabs, pages in (("20 tabs of the dashboard", ["/"] * 20),
+                        ("20 tabs of 20 pages", [f"/q/{name}?state=done&offset={n}"
+                                                 for n in range(20)])):
+        quiet = timed()
+        streams = [_stream(port, page) for page in pages]
+        try:
+            time.sleep(2)
+            busy = timed()
+        finally:
+            for sock in streams:
+                sock.close()
+        for path in paths:
+            ratio = busy[path] / quiet[path]
+            report(f"{path}, {tabs} live vs none (target <= 1.5x)",
+                   f"{busy[path]:.1f} ms vs {quiet[path]:.1f} ms ({ratio:.2f}x)",
+                   "PASS" if ratio <= 1.5 else "MISS")
+        time.sleep(16)  # the closed streams notice at their next comment: their places back
+
+
+SECTIONS = {"poll": bench_poll, "page": bench_page, "tail": bench_tail, "tabs": bench_tabs}
 
 
 def main(argv: list[str]) -> int:

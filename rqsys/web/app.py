@@ -34,6 +34,7 @@ from rqsys.web import (
     hooks,
     hostnames,
     listen,
+    live,
     messages,
     metrics,
     onewrite,
@@ -54,6 +55,8 @@ from rqsys.web.search import BulkAction, SearchJSON
 from rqsys.web.timers import Timers
 
 THREADS = 16  # most threads wait on a queue daemon's group commit, not on the CPU
+# and one for each open live stream (rqsys.web.live), which sleeps between renders
+SERVER_THREADS = THREADS + live.MAX_STREAMS
 MAX_UPLOAD = 1 << 40  # waitress spools bodies to disk; our own limits are per route
 
 
@@ -93,24 +96,8 @@ def create_app(layout: Layout, sysconfig: dict[str, Any],
 
 def _add_routes(app: falcon.App, web: Web, login: auth.BasicAuth) -> None:
     q = web.path("q")
-    qlist = queues.QueueList(web)
     routes: list[tuple[str, Any, dict[str, str]]] = [
-        (web.path(""), Dashboard(web), {}),
-        (web.path("openapi.json"), OpenAPI(web), {}),
-        (web.path("q.json"), qlist, {"suffix": "json"}),
-        (web.path("q.txt"), qlist, {"suffix": "txt"}),
-        (web.path("new_queue"), queues.NewQueue(web), {}),
-        (web.path("timers"), Timers(web), {}),
-        (web.path("audit"), audit.AuditPage(web), {}),
-        (web.path("audit.json"), audit.AuditJSON(web), {}),
-        (web.path("search"), searchall.SearchAll(web), {}),
-        (web.path("search.json"), searchall.SearchAll(web), {}),
-        (web.path("timers.json"), Timers(web), {}),
-        (web.path("triggers"), triggerspage.TriggersPage(web), {}),
-        (web.path("triggers.json"), hooks.TriggersJSON(web), {}),
-        (web.path("hooks", "{trigger}"), hooks.Hook(web), {}),
-        (web.path("batches"), batches.Batches(web), {}),
-        (web.path("batches", "{bid}"), batches.Batch(web), {}),
+        *_top_routes(app, web),
         (q + "/{name}", queues.QueueResource(web), {}),
         (q + "/{name}/config.json", queues.QueueConfig(web), {}),
         (q + "/{name}/done.json", queues.DoneList(web), {}),
@@ -133,6 +120,31 @@ def _add_routes(app: falcon.App, web: Web, login: auth.BasicAuth) -> None:
         app.add_route(web.prefix, Dashboard(web))
 
 
+def _top_routes(app: falcon.App, web: Web
+                ) -> list[tuple[str, Any, dict[str, str]]]:
+    """The routes outside any queue: the dashboard, the lists, search, live."""
+    qlist = queues.QueueList(web)
+    return [
+        (web.path(""), Dashboard(web), {}),
+        (web.path("openapi.json"), OpenAPI(web), {}),
+        (web.path("q.json"), qlist, {"suffix": "json"}),
+        (web.path("q.txt"), qlist, {"suffix": "txt"}),
+        (web.path("new_queue"), queues.NewQueue(web), {}),
+        (web.path("timers"), Timers(web), {}),
+        (web.path("audit"), audit.AuditPage(web), {}),
+        (web.path("audit.json"), audit.AuditJSON(web), {}),
+        (web.path("search"), searchall.SearchAll(web), {}),
+        (web.path("search.json"), searchall.SearchAll(web), {}),
+        (web.path("live"), live.Live(web, app), {}),
+        (web.path("timers.json"), Timers(web), {}),
+        (web.path("triggers"), triggerspage.TriggersPage(web), {}),
+        (web.path("triggers.json"), hooks.TriggersJSON(web), {}),
+        (web.path("hooks", "{trigger}"), hooks.Hook(web), {}),
+        (web.path("batches"), batches.Batches(web), {}),
+        (web.path("batches", "{bid}"), batches.Batch(web), {}),
+    ]
+
+
 def _message_routes(web: Web, q: str) -> list[tuple[str, Any, dict[str, str]]]:
     return [
         (q + "/{name}/{mid}", messages.MessageResource(web), {}),
@@ -149,7 +161,7 @@ def _message_routes(web: Web, q: str) -> list[tuple[str, Any, dict[str, str]]]:
 def make_server(app: falcon.App, sock: socket.socket | None, sysconfig: dict[str, Any]) -> Any:
     """A waitress server on ``sock`` (inherited) or on ``addr:port``; each answer
     is sent by its task's thread, a small one in one write (``onewrite``)."""
-    options: dict[str, Any] = {"threads": THREADS, "max_request_body_size": MAX_UPLOAD,
+    options: dict[str, Any] = {"threads": SERVER_THREADS, "max_request_body_size": MAX_UPLOAD,
                                "ident": "rqsys", "channel_timeout": 300,
                                "channel_request_lookahead": onewrite.LOOKAHEAD}
     if sock is not None:

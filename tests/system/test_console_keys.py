@@ -92,47 +92,69 @@ def test_the_shortcuts_and_the_focus_after_an_action(make_queue, daemon, web_ser
             browser.close()
 
 
-def test_the_live_rate_is_the_operators_and_waits_while_hidden(make_queue, daemon, web_server,
-                                                                tmp_path):
+def test_the_live_rate_is_the_operators_pushed_and_waits_while_hidden(
+        make_queue, daemon, web_server, tmp_path):
+    # the live parts: a stream a tab at the rate picked, the page fetched when it
+    # changed; off, nothing; hidden, nothing; without EventSource, polled at the rate
     sync_playwright, _axe = _need_browser()
-    _queues(make_queue, daemon, tmp_path)
+    procs = _queues(make_queue, daemon, tmp_path)
+    billing = procs["billing"]
     server = web_server()
     with sync_playwright() as pw:
         browser = _browser(pw, tmp_path, viewport=WIDE)
         try:
             page = browser.new_page()
             fetched: list[float] = []
+            streams: list[str] = []
             page.on("request", lambda req: fetched.append(time.monotonic())
-                    if req.url == server.base + "/" and req.resource_type == "fetch" else None)
+                    if req.url == server.base + "/" and req.resource_type == "fetch"
+                    else streams.append(req.url) if "/live?" in req.url else None)
             page.goto(server.base + "/", timeout=15000)
             picker = page.get_by_label("refresh live parts every")
             assert picker.input_value() == "5"  # the page's own until one is picked
+            page.wait_for_timeout(500)
+            assert streams and streams[-1].endswith("every=5")
 
-            def fetches_in(seconds: float) -> int:
-                start = len(fetched)
-                page.wait_for_timeout(seconds * 1000)
+            def fetches_in(seconds: float, busy: bool = False) -> int:
+                start, end = len(fetched), time.monotonic() + seconds
+                while time.monotonic() < end:
+                    if busy:  # the page changes: a message ends every few tenths
+                        settle(billing, send(billing))
+                    page.wait_for_timeout(300)
                 return len(fetched) - start
+            assert fetches_in(3) == 0  # nothing changed: nothing fetched
             picker.select_option("1")
-            assert fetches_in(4.5) >= 3
+            page.wait_for_timeout(500)
+            assert streams[-1].endswith("every=1")
+            assert fetches_in(4.5, busy=True) >= 3  # pushed: it changed each second
             picker.select_option("off")
-            page.wait_for_timeout(1200)  # one on its way may land
-            assert fetches_in(4) == 0
+            page.wait_for_timeout(1500)  # one on its way may land
+            assert fetches_in(3, busy=True) == 0
             # kept by this browser
             page.reload()
             assert page.get_by_label("refresh live parts every").input_value() == "off"
             page.get_by_label("refresh live parts every").select_option("1")
-            # hidden: nothing fetched; shown again: at once
+            # hidden: nothing fetched, however it changes; shown again: at once
             page.evaluate("""() => {
                 Object.defineProperty(document, 'hidden', {configurable: true, get: () => true});
                 document.dispatchEvent(new Event('visibilitychange')); }""")
-            page.wait_for_timeout(1200)
-            assert fetches_in(3) == 0
+            page.wait_for_timeout(1500)
+            assert fetches_in(3, busy=True) == 0
             shown = len(fetched)
             page.evaluate("""() => {
                 Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});
                 document.dispatchEvent(new Event('visibilitychange')); }""")
             page.wait_for_timeout(500)
             assert len(fetched) > shown
+            # a browser without EventSource polls at the rate
+            old = browser.new_page()
+            old.add_init_script("delete window.EventSource")
+            polled: list[float] = []
+            old.on("request", lambda req: polled.append(time.monotonic())
+                   if req.url == server.base + "/" and req.resource_type == "fetch" else None)
+            old.goto(server.base + "/", timeout=15000)
+            old.wait_for_timeout(4500)
+            assert len(polled) >= 3  # picked 1 s, kept by this browser
         finally:
             browser.close()
 

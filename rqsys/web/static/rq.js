@@ -170,7 +170,31 @@ function liveEvery(block) {
   return Math.min(15, Math.max(1, seconds)) * 1000;
 }
 
-const liveBlocks = [];  // each: { block, now() } (the "r" key refreshes them at once)
+const liveBlocks = [];  // each: { block, now(), schedule() } (the "r" key refreshes them)
+
+// Pushed: one server-sent event stream a tab (/live) says when the page changed; the
+// blocks are then fetched and swapped as a poll would.  Without EventSource, or when
+// the stream is refused or closed, each block polls at the rate instead.
+let stream = null;
+function streaming() { return stream !== null && stream.readyState !== 2; }  // 2: CLOSED
+function openStream() {
+  if (stream) stream.close();
+  stream = null;
+  const every = liveBlocks.length ? liveEvery(liveBlocks[0].block) : 0;
+  const brand = document.querySelector("a.brand");
+  if (!every || document.hidden || !window.EventSource || !brand) return;
+  const url = new URL("live", brand.href);
+  url.searchParams.set("page", window.location.pathname + window.location.search);
+  url.searchParams.set("every", String(every / 1000));
+  stream = new EventSource(url);
+  stream.addEventListener("changed", () => liveBlocks.forEach((live) => live.now()));
+  stream.addEventListener("error", () => {
+    if (stream && stream.readyState === 2) {  // refused or ended for good: poll instead
+      stream = null;
+      liveBlocks.forEach((live) => live.schedule());
+    }
+  });
+}
 
 function startLive(block) {
   let timer = null;
@@ -194,19 +218,28 @@ function startLive(block) {
     }
     schedule();
   }
-  function schedule() {
+  function schedule() {  // a poll's next round, unless the stream says when
     clearTimeout(timer);
     const every = liveEvery(block);
-    timer = every && !document.hidden ? setTimeout(refresh, every) : null;
+    timer = every && !document.hidden && !streaming() ? setTimeout(refresh, every) : null;
   }
-  document.addEventListener("visibilitychange", () => {
-    if (document.hidden) { clearTimeout(timer); timer = null; } else refresh();
-  });
   liveBlocks.push({ block, now: refresh, schedule });
-  schedule();
 }
 
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden) {
+    if (stream) stream.close();
+    stream = null;
+    liveBlocks.forEach((live) => live.schedule());  // clears their timers: hidden
+  } else {
+    openStream();
+    liveBlocks.forEach((live) => live.now());  // brought up to date as it is shown
+  }
+});
+
 document.querySelectorAll(".live[data-refresh][id]").forEach(startLive);
+openStream();
+liveBlocks.forEach((live) => live.schedule());
 
 // The live rate picker in the header: shown on pages with live parts.
 const ratePicker = document.getElementById("live-rate");
@@ -217,6 +250,7 @@ if (ratePicker && liveBlocks.length) {
   ratePicker.value = picked || liveBlocks[0].block.dataset.refresh || "5";
   ratePicker.addEventListener("change", () => {
     try { localStorage.setItem(RATE_KEY, ratePicker.value); } catch (err) { /* private mode */ }
+    openStream();
     liveBlocks.forEach((live) => live.schedule());
   });
 }
