@@ -15,6 +15,7 @@ counted up to ``COUNT_CAP`` (``more`` says there are more).
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
@@ -63,12 +64,25 @@ _local = threading.local()
 
 
 def reader(path: Path) -> sqlite3.Connection:
-    """This thread's connection to the index at ``path`` (a search lane keeps one)."""
-    conns: dict[Path, sqlite3.Connection] = _local.__dict__.setdefault("conns", {})
-    if path not in conns:
+    """This thread's connection to the index at ``path`` (a search lane keeps one),
+    opened again when the file is another than the one it read (made again: an
+    older rqsys's at start, or one removed by hand)."""
+    conns: dict[Path, tuple[sqlite3.Connection, int]] = _local.__dict__.setdefault(
+        "conns", {})
+    held = conns.get(path)
+    if held is None or held[1] != _inode(path):
         from rqsys.search.index import open_reader
-        conns[path] = open_reader(path)
-    return conns[path]
+        if held is not None:
+            held[0].close()
+        conns[path] = held = (open_reader(path), _inode(path))
+    return held[0]
+
+
+def _inode(path: Path) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return -1  # not made yet: SQLite makes an empty one, the thread fills it
 
 
 def match_expr(text: str) -> str:
