@@ -31,7 +31,8 @@ def render(web: Web, resp: falcon.Response, template: str, title: str,
     account = getattr(resp.context, "account", None)  # rqsys.web.access: who asks
     context.setdefault("reads_audit", account is None or (account.may("admin")
                                                           and account.queues is None))
-    context.setdefault("completions", filters.completions(web.layout.queue_names()))
+    context.setdefault("completions", filters.completions(  # the queues this user sees
+        [q for q in web.layout.queue_names() if account is None or account.sees(q)]))
     resp.text = templates().get_template(template).render(
         root=web.prefix, host=str(web.sysconfig["host"]), title=title, crumbs=crumbs,
         **context)

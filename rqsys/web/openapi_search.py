@@ -42,6 +42,13 @@ SEARCH_Q = {"name": "q", "in": "query", "required": False,
                            "(paramN:~V: holds V; N 1-4), priority:>N (>, >=, <, <=, =), "
                            "since:W, until:W (90m, 2h, 3d ago, Unix seconds, ISO dates); "
                            "a key that is none of these is a 400"}
+LIVE = [{"name": "page", "in": "query", "required": True,
+         "schema": {"type": "string", "maxLength": 2000},
+         "description": "the path (and query) of a page with live parts: the dashboard, "
+                        "a queue's, a message's, a search"},
+        {"name": "every", "in": "query", "schema": {"type": "string",
+                                                    "pattern": "^[0-9]{1,2}$"},
+         "description": "seconds between renders, 1 to 15 (5)"}]
 SEARCH_ALL = {"type": "object", "required": ["queues", "rows", "errors"], "properties": {
     "queues": {"type": "object", "description": "queue -> state -> matches (queues with "
                "none left out)", "additionalProperties": {
@@ -85,15 +92,8 @@ def paths(queue: dict[str, Any], get: Callable[..., Any], post: Callable[..., An
                            "every queue)", {"type": "array"})},
         "/search.json": get([SEARCH_Q], SEARCH_ALL, "Search across queues and states: each "
                             "queue's matches by state, the newest 25 of all"),
-        "/live": get([{"name": "page", "in": "query", "required": True,
-                       "schema": {"type": "string", "maxLength": 2000},
-                       "description": "the path (and query) of a page with live parts: "
-                                      "the dashboard, a queue's, a message's, a search"},
-                      {"name": "every", "in": "query", "schema": {"type": "string",
-                                                                  "pattern": "^[0-9]{1,2}$"},
-                       "description": "seconds between renders, 1 to 15 (5)"}],
-                     {"type": "string"}, "Server-sent events, one stream a tab: 'tag' with "
-                     "the page's ETag, then 'changed' with the new one each time the page "
-                     "changes (a comment every 15 s meanwhile); 503 past 32 open streams "
-                     "(the tab polls)", "text/event-stream"),
+        "/live": get(LIVE, {"type": "string"}, "Server-sent events, one stream a tab: "
+                     "'tag' with the page's ETag, then 'changed' with the new one each time "
+                     "the page changes (a comment every 15 s meanwhile); 503 past 32 open "
+                     "streams (the tab polls)", "text/event-stream"),
     }

@@ -115,11 +115,18 @@ def search_all(web: Web, wanted: filters.Filter) -> dict[str, Any]:
 
 
 def _counts(web: Web, text: str, found: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per queue, each state's matches, linked to the search narrowed to them."""
+    """Per queue, each state's matches, linked to that queue's tab with the words
+    kept when words are all the filter says (its bulk actions and chosen rows are
+    there), else to this search narrowed to the queue and state."""
+    wanted = filters.parse(text) if text else filters.Filter()
+    words = set(wanted.args) <= {"text", "state"}
+
+    def href(name: str, state: str) -> str:
+        if words:
+            return query(web.queue_path(name), state=state, text=wanted.args.get("text", ""))
+        return query(web.path("search"), q=f"{text} queue:{name} state:{state}")
     return [{"name": name, "href": web.queue_path(name),
-             "cells": [{"state": state, "n": n.get(state, 0),
-                        "href": query(web.path("search"),
-                                      q=f"{text} queue:{name} state:{state}")}
+             "cells": [{"state": state, "n": n.get(state, 0), "href": href(name, state)}
                        for state in STATES]}
             for name, n in found["queues"].items()]
 

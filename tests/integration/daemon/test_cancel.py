@@ -55,8 +55,8 @@ def test_a_script_that_ignores_term_is_killed_after_stop_grace(layout, make_queu
                stop_grace=1)
     proc = daemon("q")
     msg_id = send(proc)
-    # its pid file says its trap is set (a TERM before it would end it at once)
-    wait_for(lambda: (layout.queue_dir("q") / "run" / msg_id / "pid").exists())
+    # its pid file (in RQ_MSG_DIR, its job/) says its trap is set (a TERM before would end it)
+    wait_for(lambda: any(layout.queue_dir("q").glob(f"run/**/{msg_id}/job/pid")))
     asked = time.monotonic()
     assert proc.call("cancel", msg_id=msg_id, by="alice")["stopping"] is True
     reply = settle(proc, msg_id)

@@ -75,11 +75,16 @@ def test_the_filter_language_across_queues(layout, make_queue, daemon):
     # what is wrong is said, whole
     bad = client.simulate_get("/search.json", params={"q": "stat:err"})
     assert bad.status_code == 400 and "no key 'stat'" in bad.json[1]
-    # the page: counts linked to the search narrowed to a queue and state (a URL),
-    # the bulk actions' counts in their buttons, the keys offered as one types
+    # the page: counts linked to the queue's tab when words are all it says, else to
+    # the search narrowed to a queue and state (a URL); the bulk actions' counts in
+    # their buttons; the keys offered as one types
     page = client.simulate_get("/search", params={"q": "state:err queue:etl-*"}).text
-    assert "/search?q=state%3Aerr+queue%3Aetl-%2A+queue%3Aetl-a+state%3Aerr" in page
+    assert 'href="/q/etl-a?state=err"' in page
     assert "Retry all 3 matching" in page and "Delete all 3 matching" in page
+    page = client.simulate_get("/search", params={"q": "priority:>5 queue:etl-*"}).text
+    assert "/search?q=priority%3A%3E5+queue%3Aetl-%2A+queue%3Aetl-a+state%3Aerr" in page
+    page = client.simulate_get("/search", params={"q": "database"}).text
+    assert 'href="/q/etl-b?state=err&amp;text=database"' in page
     assert '<option value="queue:billing">' in page and '<option value="priority:">' in page
 
 
