@@ -235,3 +235,42 @@ def test_the_search_box_completes_and_acts_on_all_it_matches(make_queue, daemon,
             assert "no key 'stat'" in page.content()
         finally:
             browser.close()
+
+
+def test_the_fifth_queues_pause_is_a_few_keys_away(make_queue, daemon, web_server, tmp_path):
+    # issue 48 item 7: 32 Tab stops to reach the fifth queue's pause; now one Tab stop
+    # a queue, the arrows across its controls and to the queues above and below
+    sync_playwright, _axe = _need_browser()
+    procs = _queues(make_queue, daemon, tmp_path)
+    server = web_server()
+    with sync_playwright() as pw:
+        browser = _browser(pw, tmp_path, viewport=WIDE)
+        try:
+            page = browser.new_page()
+            page.goto(server.base + "/", timeout=15000)
+            said = ("document.activeElement.getAttribute('aria-label') || "
+                    "document.activeElement.textContent.trim()")
+            keys = 0
+            while page.evaluate(said) != "webhook":  # the fifth queue's row
+                page.keyboard.press("Tab")
+                keys += 1
+                assert keys < 40, page.evaluate(said)
+            while page.evaluate(said) != "pause queue webhook":
+                page.keyboard.press("ArrowRight")
+                keys += 1
+                assert keys < 60, page.evaluate(said)
+            assert keys <= 20, keys
+            # up and down keep the place across the rows; Enter acts there
+            page.keyboard.press("ArrowUp")
+            assert page.evaluate(said) == "pause queue relay"
+            page.keyboard.press("ArrowDown")
+            assert page.evaluate(said) == "pause queue webhook"
+            page.keyboard.press("Enter")
+            page.get_by_role("button", name="resume queue webhook").wait_for(timeout=10000)
+            assert page.evaluate(said) == "resume queue webhook"
+            assert procs["webhook"].call("counts")["admin"] == "PAUSE"
+            # Shift+Tab goes back a queue: to the relay row's own stop
+            page.keyboard.press("Shift+Tab")
+            assert page.evaluate(said) == "relay"
+        finally:
+            browser.close()

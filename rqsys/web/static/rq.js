@@ -153,6 +153,7 @@ function swapKeepingFocus(block, fresh) {
   const had = document.activeElement;
   const key = had && had !== document.body && block.contains(had) ? focusKey(had) : null;
   block.innerHTML = fresh.innerHTML;
+  if (typeof roveTables === "function") roveTables();  // the new rows' Tab stops
   if (!key) return;
   const same = key.startsWith("#") ? document.getElementById(key.slice(1))
     : Array.from(block.querySelectorAll(had.tagName)).find((el) => focusKey(el) === key);
@@ -377,3 +378,46 @@ if (searchKeys) {
     });
   });
 }
+
+// Tables of many rows of controls (the dashboard's queues): one Tab stop a row, the
+// arrow keys across a row's links and buttons and to the row above or below (a roving
+// tabindex), so a fifth queue's pause is a few keys away, not thirty Tabs.
+function rowControls(row) {
+  return Array.from(row.querySelectorAll(
+    "a[href], button:not([disabled]), input:not([type=hidden]):not([disabled]), select"));
+}
+function roveRow(row, current) {  // the row's one Tab stop: the control last in focus
+  const controls = rowControls(row);
+  const stop = controls.includes(current) ? current : controls[0];
+  controls.forEach((el) => { el.tabIndex = el === stop ? 0 : -1; });
+}
+function roveTables() {
+  document.querySelectorAll("table.roving tbody tr").forEach(
+    (row) => roveRow(row, document.activeElement));  // the focus is kept a stop
+}
+roveTables();
+document.addEventListener("focusin", (event) => {
+  const row = event.target.closest && event.target.closest("table.roving tbody tr");
+  if (row) roveRow(row, event.target);
+});
+document.addEventListener("keydown", (event) => {
+  const arrows = ["ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown"];
+  if (!arrows.includes(event.key) || event.altKey || event.ctrlKey || event.metaKey) return;
+  const row = event.target.closest && event.target.closest("table.roving tbody tr");
+  if (!row || event.target.matches("input:not([type=checkbox]), select, textarea")) return;
+  const controls = rowControls(row);
+  const at = controls.indexOf(event.target);
+  let next = null;
+  if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
+    next = controls[at + (event.key === "ArrowRight" ? 1 : -1)];
+  } else {
+    const rows = Array.from(row.parentElement.rows);
+    const other = rows[rows.indexOf(row) + (event.key === "ArrowDown" ? 1 : -1)];
+    const there = other ? rowControls(other) : [];
+    next = there[Math.min(Math.max(at, 0), there.length - 1)];
+  }
+  if (next) {
+    event.preventDefault();
+    next.focus();
+  }
+});
