@@ -32,11 +32,15 @@ from rqsys.daemon.bulksteps import Finish, Steps
 from rqsys.daemon.context import QueueContext
 from rqsys.daemon.transitions import Transitions
 from rqsys.errors import RQError
+from rqsys.observe.lastlines import LOG_AT
 from rqsys.store import QueueStore
+from rqsys.store.layout import CREATED_BY
+from rqsys.store.recovery import TIME_USED
 from rqsys.wire.client import QueueClient
 
 STEP = 50
-DROPPED = ("msg_id", "count", "url", "due")  # the copy is a new message, due now
+# the copy is a new message, due now, by the mover, with no runs behind it
+DROPPED = ("msg_id", "count", "url", "due", CREATED_BY, LOG_AT, TIME_USED)
 MAX_BY = 200  # a creator's length (``rqsys.wire.schema.BY``)
 
 

@@ -15,6 +15,12 @@ can lose the lines of the last seconds (until writeback): the message's
 state and status stay durable as before, and the timeline is its history,
 not its truth.  Times are Unix seconds (UTC), rounded to ms.
 
+A message's creation is no line of its file: its id says when, to the ms,
+and :func:`read` puts a ``created`` event first (a timeline an older version
+wrote has it as a line, read as it is).  So a queued message has no
+timeline file until something happens to it: two inodes, not three (who
+made it is its msg's ``created_by``).
+
 :func:`times` reads a timeline back into the ``created_at``, ``started_at``,
 ``ended_at``, ``wait_s`` and ``run_s`` of the message JSON.
 """
@@ -31,11 +37,13 @@ from typing import Any
 
 from rqsys.fdclose import FdBatch
 from rqsys.observe import stamps
+from rqsys.observe.stats import id_time
+from rqsys.store.layout import CREATED_BY
 
 FILE = "timeline"
 ENDS = ("done", "err", "relayed")
 # the events a timeline keeps (``deleted``: the message is gone, nothing to write to)
-KINDS = frozenset({"created", "started", "status", "exit", "resend", "recovered",
+KINDS = frozenset({"started", "status", "exit", "resend", "recovered",
                    "coalesced", "committed", "run_now", "destroy", "retry", "retried", "timeout",
                    "cancel",
                    "usage", *ENDS})
@@ -221,9 +229,9 @@ def append(path: Path | str, line: dict[str, Any]) -> None:
 
 
 def read(msg_dir: Path) -> list[dict[str, Any]]:
-    """A message's timeline, oldest first ([] when it has none); a torn last
+    """A message's timeline, oldest first, its creation first; a torn last
     line (a crash mid-write) is skipped."""
-    return _parsed(_raw(msg_dir))
+    return _with_created(msg_dir, _parsed(_raw(msg_dir)))
 
 
 def read_folded(msg_dir: Path) -> list[dict[str, Any]]:
@@ -239,7 +247,33 @@ def read_folded(msg_dir: Path) -> list[dict[str, Any]]:
         events += _fold_lines(run)
         run = []
         events += _parsed([line])
-    return events + _fold_lines(run)
+    return _with_created(msg_dir, events + _fold_lines(run))
+
+
+def _with_created(msg_dir: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` with the message's ``created`` first where no line says it
+    (see the module's docstring): when from its id (to the ms), who from its
+    msg; in prep if it was committed later."""
+    if events and events[0].get("ev") == "created":
+        return events
+    made = id_time(msg_dir.name)
+    if not made:
+        return events
+    state = "prep" if any(e.get("ev") == "committed" for e in events) else "que"
+    created: dict[str, Any] = {"t": made, "ev": "created", "state": state}
+    by = _creator(msg_dir)
+    if by:
+        created["by"] = by
+    return [dict(created, text=f"in {state}"), *events]
+
+
+def _creator(msg_dir: Path) -> str:
+    try:
+        msg = json.loads((msg_dir / "msg").read_bytes())
+    except (OSError, ValueError):
+        return ""
+    by = msg.get(CREATED_BY) if isinstance(msg, dict) else None
+    return by if isinstance(by, str) else ""
 
 
 STATUS_LINE = b'"ev":"status"'

@@ -37,6 +37,7 @@ SPARE_PREFIX = "spare."  # names of spare directories in .tmp/
 QUE_SNAPSHOT = "que.snapshot"  # que/ in one file, left by a clean stop
 DISABLED_MARK = "disabled"  # queue being taken out of service (rq-scan)
 SCANDIR_MARK = ".scandir"  # the scandir entry a queue was installed from
+CREATED_BY = "created_by"  # msg field: who made it (its timeline's first event says so)
 LAST_LINES = "lastlines"  # in a message's directory: a failed run's last lines (observe.lastlines)
 
 

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from rqsys.store.attachments import Upload
 from rqsys.store.durable import dir_size, fsync_dirs, sync_if_grown
 from rqsys.store.layout import (
     ADMIN_STATES,
+    CREATED_BY,
     LAST_LINES,
     SHARDED_STATES,
     SPARE_PREFIX,
@@ -45,7 +47,7 @@ class Staged:
     tmp: str
     msg: dict[str, Any]
     attached: bool = False
-    origin: str = ""  # who made it, for its timeline: "socket pid 12 uid 0", "http ::1", ...
+    origin: str = ""  # who made it: "socket pid 12 uid 0", "http ::1", ... (msg's CREATED_BY)
     msg_fd: int = -1  # a spare's blank msg, open for writing until published or discarded
 
     def attach_dir(self) -> Path:
@@ -104,6 +106,8 @@ class QueueStore(QueueView):
             return
         single = len(batch) == 1 and not (self.ordered and self._new_inodes(batch[0]))
         for staged in batch:
+            if staged.origin:  # its timeline's first event says so (rqsys.observe.timeline)
+                staged.msg[CREATED_BY] = sys.intern(staged.origin)
             fd, staged.msg_fd = staged.msg_fd, -1  # write_msg closes it, whatever happens
             durable.write_msg(f"{staged.tmp}/msg", json.dumps(staged.msg).encode(), single,
                               fd)

@@ -79,9 +79,11 @@ message in one directory or the other across a power cut:
   recovery (what it freed is free on disk before anything reuses it).
 
 New messages for que/ take *spare* directories made ahead of time in
-``.tmp/`` by a thread of the daemon (holding a blank ``msg``, ``status`` and
-``job/stdio.log``; see :class:`SpareMaker`), so neither a create nor a run
-waits for an inode to be made.
+``.tmp/`` by a thread of the daemon (holding a blank ``msg``; see
+:class:`SpareMaker`), so a create does not wait for an inode to be made.  A
+message's other files are made when first needed (``job/`` and its
+``stdio.log`` as it starts, ``status`` and ``timeline`` at their first
+line): two inodes a queued message.
 
 Recovery at start (:meth:`QueueStore.recover`): a temp directory with a
 readable msg (``.tmp/<id>.<state>``, or a spare: que) is moved into place,

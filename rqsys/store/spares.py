@@ -15,22 +15,17 @@ from rqsys.store.layout import SPARE_PREFIX
 from rqsys.store.room import Room
 from rqsys.tunables import MSG_BLANK, SPARE_BATCH, SPARE_DIRS, SPARE_RETRY
 
-# A spare's empty files besides its msg (``timeline``: rqsys.observe.timeline.FILE,
-# whose module the store does not import).
-SPARE_FILES = ("status", "job/stdio.log", "timeline")
-
 
 class SpareMaker:
     """Makes spare message directories in ``.tmp/`` on a thread of their own.
 
     Making an inode is the dearest step of a create on a busy ext4 (0.2-0.5 ms
-    each when its block group has seen many deletions), and a message needs
-    five: its directory, ``msg``, ``status``, ``job/`` and ``job/stdio.log``.
-    Made here, beside the daemon's loop, they cost neither the
-    acknowledgement of a create nor the start of a run.  A sixth, an empty
-    ``timeline``, is there for the ``created`` line the loop appends right
-    after the create (rqsys.observe.timeline), so that append makes no inode either.
-    They are made
+    each when its block group has seen many deletions), and a queued message
+    has two: its directory and ``msg``.  Made here, beside the daemon's loop,
+    they cost nothing of the acknowledgement of a create.  A message's other
+    files (``status``, ``job/``, ``job/stdio.log``, ``timeline``) are made
+    when first needed, mostly as it starts, so a deep que holds two inodes a
+    message, not six (a million queued: two million inodes).  They are made
     SPARE_BATCH at a time: the fsyncs of a batch share their writes, and the
     daemon's own fsyncs meet this thread's on the disk once a batch, not once
     a message.  Spares are plain temp directories: recovery removes them.
@@ -161,11 +156,8 @@ def _make(paths: list[str], whole_fs: bool = False) -> list[int]:
 
 
 def _make_one(path: str) -> int:
-    """One spare directory with its files; returns its blank msg, still open."""
+    """One spare directory and its msg; returns the blank msg, still open."""
     os.mkdir(path)
-    os.mkdir(f"{path}/job")
-    for name in SPARE_FILES:
-        os.close(os.open(f"{path}/{name}", NEW_FILE, 0o644))
     fd = os.open(f"{path}/msg", NEW_FILE, 0o644)
     try:
         os.write(fd, b" " * MSG_BLANK)
