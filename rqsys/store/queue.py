@@ -2,8 +2,7 @@
 
 It adds to the read-only :class:`QueueView` every change on disk: creating
 messages, moving them between states, rewriting their files, attachments,
-pruning and the admin state.  The renames and syncs themselves are in
-``durable.py``; what is durable when is the table in ``recovery.py``.
+pruning and the admin state.  The renames and syncs are in ``durable.py``.
 """
 
 from __future__ import annotations
@@ -75,10 +74,9 @@ class QueueStore(QueueView):
 
     # -- creation (synchronous) -------------------------------------------
     def stage(self, msg: dict[str, Any], state: str = "que") -> Staged:
-        """Start a new message in a temp directory, no msg yet (attachments
-        may be added before :meth:`publish` writes it): a ready spare for
-        ``que``, else a new ``.tmp/<id>.<state>/``.  NoSpace when the file
-        system is full: its spares are kept for the running messages' ends."""
+        """Start a new message in a temp directory, no msg yet (attachments may come
+        before :meth:`publish`): a ready spare for ``que``, else a new ``.tmp/<id>.<state>/``.
+        NoSpace when the file system is full: its spares are for the running ones' ends."""
         self.room.refuse_when_full()
         msg_id = self.id_maker.next_id()
         taken = self.spares.take() if state == "que" else None
