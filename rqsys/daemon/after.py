@@ -131,12 +131,6 @@ class After:
                 self.ended.append((url, "gone", str(exc)))
         self._show(msg_id)
 
-    def load(self) -> None:
-        """At start: each queued message waits again for what is not done yet."""
-        for msg_id, msg in list(self.ledger.schedule.msgs.items()):
-            if msg.get("after"):  # most wait for nothing: no call for them
-                self.on_queued(msg_id, msg)
-
     def _look(self, url: str, delay: float = 0.0) -> None:
         where = self._local(url)
         if where is not None and where[0] == self.ctx.name:

@@ -79,6 +79,7 @@ class Ledger:
         self._moving: dict[str, Msg] = {}  # queued ones a bulk move sends: out of the que
         self._tally = dict.fromkeys(COUNTED, 0)  # the counts of the states not in memory
         self._blank: set[str] = set()  # placed here, never run: its status file is blank
+        self._unread: list[str] = []  # in que/, not read into the que yet (start-up), last first
         self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
 
     @property
@@ -94,10 +95,15 @@ class Ledger:
     # ------------------------------------------------------------ reading
     def count(self, state: str) -> int:
         if state == "que":
-            return len(self.schedule)
+            return len(self._que) + len(self._unread)
         if state == "run":
             return len(self._running)
         return self._tally[state]
+
+    @property
+    def unread(self) -> int:
+        """How many of que/'s messages a start has not read into the que yet."""
+        return len(self._unread)
 
     def counts(self) -> dict[str, int]:
         return {state: self.count(state) for state in STATES}
@@ -246,10 +252,12 @@ class Ledger:
         """Out of the que in memory (its directory stays where it is)."""
         return self._que.remove(msg_id)
 
-    def load_que(self, msgs: dict[str, Msg] | None) -> None:
-        """At start, from the snapshot."""
-        if msgs is not None:
-            self._que.load(msgs)
+    def to_read(self, ids: list[str]) -> None:
+        """At start: que/'s ids, to be read into the que oldest first (``next_unread``)."""
+        self._unread = sorted(ids, reverse=True)
+
+    def next_unread(self) -> str | None:
+        return self._unread.pop() if self._unread else None
 
     def pop_ready(self, now: float) -> tuple[str, Msg] | None:
         return self._que.pop_ready(now)
@@ -319,9 +327,9 @@ class Ledger:
 
 
 WRITERS = frozenset({  # the ledger's writing methods: only transitions and retries call them
-    "removed", "queued", "requeue", "unqueue", "load_que", "pop_ready", "dropped", "begin_run",
-    "end_run", "counted", "recount", "placed_blank", "take_blank", "ride", "take_riders",
-    "riders_of", "hold_riders", "wait_for_others", "reconfigure", "move", "moved",
+    "removed", "queued", "requeue", "unqueue", "to_read", "next_unread", "pop_ready", "dropped",
+    "begin_run", "end_run", "counted", "recount", "placed_blank", "take_blank", "ride",
+    "take_riders", "riders_of", "hold_riders", "wait_for_others", "reconfigure", "move", "moved",
     "mark_busy", "free", "hold_moving", "release_moving"})
 
 

@@ -32,6 +32,7 @@ from rqsys.daemon.intake import Intake
 from rqsys.daemon.loopclock import LoopClock
 from rqsys.daemon.observe import Observer
 from rqsys.daemon.outbound import Outbound
+from rqsys.daemon.queload import QueLoad
 from rqsys.daemon.room import Room
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.server import Handler, Server
@@ -96,6 +97,8 @@ class QueueDaemon:
         self.transitions = Transitions(
             self.ledger, lambda work, then: self.background.submit(work, then, SYNC),
             lambda work, then: self.background.submit(work, then, PRUNE))
+        self.queload = QueLoad(self.transitions)  # que/ read in a slice a turn after start
+        moments.register(self.queload, "queload")
         self.after = After(self.ctx, self.store, self.transitions, self.log, self.selector,
                            self.background)
         moments.register(self.after, "after")
@@ -140,10 +143,9 @@ class QueueDaemon:
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.observer.load()
-        self.transitions.load()
-        self.batch_ends.recover(self.store, set(self.ledger.schedule.msgs))
+        self.queload.start()
+        self.batch_ends.recover(self.store, set(self.queload.que_ids))
         self._warn_unordered_disk()
-        self.after.load()
         self.ctx.admin_oper = self.store.admin_state()
         for hook in self.moments.joining:  # a pool queue joins its pool, or says why not
             hook(self.selector)
@@ -232,7 +234,7 @@ class QueueDaemon:
         for hook in self.moments.closing:  # a pool's acks and hand-back, the spans not sent
             hook()
         que = self.ledger.schedule
-        if len(que) >= tunables.SNAPSHOT_MIN:
+        if len(que) >= tunables.SNAPSHOT_MIN and not self.ledger.unread:  # else as a crash
             self.store.save_que_snapshot(que.msgs)
         self.notifier.stopping()
         self.log.flush()

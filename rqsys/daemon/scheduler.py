@@ -33,7 +33,6 @@ for: it waits without blocking anything.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import time
 from collections import defaultdict
@@ -43,11 +42,11 @@ from typing import Any
 from rqsys import tunables
 from rqsys.daemon.gates import Gate, WaitKey, Wake
 from rqsys.daemon.room import ONE, Need, Room, need_of
+from rqsys.daemon.runorder import Ready, RunOrder
 from rqsys.message import due_time, param_key
 from rqsys.store.layout import arrival
 
 Msg = dict[str, Any]
-Ready = tuple[int, float, int, str]  # (priority, due, arrival, id): the run order
 
 
 def priority(msg: Msg) -> int:
@@ -87,7 +86,7 @@ class Schedule:
         self._woken: dict[str, WaitKey] = {}  # id -> the key it was woken from, until popped
         self.after: set[str] = set()  # ids waiting for other messages (rqsys.daemon.after)
         self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
-        self._order: list[Ready] | None = None  # every message's run key, sorted, once asked
+        self._order = RunOrder(self._live_ready)  # the que tab's listing, sorted once asked
 
     def __len__(self) -> int:
         return len(self.msgs)
@@ -108,23 +107,11 @@ class Schedule:
         if msg_id in self.msgs or msg_id in self._woken:  # not at start: 100,000 calls saved
             self.remove(msg_id)
         self.msgs[msg_id] = msg
-        if self._order is not None:
-            bisect.insort(self._order, run_key(msg_id, msg))
+        self._order.add(run_key(msg_id, msg))
         heapq.heappush(self._heap, (due_time(msg), msg_id))
         key = param_key(msg, self.coalesce)
         if key is not None:
             self._by_coalesce[key].add(msg_id)
-
-    def load(self, msgs: dict[str, Msg]) -> None:
-        """At start, into an empty que: ``add`` of each, the heap made at once."""
-        assert not self.msgs, "Schedule.load is for an empty que"  # a bug: add() is for that
-        self.msgs.update(msgs)
-        self._order = None
-        self._heap = [(due_time(msg), msg_id) for msg_id, msg in msgs.items()]
-        heapq.heapify(self._heap)
-        if self.coalesce:  # without coalesce params no message has a key
-            for msg_id, msg in msgs.items():
-                self._by_coalesce[param_key(msg, self.coalesce)].add(msg_id)  # type: ignore[index]
 
     def remove(self, msg_id: str) -> Msg | None:
         woken = self._woken.pop(msg_id, None)
@@ -135,8 +122,7 @@ class Schedule:
         self._held_since.pop(msg_id, None)
         self._needs.pop(msg_id, None)
         if msg is not None:
-            if self._order is not None:
-                self._unorder(run_key(msg_id, msg))
+            self._order.removed()
             key = param_key(msg, self.coalesce)
             if key is not None:
                 self._by_coalesce[key].discard(msg_id)
@@ -358,17 +344,6 @@ class Schedule:
 
     def ordered_ids(self, offset: int = 0, limit: int | None = None) -> list[str]:
         """Queued ids by priority, due time and arrival: the order they start in
-        when due and no gate holds them.  Sorted once, when first asked (the que
-        tab), then kept in order by each add and remove."""
-        if self._order is None:
-            self._order = sorted(run_key(i, msg) for i, msg in self.msgs.items())
-        end = None if limit is None else offset + limit
-        return [entry[3] for entry in self._order[offset:end]]
-
-    def _unorder(self, key: Ready) -> None:
-        assert self._order is not None
-        at = bisect.bisect_left(self._order, key)
-        if at < len(self._order) and self._order[at] == key:
-            del self._order[at]
-        else:  # its key changed in place since it was added (nothing does): sort again
-            self._order = None
+        when due and no gate holds them (``rqsys.daemon.runorder``)."""
+        return self._order.ids(lambda: (run_key(i, msg) for i, msg in self.msgs.items()),
+                               offset, limit)

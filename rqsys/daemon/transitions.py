@@ -15,7 +15,7 @@ changes.
     run  → que                   unstart       the script could not be started
     run  → que                   end           resend, or requeued at stop (rewrite first)
     run  → done | err | relayed  end
-    que  → err                   load          unreadable at start (and run → que, recovery)
+    que  → err                   unreadable    at start (queload; run → que is recovery's)
     que  → err                   cancel        cancelled (``cancelled by <who>``)
     que  → err                   fail_queued   a message it waits for failed (``after``),
                                                a pool message's file did not arrive whole
@@ -74,33 +74,14 @@ class Transitions:
         self.removals = Removals(ledger, offload, self._slow)
 
     # ------------------------------------------------------------ start-up
-    def load(self) -> None:
-        """At start: recovery (run → que, in the store), que/ into memory, the counts."""
-        for msg_id in self.store.recover():
-            self.log.event("recovered", "was running at the last stop; requeued", msg_id,
-                           RQ_STATE="que")
-        for name in self.store.set_aside:  # no message's event: it has none left
-            self.log.event("warning", f"{name.replace('.', '/', 1)} was no message "
-                           f"directory: moved to .set-aside/{name}")
-        snapshot = self.store.take_que_snapshot()
-        if snapshot is not None:
-            self.ledger.load_que(snapshot)
-        else:
-            for msg_id, read in self.store.read_all("que"):
-                self._load_one(msg_id, read)
-        self.ledger.recount({state: self.store.count(state) for state in COUNTED})
-        prep = ((i, m) for i, m in self.store.read_all("prep") if not isinstance(m, RQError))
-        self.ledger.unique.load([*self.ledger.schedule.msgs.items(), *prep], time.time())
-
-    def _load_one(self, msg_id: str, msg: Msg | RQError) -> None:
-        if not isinstance(msg, RQError):
-            self.ledger.requeue(msg_id, msg)
-            return
-        # que → err: a message nobody can read cannot run
-        self.log.event("err", f"unreadable queued message moved to err: {msg}", msg_id,
+    def unreadable(self, msg_id: str, error: RQError) -> None:
+        """que → err: a queued message nobody can read cannot run (found at start,
+        ``rqsys.daemon.queload``)."""
+        self.log.event("err", f"unreadable queued message moved to err: {error}", msg_id,
                        RQ_STATE="que")
-        self.store.write_status("que", msg_id, f"unreadable message: {msg}")
-        self.ledger.move(msg_id, "que", "err")
+        self.store.write_status("que", msg_id, f"unreadable message: {error}")
+        if self.ledger.moved(msg_id, "que", "err"):
+            self.ledger.counted("err", 1)
 
     # ------------------------------------------------------------ creation
     def placed(self, batch: list[Staged], state: str) -> tuple[list[Staged], OSError | None]:

@@ -16,6 +16,8 @@ import json
 import sys
 from typing import Any
 
+from rqsys.store.layout import CREATED_BY
+
 _DECODER = json.JSONDecoder()
 _intern = sys.intern
 
@@ -35,11 +37,13 @@ def shared(msg_id: str, msg: dict[str, Any]) -> dict[str, Any]:
 
 
 def shared_values(msg_id: str, msg: dict[str, Any]) -> dict[str, Any]:
-    """``msg`` itself, its ``dest`` and ``msg_id`` made one shared string each
-    (for messages whose field names are shared already: a snapshot's)."""
-    dest = msg.get("dest")
-    if type(dest) is str and len(dest) <= 64:  # a queue's name: many messages share it
-        msg["dest"] = _intern(dest)
+    """``msg`` itself, its ``dest``, ``created_by`` and ``msg_id`` made one
+    shared string each (for messages whose field names are shared already: a
+    snapshot's)."""
+    for field in ("dest", CREATED_BY):  # a queue's name, a client: many messages share it
+        value = msg.get(field)
+        if type(value) is str and len(value) <= 256:
+            msg[field] = _intern(value)
     if msg.get("msg_id") == msg_id:
         msg["msg_id"] = msg_id  # the directory's name, which the daemon keeps anyway
     return msg

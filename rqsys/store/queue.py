@@ -379,9 +379,9 @@ class QueueStore(QueueView):
                 raise
             self.room.skip("que snapshot")
 
-    def take_que_snapshot(self) -> dict[str, dict[str, Any]] | None:
-        """The last clean stop's snapshot if its ids are exactly those in que/."""
-        return recovery.take_que_snapshot(self)
+    def take_que_snapshot(self, ids: list[str]) -> dict[str, dict[str, Any]] | None:
+        """The last clean stop's snapshot if its ids are exactly ``ids``, que/'s."""
+        return recovery.take_que_snapshot(self, ids)
 
 
 def _advisory(path: str, data: bytes, room: Room) -> str:

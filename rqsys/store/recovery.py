@@ -284,8 +284,8 @@ def save_que_snapshot(qdir: Path, msgs: Mapping[str, dict[str, Any]]) -> None:
     durable.write_file_durably(qdir / QUE_SNAPSHOT, lines.encode())
 
 
-def take_que_snapshot(store: QueueStore) -> dict[str, dict[str, Any]] | None:
-    """The last clean stop's snapshot if its ids are exactly those in que/.
+def take_que_snapshot(store: QueueStore, ids: list[str]) -> dict[str, dict[str, Any]] | None:
+    """The last clean stop's snapshot if its ids are exactly ``ids``, those in que/.
 
     It is removed durably first, so a crash later can never bring back a
     stale one; anything unexpected means None (read que/ one by one).
@@ -299,7 +299,7 @@ def take_que_snapshot(store: QueueStore) -> dict[str, dict[str, Any]] | None:
     msgs = _parse_snapshot(data)
     if msgs is None:
         return None
-    return msgs if set(msgs) == set(store.ids("que")) else None
+    return msgs if len(msgs) == len(ids) and set(msgs) == set(ids) else None
 
 
 def _parse_snapshot(data: bytes) -> dict[str, dict[str, Any]] | None:

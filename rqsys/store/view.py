@@ -157,6 +157,28 @@ class QueueView:
             # held in memory until it runs: one copy of the strings all messages repeat
             yield msg_id, msg if isinstance(msg, StoreError) else msgshare.shared(msg_id, msg)
 
+    def read_queued(self, msg_id: str) -> dict[str, Any] | StoreError | None:
+        """A queued message as its daemon holds it (one copy of the strings
+        all of them repeat: ``msgshare``), the error reading it, or None when
+        it is gone (deleted or moved since que/ was listed)."""
+        try:
+            fd = os.open(f"{self._base}/que/{msg_id}/msg", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return StoreError(f"que/{msg_id}/msg: {exc.strerror}")
+        try:
+            whole = read_whole(fd)
+        finally:
+            os.close(fd)
+        try:
+            msg = msgshare.parse(whole)
+        except ValueError as exc:
+            return StoreError(f"que/{msg_id}/msg: unreadable message: {exc}")
+        if not isinstance(msg, dict):
+            return StoreError(f"que/{msg_id}/msg: not a JSON object")
+        return msgshare.shared(msg_id, msg)
+
     def ids_at(self, state: str) -> Iterator[tuple[int, str]]:
         """(the state directory's descriptor, id) of each message of a flat
         state, for walks that read relative to it (openat and one read each,

@@ -13,7 +13,7 @@ from rqsys.daemon.ledger import WRITERS
 ROOT = REPO / "rqsys"
 # the transitions and their collaborators: the only callers of the ledger's writers
 WRITING = {"daemon/ledger.py", "daemon/transitions.py", "daemon/retries.py",
-           "daemon/removals.py"}
+           "daemon/removals.py", "daemon/queload.py"}
 # the path every message takes: no feature is asked for by name there
 PATH = ("daemon/loop.py", "daemon/intake.py", "daemon/transitions.py", "run/runner.py",
         "run/dups.py", "run/environment.py")

@@ -27,7 +27,8 @@ class Daemon:
     def __init__(self, layout, **cfg):
         install_with_script(layout, "q", "/bin/true", **cfg)
         self.d = QueueDaemon(layout, "q", log=EventLog("q", journal=False))
-        self.d.transitions.load()
+        self.d.queload.start()
+        self.d.queload.read()
 
     def call(self, op, fds=(), **args):
         """The answer to one request, waiting for one that comes later."""

@@ -4,6 +4,7 @@ import pytest
 
 from rqsys.daemon.gates import Gate
 from rqsys.daemon.scheduler import Schedule
+from rqsys.store.layout import arrival
 
 
 def msg(due=0, **params):
@@ -134,28 +135,26 @@ def test_a_reload_counts_the_running_in_the_new_gate_and_keeps_rate_windows():
     assert s.pop_ready(110)[0] == "b"
 
 
-def test_load_at_start_orders_and_coalesces_as_adds_do():
-    # Given the same messages loaded at once (a start from que.snapshot) and added one by one
-    msgs = {"c": msg(due=50, param1="x"), "b": msg(due=5, param1="x"), "a": msg(due=1,
-                                                                              param1="y")}
-    loaded, added = Schedule([], [1]), Schedule([], [1])
-    loaded.load(msgs)
-    for msg_id, m in msgs.items():
-        added.add(msg_id, m)
-    # Then both run the same order and take the same coalesced messages
-    for s in (loaded, added):
-        first = s.pop_ready(10)
-        assert first[0] == "a" and s.take_coalesced(first[1]) == []
-        second = s.pop_ready(10)
-        assert second[0] == "b" and [i for i, _m in s.take_coalesced(second[1])] == ["c"]
-        assert s.next_due() is None and len(s) == 0
-
-
-def test_load_refuses_a_que_that_is_not_empty():
+def test_the_que_tab_order_stays_right_through_starts_retries_and_removals():
+    # Given a que listed once (its order sorted), then changed every way
     s = Schedule([], [])
-    s.add("a", msg())
-    with pytest.raises(AssertionError, match="empty"):
-        s.load({"b": msg()})
+    for n in range(20):
+        s.add(f"20261128.0100.00.000.{n}", msg())
+    assert s.ordered_ids(0, 3) == [f"20261128.0100.00.000.{n}" for n in range(3)]
+    started = [s.pop_ready(10)[0] for _ in range(5)]  # the first five run
+    s.remove("20261128.0100.00.000.9")  # one deleted
+    s.add("20261128.0100.00.000.7", msg())  # one taken out and put back unchanged
+    s.add("20261128.0100.00.000.8", msg(priority=-1))  # one re-keyed: it goes first
+    s.add("20261128.0100.00.001.0", msg())  # a new one: last
+    # Then the listing is the que as it is, each id once, in run order, at any offset
+    want = sorted(s.msgs, key=lambda i: (s.msgs[i].get("priority") or 0, arrival(i)))
+    assert started == [f"20261128.0100.00.000.{n}" for n in range(5)]
+    assert s.ordered_ids() == want and want[0] == "20261128.0100.00.000.8"
+    assert s.ordered_ids(4, 3) == want[4:7] and len(want) == 15
+    # and after more removals than the pass needs, still
+    for msg_id in want[:10]:
+        s.remove(msg_id)
+    assert s.ordered_ids() == want[10:]
 
 
 def test_messages_made_in_one_millisecond_run_in_the_order_made():

@@ -12,6 +12,7 @@ from daemon_util import drain
 
 from rqsys.background import SYNC, Background
 from rqsys.daemon.scheduler import Schedule
+from rqsys.daemon.queload import QueLoad
 from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import BadRequest, InternalError, NotFound, StoreError
 from rqsys.life.moments import Moments
@@ -31,7 +32,9 @@ class World:
         ledger = Ledger(self.store, self.schedule, EventLog("q", journal=False), Moments())
         self.t = Transitions(ledger,
                              lambda work, then: self.background.submit(work, then, SYNC))
-        self.t.load()
+        load = QueLoad(self.t)  # as a start: recovery, que/ listed, then read
+        load.start()
+        load.read()
 
     def new(self, state="que", **fields):
         staged = self.store.stage({"dest": "q", "count": 0, "due": 0, **fields}, state)

@@ -33,6 +33,7 @@ VIEW_CALLS = {
     "count": lambda v, ids: [v.count(s) for s in ("prep", "que", "done", "err")],
     "ended_at": lambda v, ids: v.ended_at("done", ids["done"]),
     "read_all": lambda v, ids: list(v.read_all("que")),
+    "read_queued": lambda v, ids: v.read_queued(ids["que"]),
     "ids_at": lambda v, ids: [i for _dfd, i in v.ids_at("err")],
     "qdir": lambda v, ids: v.qdir,
     "name": lambda v, ids: v.name,
