@@ -98,7 +98,6 @@ class QueueDaemon:
             self.ledger, lambda work, then: self.background.submit(work, then, SYNC),
             lambda work, then: self.background.submit(work, then, PRUNE))
         self.queload = QueLoad(self.transitions)  # que/ read in a slice a turn after start
-        moments.register(self.queload, "queload")
         self.after = After(self.ctx, self.store, self.transitions, self.log, self.selector,
                            self.background)
         moments.register(self.after, "after")
@@ -143,10 +142,12 @@ class QueueDaemon:
     def start(self) -> None:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.observer.load()
-        self.queload.start()
+        self.queload.start()  # its moments only while it reads (QueLoad.NAME)
         self.batch_ends.recover(self.store, set(self.queload.que_ids))
         self._warn_unordered_disk()
         self.ctx.admin_oper = self.store.admin_state()
+        if self.moments.joining:  # what joins (a pool queue) hands back the whole que
+            self.queload.read()
         for hook in self.moments.joining:  # a pool queue joins its pool, or says why not
             hook(self.selector)
         self.server.listen(self.listener or listen_unix(

@@ -32,13 +32,14 @@ from rqsys.daemon.transitions import COUNTED, Msg, Transitions
 from rqsys.daemon.unique import key_of
 from rqsys.errors import RQError
 
+NAME = "queload"  # its name among the features while it reads
 SLICE_S = 0.02  # a loop turn's reading: a create waits at most about this for it
 CHECK_EVERY = 32  # messages read between looks at the clock
 
 
 class QueLoad:
-    """Recovery at start, then que/ into the ledger a slice a turn (the moments
-    ``turn``, ``wait``, ``busy`` and ``creating``)."""
+    """Recovery at start, then que/ into the ledger a slice a turn: the moments
+    ``turn``, ``wait``, ``busy`` and ``creating``, registered while it reads."""
 
     def __init__(self, transitions: Transitions) -> None:
         self.transitions = transitions
@@ -60,6 +61,8 @@ class QueLoad:
         self.que_ids = frozenset(ids)
         self._snapshot = self.store.take_que_snapshot(ids) or {}
         self.ledger.to_read(ids)
+        if ids:  # a turn's slice until all is read, then gone from the loop's path
+            self.transitions.moments.register(self, NAME)
         self.ledger.recount({state: self.store.count(state) for state in COUNTED})
         prep = ((i, m) for i, m in self.store.read_all("prep") if not isinstance(m, RQError))
         self.ledger.unique.load(prep, time.time())
@@ -72,6 +75,8 @@ class QueLoad:
             read += 1
             if read % CHECK_EVERY == 0 and time.perf_counter() > until:
                 return
+        if self.que_ids:
+            self.transitions.moments.unregister(self, NAME)
         if len(self.que_ids) >= tunables.SNAPSHOT_MIN:
             self.log.event("daemon", f"que read: {len(self.que_ids):,} messages in "
                            f"{time.monotonic() - self._began:.1f}s")

@@ -84,6 +84,15 @@ class Moments:
             getattr(self, moment).append(getattr(feature, f"on_{moment}"))
         self.features.append(name or type(feature).__name__)
 
+    def unregister(self, feature: object, name: str = "") -> None:
+        """Take ``feature``'s hooks out again (a feature whose work is over: a
+        start's reading of que/)."""
+        for moment in (*LIFE, *LOOP):  # new lists: a loop going through one keeps it whole
+            setattr(self, moment, [h for h in getattr(self, moment)
+                                   if getattr(h, "__self__", None) is not feature])
+        if (name or type(feature).__name__) in self.features:
+            self.features.remove(name or type(feature).__name__)
+
     def uses(self, moment: str) -> list[str]:
         """The names of the hooks of ``moment`` (ARCHITECTURE.md's table, a test's check)."""
         return [getattr(hook, "__qualname__", repr(hook)) for hook in getattr(self, moment)]

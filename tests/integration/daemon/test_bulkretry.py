@@ -16,6 +16,7 @@ from rqsys.daemon.bulkdelete import Deletion
 from rqsys.daemon.bulkmove import Mover
 from rqsys.daemon.bulkretry import BulkRetry
 from rqsys.daemon.context import QueueContext
+from rqsys.daemon.queload import QueLoad
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import NotFound
@@ -32,7 +33,9 @@ def t(layout):
     background = Background()
     t = Transitions(Ledger(store, Schedule([], []), EventLog("q", journal=False), Moments()),
                     lambda work, then: background.submit(work, then, SYNC))
-    t.load()
+    load = QueLoad(t)  # as a start: recovery, que/ listed, then read
+    load.start()
+    load.read()
     t.background = background  # type: ignore[attr-defined]
     return t
 

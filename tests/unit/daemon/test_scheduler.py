@@ -1,6 +1,5 @@
 """Unit tests of the in-memory que: due order, blocking keys, coalescing."""
 
-import pytest
 
 from rqsys.daemon.gates import Gate
 from rqsys.daemon.scheduler import Schedule

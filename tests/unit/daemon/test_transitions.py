@@ -11,8 +11,8 @@ import pytest
 from daemon_util import drain
 
 from rqsys.background import SYNC, Background
-from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.queload import QueLoad
+from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.transitions import Ledger, Transitions
 from rqsys.errors import BadRequest, InternalError, NotFound, StoreError
 from rqsys.life.moments import Moments
