@@ -139,6 +139,7 @@ def test_clean_stop_snapshot_speeds_the_next_start(layout, make_queue, daemon):
     store_of(layout, "q").set_admin_state("PAUSE")
     ids = _fill_que(layout, 1200)
     proc = daemon("q")
+    _all_read(proc, 1200)  # a stop while que/ is still being read writes none (as a crash)
     assert proc.stop() == 0
     snapshot = layout.queue_dir("q") / "que.snapshot"
     assert snapshot.is_file()
@@ -147,16 +148,26 @@ def test_clean_stop_snapshot_speeds_the_next_start(layout, make_queue, daemon):
     # Then it loaded every message from the snapshot, which is gone now
     assert not snapshot.exists()
     assert proc.call("counts")["counts"]["que"] == 1200
+    _all_read(proc, 1200)
     assert proc.call("list", state="que", limit=1000)["ids"] == sorted(ids, key=arrival)[:1000]
     assert proc.call("get", msg_id=ids[-1])["msg"]["param1"] == "1199"
     # (not run here: 1,200 runs would fill the fixture's unread stderr pipe)
+
+
+def _all_read(proc, n):
+    """Wait until the daemon has read all ``n`` of que/ (``rqsys.daemon.queload``)."""
+    wait_for(lambda: proc.call("list", state="que", offset=n - 1, limit=1)["ids"], 30,
+             "que/ read into memory")
 
 
 def test_snapshot_not_matching_que_is_ignored(layout, make_queue, daemon):
     make_queue("q", "echo done >&3")
     store_of(layout, "q").set_admin_state("PAUSE")
     ids = _fill_que(layout, 1100)
-    daemon("q").stop()
+    first = daemon("q")
+    _all_read(first, 1100)
+    first.stop()
+    assert (layout.queue_dir("q") / "que.snapshot").exists()
     # While stopped, a message disappears and another one appears
     store = store_of(layout, "q")
     store.delete(ids[0], "que")
