@@ -163,8 +163,9 @@ class QueueView:
         it is gone (deleted or moved since que/ was listed)."""
         try:
             fd = os.open(f"{self._base}/que/{msg_id}/msg", os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
+        except FileNotFoundError as exc:  # its directory without its msg (e2fsck): unreadable
+            gone = not os.path.isdir(f"{self._base}/que/{msg_id}")
+            return None if gone else StoreError(f"que/{msg_id}/msg: {exc.strerror}")
         except OSError as exc:
             return StoreError(f"que/{msg_id}/msg: {exc.strerror}")
         try:

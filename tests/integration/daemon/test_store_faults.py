@@ -25,8 +25,9 @@ def test_a_run_directory_without_its_msg_goes_to_err_and_the_queue_starts(layout
     (lost / "status").write_text("running")
     # When the daemon starts (it exited 1 at every start: "no message ... in q/run")
     proc = daemon("q")
-    # Then that message is in err, saying why, and the queue runs
-    assert store_of(layout, "q").find(lost.name) == "err"
+    # Then that message is in err (once que/ is read: rqsys.daemon.queload), saying
+    # why, and the queue runs
+    wait_for(lambda: store_of(layout, "q").find(lost.name) == "err", 10, "it in err")
     wait_for(lambda: f"{lost.name}: err: unreadable" in proc.stderr_text(), 10, "the reason")
     assert settle(proc, send(proc))["state"] == "done"
 

@@ -118,14 +118,14 @@ def test_que_snapshot_is_used_only_when_it_matches_que_and_is_taken_once(store):
     ids = [store.create({"dest": "a-longer-queue", "param1": str(n)}) for n in range(2)]
     store.save_que_snapshot({i: store.read_msg("que", i) for i in ids})
     # When the next start takes it
-    msgs = store.take_que_snapshot()
+    msgs = store.take_que_snapshot(list(store.ids("que")))
     # Then it holds exactly que/, and it is gone: a later start reads que/ itself
     assert msgs is not None and sorted(msgs) == sorted(ids)
     assert msgs[ids[1]]["param1"] == "1"
     # and the messages share one string of their queue's name, as read from que/
     assert msgs[ids[0]]["dest"] is msgs[ids[1]]["dest"]
     assert not (store.qdir / "que.snapshot").exists()
-    assert store.take_que_snapshot() is None
+    assert store.take_que_snapshot(list(store.ids("que"))) is None
 
 
 def test_a_stale_que_snapshot_is_removed_and_ignored(store):
@@ -134,7 +134,7 @@ def test_a_stale_que_snapshot_is_removed_and_ignored(store):
     store.save_que_snapshot({kept: store.read_msg("que", kept)})
     store.create({"dest": "q"})
     # When it is taken, Then it is not used, and not left for later
-    assert store.take_que_snapshot() is None
+    assert store.take_que_snapshot(list(store.ids("que"))) is None
     assert not (store.qdir / "que.snapshot").exists()
 
 
@@ -151,7 +151,7 @@ def test_a_mangled_que_snapshot_is_ignored(store, mangle):
     path = store.qdir / "que.snapshot"
     path.write_text(mangle(path.read_text()))
     # When it is taken, Then it is not used (que/ is read one by one), and it is gone
-    assert store.take_que_snapshot() is None
+    assert store.take_que_snapshot(list(store.ids("que"))) is None
     assert not path.exists()
 
 
