@@ -79,6 +79,7 @@ FORK_SERVER_MODE = FORK_SERVER_SETTING if FORK_SERVER_SETTING in ("on", "off", "
 FORK_SERVER_MIN_WORKERS = 4
 
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
+QUE_WINDOW = 50_000  # plain queued messages in memory; more wait in the que's tail (quetail)
 SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot
 LONGEST_WAIT = 60.0  # the loop wakes at least this often, whatever it waits for
 STOP_POLL = 0.5  # while stopping, how often the loop checks the grace period

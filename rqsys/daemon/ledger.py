@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from rqsys.daemon.gates import Gate
+from rqsys.daemon.quetail import QueTail
 from rqsys.daemon.scheduler import Schedule
 from rqsys.daemon.unique import UniqueIndex
 from rqsys.errors import InternalError, NotFound, RQError
@@ -68,7 +69,7 @@ class Ledger:
     message's life (``rqsys.life.moments``)."""
 
     def __init__(self, store: QueueStore, schedule: Schedule, log: EventLog,
-                 moments: Moments) -> None:
+                 moments: Moments, window: int = 0) -> None:
         self.store, self.log, self.moments = store, log, moments
         self._que = schedule
         self._running: dict[str, Msg] = {}  # run/: messages whose script runs
@@ -80,6 +81,7 @@ class Ledger:
         self._tally = dict.fromkeys(COUNTED, 0)  # the counts of the states not in memory
         self._blank: set[str] = set()  # placed here, never run: its status file is blank
         self._unread: list[str] = []  # in que/, not read into the que yet (start-up), last first
+        self._tail = QueTail(store, window)  # plain ones past the window: on disk only
         self.unique = UniqueIndex(store.qdir)  # unique keys held (rqsys.daemon.unique)
 
     @property
@@ -95,7 +97,7 @@ class Ledger:
     # ------------------------------------------------------------ reading
     def count(self, state: str) -> int:
         if state == "que":
-            return len(self._que) + len(self._unread)
+            return len(self._que) + len(self._unread) + len(self._tail)
         if state == "run":
             return len(self._running)
         return self._tally[state]
@@ -104,6 +106,16 @@ class Ledger:
     def unread(self) -> int:
         """How many of que/'s messages a start has not read into the que yet."""
         return len(self._unread)
+
+    @property
+    def on_disk_only(self) -> int:
+        """Queued messages not in the que in memory: not read yet, or in its tail."""
+        return len(self._unread) + len(self._tail)
+
+    def next_due(self) -> float | None:
+        """The que's next due time, its tail read back first if it runs low."""
+        self._tail.refill(self._que)
+        return self._que.next_due()
 
     def counts(self) -> dict[str, int]:
         return {state: self.count(state) for state in STATES}
@@ -239,8 +251,12 @@ class Ledger:
             hook(msg_id)
 
     def queued(self, msg_id: str, msg: Msg) -> None:
-        """In the que (placed, committed, retried): the moment ``queued``."""
-        self._que.add(msg_id, msg)
+        """In the que (placed, committed, retried, read at start), or its tail:
+        the moment ``queued``."""
+        if self._tail.takes(self._que, msg):
+            self._tail.append(self._que, msg_id)
+        else:
+            self._que.add(msg_id, msg)
         for hook in self.moments.queued:
             hook(msg_id, msg)
 
@@ -260,7 +276,21 @@ class Ledger:
         return self._unread.pop() if self._unread else None
 
     def pop_ready(self, now: float) -> tuple[str, Msg] | None:
-        return self._que.pop_ready(now)
+        self._tail.refill(self._que)
+        picked = self._que.pop_ready(now)
+        if picked is None and self._que.tail_hit:  # what is left sorts after the tail's
+            self._tail.refill(self._que)
+            picked = self._que.pop_ready(now)
+        return picked
+
+    def read_in(self, msg_id: str, msg: Msg) -> None:
+        """A queued message not in memory, read in ahead of its turn (a client's action)."""
+        self._tail.take_out(msg_id)
+        self._que.add(msg_id, msg)
+
+    def deleted_unread(self) -> None:
+        """A queued message not in memory was deleted (its count follows)."""
+        self._tail.deleted()
 
     def dropped(self, queued: Msg) -> None:
         self._que.dropped(queued)
@@ -328,6 +358,7 @@ class Ledger:
 
 WRITERS = frozenset({  # the ledger's writing methods: only transitions and retries call them
     "removed", "queued", "requeue", "unqueue", "to_read", "next_unread", "pop_ready", "dropped",
+    "deleted_unread", "read_in",
     "begin_run", "end_run", "counted", "recount", "placed_blank", "take_blank", "ride",
     "take_riders", "riders_of", "hold_riders", "wait_for_others", "reconfigure", "move", "moved",
     "mark_busy", "free", "hold_moving", "release_moving"})

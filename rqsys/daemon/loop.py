@@ -92,7 +92,9 @@ class QueueDaemon:
         schedule = Schedule(self.ctx.config["blocking_params"], self.ctx.config["coalesce_params"],
                             Gate.from_config(self.ctx.config), Room(self.ctx.config),
                             self.ctx.config["reserve_after"])
-        self.ledger = Ledger(self.store, schedule, self.log, moments)
+        whole = self.ctx.config["coalesce_params"] or self.ctx.config.get("pool")
+        self.ledger = Ledger(self.store, schedule, self.log, moments,  # a deep que's tail:
+                             0 if whole else tunables.QUE_WINDOW)  # rqsys.daemon.quetail
         moments.register(self.ledger.unique, "unique")
         self.transitions = Transitions(
             self.ledger, lambda work, then: self.background.submit(work, then, SYNC),
@@ -235,7 +237,7 @@ class QueueDaemon:
         for hook in self.moments.closing:  # a pool's acks and hand-back, the spans not sent
             hook()
         que = self.ledger.schedule
-        if len(que) >= tunables.SNAPSHOT_MIN and not self.ledger.unread:  # else as a crash
+        if len(que) >= tunables.SNAPSHOT_MIN and not self.ledger.on_disk_only:  # else as a crash
             self.store.save_que_snapshot(que.msgs)
         self.notifier.stopping()
         self.log.flush()
@@ -282,7 +284,7 @@ class QueueDaemon:
 
     # ---------------------------------------------------------------- idle
     def _is_idle(self) -> bool:
-        busy = (self.runner.workers or len(self.ledger.schedule) or self.intake.pending
+        busy = (self.runner.workers or self.ledger.count("que") or self.intake.pending
                 or self.intake.unplaced  # answered ok, not in que/ yet (a full disk)
                 or self.background.busy() or any(busy() for busy in self.moments.busy)
                 or self.server.next_wait() is not None)  # clients wait to be accepted

@@ -27,6 +27,8 @@ class Removals:
         state = self.store.find(msg_id)
         finish = self.store.delete_later(msg_id, state)  # its sync and rmtree: off the loop
         queued = self.ledger.unqueue(msg_id)
+        if state == "que" and queued is None:
+            self.ledger.deleted_unread()  # in the que's tail
         self.ledger.removed(msg_id)
         if state in COUNTED:
             self.ledger.counted(state, -1)

@@ -47,6 +47,7 @@ from rqsys.message import due_time, param_key
 from rqsys.store.layout import arrival
 
 Msg = dict[str, Any]
+PLAIN = (0, 0.0)  # the run key's priority and due time of a plain message
 
 
 def priority(msg: Msg) -> int:
@@ -87,6 +88,9 @@ class Schedule:
         self.after: set[str] = set()  # ids waiting for other messages (rqsys.daemon.after)
         self._by_coalesce: dict[tuple[str, ...], set[str]] = defaultdict(set)
         self._order = RunOrder(self._live_ready)  # the que tab's listing, sorted once asked
+        self.plain = 0  # messages of priority 0 and no due time (rqsys.daemon.quetail)
+        self.behind_tail = False  # plain messages wait in the tail: none after them starts
+        self.tail_hit = False  # a pop met one that sorts after them: the tail is read first
 
     def __len__(self) -> int:
         return len(self.msgs)
@@ -108,6 +112,8 @@ class Schedule:
             self.remove(msg_id)
         self.msgs[msg_id] = msg
         self._order.add(run_key(msg_id, msg))
+        if not (msg.get("priority") or msg.get("due")):
+            self.plain += 1
         heapq.heappush(self._heap, (due_time(msg), msg_id))
         key = param_key(msg, self.coalesce)
         if key is not None:
@@ -123,6 +129,8 @@ class Schedule:
         self._needs.pop(msg_id, None)
         if msg is not None:
             self._order.removed()
+            if not (msg.get("priority") or msg.get("due")):
+                self.plain -= 1
             key = param_key(msg, self.coalesce)
             if key is not None:
                 self._by_coalesce[key].discard(msg_id)
@@ -170,6 +178,10 @@ class Schedule:
             entry = heapq.heappop(self._ready)
             if not self._live_ready(entry):
                 continue
+            if self.behind_tail and entry[:2] > PLAIN:  # the tail's plain ones go first
+                heapq.heappush(self._ready, entry)
+                self.tail_hit = True
+                return None
             msg_id = entry[3]
             woken = self._woken.pop(msg_id, None)
             if woken is not None and self._awake.pop(woken, None) is not None:

@@ -317,19 +317,28 @@ class Transitions:
         if why:
             raise BadRequest(why)
         state = self.store.find(msg_id)
-        if state != "que" or msg_id not in self.ledger.schedule:
+        if state != "que" or not self._in_memory(msg_id):
             raise BadRequest(f"message {msg_id} is in {state}: only a queued or running "
                              "message can be cancelled")
         self.fail_queued(msg_id, text, kind="cancel")
         dirs = [self.store.state_dir("err"), self.store.state_dir("que")]  # destination first
         self._offload(lambda: fsync_dirs(dirs), lambda _r, error: done(error))
 
+    def _in_memory(self, msg_id: str) -> bool:
+        """Whether ``msg_id`` is in the que in memory; read in first from que/ if
+        it is only there (in the tail, not read yet since the start)."""
+        if msg_id not in self.ledger.schedule and self.ledger.on_disk_only:
+            msg = self.store.read_queued(msg_id)
+            if isinstance(msg, dict):
+                self.ledger.read_in(msg_id, msg)
+        return msg_id in self.ledger.schedule
+
     # ------------------------------------------------------------ client requests
     def run_now(self, msg_id: str, done: Done) -> None:
         """que → que, due now: out of the que until its rewritten msg is durable."""
         if self.ledger.wait_while_busy(msg_id, lambda: self.run_now(msg_id, done), done):
             return
-        msg = self.ledger.unqueue(msg_id)
+        msg = self.ledger.unqueue(msg_id) if self._in_memory(msg_id) else None
         if msg is None:
             raise BadRequest(f"message {msg_id} is not queued")
         msg = dict(msg, due=0)

@@ -98,9 +98,9 @@ class Runner:
         if self.script.error:
             return self.script.wait()
         if self.store.room.full:  # queued ones start once there is room
-            return self.store.room.recheck_in() if len(self.ledger.schedule) else None
+            return self.store.room.recheck_in() if self.ledger.count("que") else None
         if self.can_start():
-            due = self.ledger.schedule.next_due()
+            due = self.ledger.next_due()
             if due is not None:
                 return due - time.time()
         return None
@@ -108,7 +108,7 @@ class Runner:
     def start_due(self) -> None:
         """Start scripts for due messages while workers are free."""
         now = time.time()
-        due = self.ledger.schedule.next_due()
+        due = self.ledger.next_due()
         if due is None or due > now:
             return
         if not self.can_start():
