@@ -30,6 +30,11 @@ class RunOrder:
         self._keys: list[Ready] | None = None
         self._stale = 0  # removals since the last pass (an upper bound of the dead entries)
 
+    @property
+    def built(self) -> bool:
+        """Whether it has been asked for (until then adds and removals cost nothing)."""
+        return self._keys is not None
+
     def add(self, key: Ready) -> None:
         keys = self._keys
         if keys is None:

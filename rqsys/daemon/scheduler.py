@@ -111,7 +111,8 @@ class Schedule:
         if msg_id in self.msgs or msg_id in self._woken:  # not at start: 100,000 calls saved
             self.remove(msg_id)
         self.msgs[msg_id] = msg
-        self._order.add(run_key(msg_id, msg))
+        if self._order.built:
+            self._order.add(run_key(msg_id, msg))
         if not (msg.get("priority") or msg.get("due")):
             self.plain += 1
         heapq.heappush(self._heap, (due_time(msg), msg_id))
