@@ -20,6 +20,7 @@ import pytest
 from conftest import need, wait_for
 from nspawn import Container, booted_with_units, can_boot
 
+from rqsys.observe import timeline as timeline_events
 from rqsys.store import QueueStore
 
 VENV_BIN = Path(sys.executable).parent
@@ -88,8 +89,9 @@ def state(box: Container, msg_id: str) -> str:
 
 
 def timeline(box: Container, msg_id: str) -> str:
+    """Its timeline's events as rqsys reads them (the first says who made it)."""
     found = [p for p in box.path(f"{ROOT}/queue/{QUEUE}").rglob(msg_id) if p.is_dir()]
-    return "".join((p / "timeline").read_text() for p in found if (p / "timeline").exists())
+    return "".join(json.dumps(timeline_events.read(p)) for p in found)
 
 
 def messages(box: Container) -> int:
