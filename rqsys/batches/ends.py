@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from rqsys.batches import callback, record
@@ -114,7 +115,7 @@ class BatchEnds:
         for line in made or ():
             self.log.event("daemon", line)
 
-    def recover(self, store: QueueStore, queued: set[str]) -> None:
+    def recover(self, store: QueueStore, queued: AbstractSet[str]) -> None:
         """At start, before the loop: ends the store has and a batch has not
         (a crash between them) are written; a batch then complete gets its
         callback (on the lane).  Not for a pool queue: the pool's bucket keeps its ends."""

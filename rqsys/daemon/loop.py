@@ -145,7 +145,7 @@ class QueueDaemon:
         """Recover the store, load que/, open the socket, then tell READY=1."""
         self.observer.load()
         self.queload.start()  # its moments only while it reads (QueLoad.NAME)
-        self.batch_ends.recover(self.store, set(self.queload.que_ids))
+        self.batch_ends.recover(self.store, self.queload.que_ids)
         self._warn_unordered_disk()
         self.ctx.admin_oper = self.store.admin_state()
         if self.moments.joining:  # what joins (a pool queue) hands back the whole que

@@ -53,11 +53,11 @@ class QueLoad:
         for msg_id in self.store.recover():
             self.log.event("recovered", "was running at the last stop; requeued", msg_id,
                            RQ_STATE="que")
-        for name in self.store.set_aside:  # no message's event: it has none left
+        for name in self.store.found.set_aside:  # no message's event: it has none left
             self.log.event("warning", f"{name.replace('.', '/', 1)} was no message "
                            f"directory: moved to .set-aside/{name}")
         self._began = time.monotonic()
-        ids = list(self.store.ids("que"))
+        ids = self.store.found.queued
         self.que_ids = frozenset(ids)
         self._snapshot = self.store.take_que_snapshot(ids) or {}
         self.ledger.to_read(ids)

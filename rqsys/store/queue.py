@@ -67,7 +67,7 @@ class QueueStore(QueueView):
         self.room = room or Room(str(qdir))  # how full its file system is
         self.spares = SpareMaker(f"{self._base}/{TMP_DIR}", room=self.room)
         self.ordered = False  # ext4 without a journal: set by recover() (see dirsync.py)
-        self.set_aside: list[str] = []  # what recover() moved to .set-aside/, by name
+        self.found = recovery.Found()  # by recover(): what it set aside, que/'s ids
         self._sizes: dict[str, int] = {}  # ordered: directories' sizes after our last renames
         self._move_parents: dict[tuple[str, str], tuple[str, ...]] = {}  # see _parents_of
         self._shards: set[str] = set()  # done/ shards known to be there (_ready_shard)

@@ -96,6 +96,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,38 +127,57 @@ def recover(store: QueueStore) -> list[str]:
         store.state_dir(state).mkdir(parents=True, exist_ok=True)
     _order_renames(store)
     _recover_tmp(store)
-    store.set_aside = _set_aside_strays(store)
+    store.found = _set_aside_strays(store)
     recovered = list(store.ids("run"))
     for msg_id in recovered:
         _count_crashed_run(store, msg_id)
         store.move(msg_id, "run", "que")
+    store.found.queued += recovered
     store.flush(force=True)
     if store.ordered:  # what recovery freed is free on disk before anything reuses it
         durable.syncfs(store.qdir)
     return recovered
 
 
-def _set_aside_strays(store: QueueStore) -> list[str]:
+@dataclass
+class Found:
+    """What a start's recovery found: what it set aside (by name), and the ids
+    in ``que/`` once it is over (one listing of que/ a start: a million names
+    take a second)."""
+
+    set_aside: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)
+
+
+def _set_aside_strays(store: QueueStore) -> Found:
     """Move what sits in ``prep``, ``que`` or ``run`` under a message's name but
     is no directory (``e2fsck`` makes a half-written one a file, an operator
     drops one there) to ``.set-aside/<state>.<id>``: kept for a person to look
     at, and out of the way of a start that reads every message there and
     would fail on it every time.  (In an ended state nothing reads it at
-    start; a read of it fails alone, in ``read_msg``.)  Their names."""
-    strays = []
+    start; a read of it fails alone, in ``read_msg``.)  Their names, and the
+    messages in que/."""
+    strays: list[Path] = []
+    found = Found()
     for state in READ_AT_START:
         with os.scandir(store.state_dir(state)) as entries:  # d_type: no stat each
-            strays += [Path(e.path) for e in entries
-                       if MSG_ID_RE.match(e.name) and not e.is_dir()]
+            for entry in entries:
+                if not MSG_ID_RE.match(entry.name):
+                    continue
+                if not entry.is_dir():
+                    strays.append(Path(entry.path))
+                elif state == "que":
+                    found.queued.append(entry.name)
     if not strays:
-        return []
+        return found
     aside = store.qdir / SET_ASIDE_DIR
     aside.mkdir(exist_ok=True)
     names = [f"{path.relative_to(store.qdir).parts[0]}.{path.name}" for path in strays]
     for path, name in zip(strays, names, strict=True):
         durable.rename(path, aside / name)
     durable.fsync_dirs([aside, *{path.parent for path in strays}])
-    return names
+    found.set_aside = names
+    return found
 
 
 def _order_renames(store: QueueStore) -> None:

@@ -207,8 +207,8 @@ def test_recovery_sets_aside_what_is_no_message_directory(store):
     # When the store recovers
     assert store.recover() == []
     # Then those a start reads are set aside, bytes kept, the good message untouched
-    assert sorted(store.set_aside) == sorted([f"run.{bad_run}", f"que.{bad_que}"])
-    for name in store.set_aside:
+    assert sorted(store.found.set_aside) == sorted([f"run.{bad_run}", f"que.{bad_que}"])
+    for name in store.found.set_aside:
         assert (store.qdir / ".set-aside" / name).read_bytes() == b"\x00" * 8
     assert [store.find(good)] == ["que"] and list(store.ids("run")) == []
     for gone in (bad_run, bad_que):
