@@ -108,6 +108,12 @@ class Ledger:
         """How many of que/'s messages a start has not read into the que yet."""
         return len(self._unread)
 
+    def wants_reading(self) -> bool:
+        """Whether a start's reading of que/ goes on now: while nothing runs, or
+        when the plain messages in memory run low (``rqsys.daemon.queload``)."""
+        return bool(self._unread) and (not self._running or
+                                       self._que.plain < max(self._tail.window, 1000) // 2)
+
     @property
     def on_disk_only(self) -> int:
         """Queued messages not in the que in memory: not read yet, or in its tail."""

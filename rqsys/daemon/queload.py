@@ -13,9 +13,12 @@ first messages start as soon as they are read.
 While it reads, the que in memory holds only what it has read so far:
 
 - the count of que is the read ones and the unread ones (``Ledger.count``);
+- it reads while nothing runs, and while messages run only when the plain
+  ones in memory run low (the que's tail's rule, ``rqsys.daemon.quetail``):
+  reading a million files takes some 40 s of the loop, which a drain that
+  had to share it ran at a fifth of its rate;
 - messages start in the order they are read, oldest first: a message of
-  a better priority that is not read yet waits until it is (at most the
-  reading's length: some 30 s for a million after a crash);
+  a better priority that is not read yet waits until it is;
 - a create with a ``unique_key`` first reads the rest (its duplicate may be
   one of them): that create waits, the others do not;
 - the que tab lists what has been read, and a stop writes no snapshot
@@ -93,11 +96,11 @@ class QueLoad:
         self.ledger.queued(msg_id, msg)  # back in the que: what it waits for is looked at again
 
     def on_turn(self) -> None:
-        if self.ledger.unread:
+        if self.ledger.wants_reading():
             self.read(SLICE_S)
 
     def on_wait(self) -> float | None:
-        return 0.0 if self.ledger.unread else None
+        return 0.0 if self.ledger.wants_reading() else None
 
     def on_busy(self) -> bool:
         return bool(self.ledger.unread)
