@@ -161,23 +161,10 @@ class QueueView:
         """A queued message as its daemon holds it (one copy of the strings
         all of them repeat: ``msgshare``), the error reading it, or None when
         it is gone (deleted or moved since que/ was listed)."""
-        try:
-            fd = os.open(f"{self._base}/que/{msg_id}/msg", os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError as exc:  # its directory without its msg (e2fsck): unreadable
-            gone = not os.path.isdir(f"{self._base}/que/{msg_id}")
-            return None if gone else StoreError(f"que/{msg_id}/msg: {exc.strerror}")
-        except OSError as exc:
-            return StoreError(f"que/{msg_id}/msg: {exc.strerror}")
-        try:
-            whole = read_whole(fd)
-        finally:
-            os.close(fd)
-        try:
-            msg = msgshare.parse(whole)
-        except ValueError as exc:
-            return StoreError(f"que/{msg_id}/msg: unreadable message: {exc}")
-        if not isinstance(msg, dict):
-            return StoreError(f"que/{msg_id}/msg: not a JSON object")
+        path = f"{self._base}/que/{msg_id}"
+        msg = _read_json_at(None, f"{path}/msg")  # an absolute path: no directory fd
+        if isinstance(msg, StoreError):  # a directory without its msg (e2fsck): unreadable
+            return msg if os.path.isdir(path) else None
         return msgshare.shared(msg_id, msg)
 
     def ids_at(self, state: str) -> Iterator[tuple[int, str]]:
@@ -243,7 +230,7 @@ def _subdir_count(path: Path) -> int:
     return sum(1 for entry in os.scandir(path) if entry.is_dir())
 
 
-def _read_json_at(dfd: int, relpath: str) -> dict[str, Any] | StoreError:
+def _read_json_at(dfd: int | None, relpath: str) -> dict[str, Any] | StoreError:
     """A JSON object read from ``relpath`` under directory fd ``dfd``."""
     try:
         fd = os.open(relpath, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
