@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rqsys.background import AUDIT, Background
 from rqsys.observe import audit
 from rqsys.observe.events import EventLog
+from rqsys.store import durable
 from rqsys.store.room import Room, is_no_space
 
 if TYPE_CHECKING:
@@ -163,10 +164,18 @@ class Auditor:
         except OSError as exc:
             if not is_no_space(exc):
                 raise
-            self.reserve.unlink(missing_ok=True)
+            self._give_up_reserve()
             self._spent = True
             self.room.doubt()
             self.file.write(b"")  # what the file system did not take of it
+
+    def _give_up_reserve(self) -> None:
+        """The reserve's blocks freed for the record, its unlink committed: a
+        journalled file system gives freed blocks again only once it is."""
+        try:
+            durable.unlink_durably(self.reserve)
+        except FileNotFoundError:
+            pass
 
     def _sync(self) -> None:
         if self._syncing or self.file is None or not self.file.dirty:
