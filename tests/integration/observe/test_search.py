@@ -216,3 +216,27 @@ def test_a_stream_of_turns_is_one_transaction_and_a_lone_event_waits_only_gather
     assert len(index._next_batch()) == 1 and index._next_batch() is None
     with pytest.raises(queue.Empty):
         index.todo.get_nowait()
+
+
+def test_a_param_search_is_looked_up_in_an_index_an_older_rqsys_made(tmp_path):
+    # Given a queue's index file as the previous version made it (no params' indexes)
+    from rqsys.search import index as searchindex
+    from rqsys.store import QueueView
+
+    view = QueueView(tmp_path / "q")
+    (tmp_path / "q").mkdir()
+    old = searchindex.connect(view.qdir / searchindex.FILE)  # the schema it shares with it
+    assert not old.execute("SELECT 1 FROM sqlite_master WHERE name LIKE 'msgs_p_'").fetchall()
+    old.close()
+    # When the daemon's index thread starts on it
+    index = searchindex.SearchIndex(view)
+    index.start()
+    assert index.ready.wait(10)
+    index.close()
+    # Then a search by a param is a lookup in its own index, not a scan of every row
+    db = searchindex.open_reader(view.qdir / searchindex.FILE)
+    source, _order, where, values = query._plan({"params": {"2": {"op": "eq", "value": "x"}},
+                                                  "state": "que"})
+    plan = " ".join(str(row[-1]) for row in db.execute(
+        f"EXPLAIN QUERY PLAN SELECT m.id FROM {source} WHERE {where}", values))
+    assert "USING INDEX msgs_p2" in plan, plan
