@@ -64,8 +64,10 @@ class SearchOps:
     def __init__(self, ctx: QueueContext, store: QueueStore, transitions: Transitions,
                  background: Background) -> None:
         self.ctx, self.background = ctx, background
-        msgs = transitions.ledger.schedule.msgs
-        self.index = SearchIndex(store, msgs.get)  # a create's msg from memory
+        ledger = transitions.ledger
+        running = ledger.running
+        self.index = SearchIndex(store, ledger.schedule.msgs.get,  # a create's msg from memory
+                                 lambda: bool(running))
         self.batches = Batches(transitions, background)
         self.mover = Mover(ctx, store, transitions, background)
 

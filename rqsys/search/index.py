@@ -25,6 +25,11 @@ counted (``failed``, ``error``, in the daemon's ``stats``); the index is then
 *behind*: searches answer ``partial``, and every HEAL_WAIT seconds the thread
 reconciles again, re-reading the messages whose events were lost, until it
 succeeds.
+
+A reconcile that reads messages from disk rests between its reads while
+messages run (``busy``), RECONCILE_REST times as long as it read: the thread
+holds the GIL the loop needs for every start and end (10,000 rows read at a
+start held a drain to half its rate for five seconds).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ GATHER = 0.05  # seconds a burst of events has to join one transaction
 GATHER_BUSY = 0.5  # at most this long while events keep coming (a busy queue)
 STOP_WAIT = 2.0  # seconds the daemon's stop waits for the thread's last batch
 HEAL_WAIT = 5.0  # seconds between tries to mend an index a failed write left behind
+RECONCILE_REST = 3.0  # while messages run, a reconcile reads a quarter of the time
 LEFTOVERS = ("-wal", "-shm")  # SQLite's files beside the index
 VERSION = 2  # the index's schema (PRAGMA user_version); an older file is made again
 SCHEMA = """
@@ -134,9 +140,11 @@ class SearchIndex:
     # the events ``rows.apply`` (and the fold) act on: a status line or a timeout is not
     kinds = frozenset({"deleted", "created", "exit", *ENDS, *STATE_OF})
 
-    def __init__(self, view: QueueView, queued: Lookup | None = None) -> None:
+    def __init__(self, view: QueueView, queued: Lookup | None = None,
+                 busy: Callable[[], bool] = lambda: False) -> None:
         self.view = view
         self.queued = queued  # msg id -> the message in que (the loop's Schedule), or None
+        self.busy = busy  # whether messages run (read from this thread: one len())
         self.path = view.qdir / FILE
         self.todo: queue.SimpleQueue[list[Event] | None] = queue.SimpleQueue()
         self._turn: list[Event] = []  # this loop turn's events, handed over by flush()
@@ -258,12 +266,17 @@ class SearchIndex:
     def _reconcile(self, db: sqlite3.Connection, lost: set[str] | None = None) -> bool:
         try:
             db.executescript(PARAM_INDEXES)
-            reconcile(db, self.view, lost or set())
+            reconcile(db, self.view, lost or set(), self._rest)
         except Exception as exc:  # noqa: BLE001 - a disk's or a bug's: the thread goes on
             roll_back(db)
             self._failed(exc, lost or set())
             return False
         return True
+
+    def _rest(self, took: float) -> None:
+        """A reconcile's pause after ``took`` seconds of reading, while messages run."""
+        if self.busy():
+            time.sleep(took * RECONCILE_REST)
 
     def _apply(self, db: sqlite3.Connection, batch: list[Event]) -> None:
         try:
