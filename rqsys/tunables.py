@@ -80,6 +80,8 @@ FORK_SERVER_MIN_WORKERS = 4
 
 STATUS_INTERVAL = 0.1  # seconds between STATUS= updates (they are for people)
 QUE_WINDOW = 50_000  # plain queued messages in memory; more wait in the que's tail (quetail)
+READ_AHEAD = 1000  # while messages run, a start reads que/ only while fewer plain ones
+                   # than this wait in memory (some 0.5 s of a drain; queload)
 SNAPSHOT_MIN = 1000  # queued messages from which a clean stop leaves que.snapshot
 LONGEST_WAIT = 60.0  # the loop wakes at least this often, whatever it waits for
 STOP_POLL = 0.5  # while stopping, how often the loop checks the grace period

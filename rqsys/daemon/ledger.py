@@ -14,6 +14,7 @@ import heapq
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from rqsys import tunables
 from rqsys.daemon.gates import Gate
 from rqsys.daemon.quetail import QueTail
 from rqsys.daemon.scheduler import Schedule
@@ -112,7 +113,7 @@ class Ledger:
         """Whether a start's reading of que/ goes on now: while nothing runs, or
         when the plain messages in memory run low (``rqsys.daemon.queload``)."""
         return bool(self._unread) and (not self._running or
-                                       self._que.plain < max(self._tail.window, 1000) // 2)
+                                       self._que.plain < tunables.READ_AHEAD)
 
     @property
     def on_disk_only(self) -> int:

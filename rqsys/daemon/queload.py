@@ -13,10 +13,11 @@ first messages start as soon as they are read.
 While it reads, the que in memory holds only what it has read so far:
 
 - the count of que is the read ones and the unread ones (``Ledger.count``);
-- it reads while nothing runs, and while messages run only when the plain
-  ones in memory run low (the que's tail's rule, ``rqsys.daemon.quetail``):
-  reading a million files takes some 40 s of the loop, which a drain that
-  had to share it ran at a fifth of its rate;
+- it reads while nothing runs, and while messages run only while fewer
+  than ``tunables.READ_AHEAD`` plain ones wait in memory, in slices of
+  RUN_SLICE_S: reading a million files takes some 40 s of the loop, which a
+  drain that had to share it ran at a fifth of its rate, and reading ahead
+  to half the tail's window held a drain's first seconds to a third of it;
 - messages start in the order they are read, oldest first: a message of
   a better priority that is not read yet waits until it is;
 - a create with a ``unique_key`` first reads the rest (its duplicate may be
@@ -37,6 +38,7 @@ from rqsys.errors import RQError
 
 NAME = "queload"  # its name among the features while it reads
 SLICE_S = 0.02  # a loop turn's reading: a create waits at most about this for it
+RUN_SLICE_S = 0.005  # ... while messages run: their ends wait for it too
 CHECK_EVERY = 32  # messages read between looks at the clock
 
 
@@ -97,7 +99,7 @@ class QueLoad:
 
     def on_turn(self) -> None:
         if self.ledger.wants_reading():
-            self.read(SLICE_S)
+            self.read(RUN_SLICE_S if self.ledger.running else SLICE_S)
 
     def on_wait(self) -> float | None:
         return 0.0 if self.ledger.wants_reading() else None

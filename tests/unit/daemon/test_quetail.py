@@ -9,6 +9,7 @@ import time
 import pytest
 from daemon_util import drain
 
+from rqsys import tunables
 from rqsys.background import SYNC, Background
 from rqsys.daemon.queload import QueLoad
 from rqsys.daemon.scheduler import Schedule
@@ -25,7 +26,7 @@ WINDOW = 4
 class Tailed:
     """Transitions over queue ``q`` whose que holds WINDOW plain messages in memory."""
 
-    def __init__(self, layout):
+    def __init__(self, layout, read=True):
         if not layout.queue_dir("q").exists():
             layout.create_queue_dir("q", {"name": "q", "script": "/bin/true"})
         self.store = QueueStore(layout.queue_dir("q"))
@@ -35,9 +36,10 @@ class Tailed:
                              WINDOW)
         self.t = Transitions(self.ledger,
                              lambda work, then: self.background.submit(work, then, SYNC))
-        load = QueLoad(self.t)
-        load.start()
-        load.read()
+        self.load = QueLoad(self.t)
+        self.load.start()
+        if read:
+            self.load.read()
 
     def new(self, **fields):
         staged = self.store.stage({"dest": "q", "count": 0, "due": 0, **fields}, "que")
@@ -107,3 +109,26 @@ def test_a_start_reads_a_deep_que_into_the_window_and_its_tail(layout):
     again = Tailed(layout)
     assert len(again.schedule) == WINDOW and again.ledger.count("que") == 9
     assert again.run_all() == ids
+
+
+def test_while_messages_run_a_start_reads_que_only_a_little_ahead_of_them(layout,
+                                                                          monkeypatch):
+    # Given a que of 9 on disk and a daemon starting on it (read ahead: 3)
+    first = Tailed(layout)
+    ids = [first.new() for _ in range(9)]
+    monkeypatch.setattr(tunables, "READ_AHEAD", 3)
+    again = Tailed(layout, read=False)
+    load = again.load
+    # While nothing runs it reads; once one runs, only while fewer than 3 wait in memory
+    assert again.ledger.wants_reading()
+    load._read_one(again.ledger.next_unread())
+    started = again.t.start_next(time.time())[0]
+    assert started == ids[0] and again.ledger.running
+    while again.ledger.wants_reading():
+        load._read_one(again.ledger.next_unread())
+    assert again.schedule.plain == 3 and again.ledger.unread == 5
+    # and the count is every one of them, read or not; they run in order
+    assert again.ledger.count("que") == 8
+    again.t.end(started, Outcome("done", "fine"), written="")
+    load.read()
+    assert again.run_all() == ids[1:]
