@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rqsys.daemon.scheduler import Schedule
     from rqsys.store import QueueView
 
-SLICE_S = 0.02  # a refill's reading at most (a start, a turn)
+SLICE_S = 0.005  # a refill's reading at most a turn (messages run meanwhile: their ends wait)
 CHECK_EVERY = 32  # messages read between looks at the clock
 
 
