@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from rqsys.search import fold
-from rqsys.search.rows import BATCH, ENDS, STATE_OF, Event, reconcile, roll_back
+from rqsys.search.reconcile import reconcile
+from rqsys.search.rows import BATCH, ENDS, STATE_OF, Event, roll_back
 from rqsys.store import QueueView
 
 FILE = "search.sqlite"

@@ -8,17 +8,14 @@ other's module for them.
 from __future__ import annotations
 
 import sqlite3
-import time
-from collections.abc import Callable, Collection
 from typing import Any
 
 from rqsys.errors import RQError
 from rqsys.observe import lastlines, timeline
 from rqsys.observe.stats import id_time
-from rqsys.store import STATES, QueueView
+from rqsys.store import QueueView
 
 BATCH = 2000  # events applied in one transaction
-PACE_ROWS = 100  # rows a reconcile reads from disk between its pauses
 PARAMS = ("param1", "param2", "param3", "param4", "src", "dest")
 STATE_OF = {"committed": "que", "retried": "que", "retry": "que", "resend": "que",
             "recovered": "que", "run_now": "que", "started": "run"}
@@ -143,31 +140,3 @@ def _text(text: str) -> str:
     """``text`` as SQLite can take it: a lone surrogate (in a message stored
     before intake refused them) made "?", or it raised, and its batch with it."""
     return text if text.isascii() else text.encode("utf-8", "replace").decode()
-
-
-def reconcile(db: sqlite3.Connection, view: QueueView, reread: Collection[str] = (),
-              pause: Callable[[float], None] = lambda _took: None) -> dict[str, int]:
-    """Make the index agree with the store; how many rows were added, dropped,
-    moved (``reread``: messages whose rows are read again, whatever their state).
-    ``pause(took)`` is called after every PACE_ROWS rows read from disk, with
-    the seconds they took (the thread's rest: see ``SearchIndex``)."""
-    known = dict(db.execute("SELECT id, state FROM msgs").fetchall())
-    found: dict[str, str] = {}
-    for state in STATES:
-        if view.state_dir(state).is_dir():
-            found.update(dict.fromkeys(view.ids(state), state))
-    gone = [i for i in known if i not in found]
-    changed = sorted(i for i, s in found.items() if known.get(i) != s or i in reread)
-    db.execute("BEGIN")
-    db.executemany("DELETE FROM msgs WHERE id=?", [(i,) for i in gone])
-    db.execute("COMMIT")
-    for start in range(0, len(changed), BATCH):
-        db.execute("BEGIN")
-        for chunk in range(start, min(start + BATCH, len(changed)), PACE_ROWS):
-            began = time.monotonic()
-            for msg_id in changed[chunk:chunk + PACE_ROWS]:
-                add(db, view, msg_id, found[msg_id])
-            pause(time.monotonic() - began)
-        db.execute("COMMIT")
-    return {"dropped": len(gone), "added": sum(1 for i in changed if i not in known),
-            "moved": sum(1 for i in changed if i in known)}

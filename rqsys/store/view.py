@@ -121,6 +121,17 @@ class QueueView:
             return
         yield from ids_in(base)
 
+    def ids_lazily(self, state: str) -> Iterator[str]:
+        """:meth:`ids`, read from the directory as they are taken (a walk of a
+        million never holds them all: the search index's reconcile)."""
+        base = self.state_dir(state)
+        for shard in sorted(listdir(base)) if state in SHARDED_STATES else [""]:
+            try:
+                with os.scandir(base / shard if shard else base) as entries:
+                    yield from (e.name for e in entries if MSG_ID_RE.match(e.name))
+            except FileNotFoundError:
+                continue  # pruned meanwhile
+
     def newest(self, state: str, offset: int = 0, limit: int = 50) -> list[str]:
         """Newest-first page of ids; sharded states only read needed shards."""
         base = self.state_dir(state)
