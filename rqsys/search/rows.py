@@ -1,8 +1,8 @@
-"""The search index's rows: one event, or a walk of the store, written as SQL.
+"""The search index's rows: one event, or a message read from its directory, written as SQL.
 
-The index's thread (``rqsys.search.index``) and the folding of a batch
-(``rqsys.search.fold``) both write through these, so neither needs the
-other's module for them.
+The index's thread (``rqsys.search.index``), the folding of a batch
+(``rqsys.search.fold``) and the reconcile (``rqsys.search.reconcile``) write
+through these, so none needs another's module for them.
 """
 
 from __future__ import annotations
