@@ -82,9 +82,11 @@ class Launched(Daemon):
         env = dict(os.environ, NOTIFY_SOCKET=str(path))
         env.pop("JOURNAL_STREAM", None)
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", bench_queue.ENTRY, "--root", str(layout.root), "queue", name],
-            env=env, start_new_session=True, stderr=subprocess.DEVNULL)
+        self.log = layout.root / f"{name}.log"  # its lines, shown if the run fails
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", bench_queue.ENTRY, "--root", str(layout.root), "queue",
+                 name], env=env, start_new_session=True, stderr=log)
         live.append(self)
 
     def ready(self) -> Launched:
@@ -385,6 +387,13 @@ def main(argv: list[str]) -> int:
     live: list[Launched] = []
     try:
         run(layout, scratch, n, live)
+    except BaseException:
+        for daemon in live:  # what each daemon said last, before the scratch goes
+            alive = "running" if daemon.proc.poll() is None else f"exit {daemon.proc.returncode}"
+            lines = daemon.log.read_text(errors="replace").splitlines()
+            quiet = [line for line in lines if ": started: " not in line and ": done: " not in line]
+            print(f"--- {daemon.name} ({alive}), its last lines:", *quiet[-20:], sep="\n")
+        raise
     finally:
         for daemon in live:
             daemon.end(signal.SIGTERM)

@@ -223,12 +223,23 @@ class ForkServer:
         self._closing_out(pending)
         if err == 0 and pid > 0:
             pending.child.pid = pid
-            pending.child.pidfd = os.pidfd_open(pid)  # ours, unreaped: no one else's pid
+            try:
+                pending.child.pidfd = os.pidfd_open(pid)  # ours, unreaped: no one else's pid
+            except ProcessLookupError:  # ended, and reaped by another before this answer
+                self._lost(pending.child)
             pending.then(0)
             return
         if pid > 0:
             self._reap(pid)
         pending.then(err or errno.EIO)
+
+    def _lost(self, child: Child) -> None:
+        """A script that ran and was reaped before its start was answered (seen
+        once in a million runs: a sweep of zombies took it): watched through an
+        fd that reads as ended at once, its wait status lost, its lines its end."""
+        child.pidfd, child.status_lost = os.eventfd(1, os.EFD_CLOEXEC), True
+        self._warn(f"pid {child.pid} ended and was reaped before its start was answered: "
+                   "its exit status is lost; its status lines decide its end")
 
     def _reap(self, pid: int) -> None:
         """Reap a child that did not exec once it is gone (it is exiting)."""

@@ -58,6 +58,7 @@ class Child:
     closed: set[int] = field(default_factory=set)
     early: list[int] = field(default_factory=list)  # signals sent before its pid came
     process = ""  # who RQ's exit texts name, when not ``pid N`` (a hand-over's)
+    status_lost = False  # reaped by another before its start was answered (forkserver)
 
     def release(self) -> list[int]:
         """Our fds not closed yet (and the script's ends of the pipes, when
@@ -80,7 +81,10 @@ class Child:
             pass  # the group is gone already
 
     def wait(self) -> tuple[int, int, Any]:
-        """``os.wait4`` of the ended script: (pid, wait status, rusage)."""
+        """``os.wait4`` of the ended script: (pid, wait status, rusage); one
+        whose status is lost: (pid, 0, None), its lines decide its end."""
+        if self.status_lost:
+            return self.pid, 0, None
         return os.wait4(self.pid, os.WNOHANG)
 
 

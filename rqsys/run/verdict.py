@@ -132,6 +132,10 @@ class Worker:
         cmd = self.terminal
         if cmd is not None and cmd.kind == "err":
             return Outcome("err", cmd.text, kind="err")
+        if cmd is None and self.child.status_lost:
+            return Outcome("err", f"{self._process()} ended without sending done; its exit "
+                           "status was lost (reaped before its start was answered)",
+                           kind="exit")
         if wait_status != 0:
             return Outcome("err", improper_exit(cmd.kind if cmd else "", self._process(),
                                                 wait_status),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -212,3 +213,27 @@ def test_the_script_dies_with_the_daemon_not_with_the_server(tmp_path):
     finally:
         helper.kill()
         helper.wait(10)
+
+
+def test_a_script_reaped_by_another_before_its_answer_is_read_ends_on_its_lines(tmp_path):
+    # Given a start whose script has ended, its answer not read yet
+    daemon = Daemon()
+    before = _children()  # the server, and what earlier tests' children left
+    child, answers = daemon.begin(["/bin/sh", "-c", "echo 'done fine' >&3"], tmp_path, {})
+    assert child is not None
+    wait_for(lambda: _children() - before)
+    (pid,) = _children() - before
+    # When another reaps it first (as a sweep of the daemon's zombie children may)
+    assert os.waitpid(pid, 0)[0] == pid
+    daemon.turn_until(lambda: bool(answers))
+    # Then the start is answered all the same, not a crash: it reads as ended at
+    # once, its wait status lost, said once
+    assert answers == [0] and child.pid == pid and child.status_lost
+    assert select.select([child.pidfd], [], [], 0)[0] == [child.pidfd]
+    assert child.wait() == (pid, 0, None)
+    assert any("its exit status is lost" in line for line in daemon.warned)
+    # and its end is what its lines say (a script that said nothing: err)
+    os.set_blocking(child.status_r, True)
+    assert os.read(child.status_r, 100) == b"done fine\n"
+    close_fds(child.release())
+    daemon.close()

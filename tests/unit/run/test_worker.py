@@ -93,3 +93,15 @@ def test_dup_answers_are_written_in_the_order_the_script_asked():
     assert wk.ready_replies() == ["fail queue a: timed out\n", "ok http://h/q/b/2\n"]
     third.append("ok http://h/q/c/3\n")
     assert wk.ready_replies() == ["ok http://h/q/c/3\n"] and wk.ready_replies() == []
+
+
+@pytest.mark.parametrize(("last", "state", "text"), [
+    (b"done fine", "done", "fine"), (b"err broken", "err", "broken"),
+    (b"resend 5-later", "que", "later"),
+    (None, "err", "pid 42 ended without sending done; its exit status was lost"),
+])
+def test_a_script_whose_exit_status_was_lost_ends_as_its_lines_say(last, state, text):
+    wk = worker(last, pid=42)
+    wk.child.status_lost = True
+    got = wk.verdict(wk.child.wait()[1], 15)
+    assert got.state == state and got.text.startswith(text)
