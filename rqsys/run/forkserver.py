@@ -234,9 +234,10 @@ class ForkServer:
         pending.then(err or errno.EIO)
 
     def _lost(self, child: Child) -> None:
-        """A script that ran and was reaped before its start was answered (seen
-        once in a million runs: a sweep of zombies took it): watched through an
-        fd that reads as ended at once, its wait status lost, its lines its end."""
+        """A script that ran and was reaped by another before its start was
+        answered (seen once in a million runs; by what is not found yet):
+        watched through an fd that reads as ended at once, its wait status
+        lost, its lines its end."""
         child.pidfd, child.status_lost = os.eventfd(1, os.EFD_CLOEXEC), True
         self._warn(f"pid {child.pid} ended and was reaped before its start was answered: "
                    "its exit status is lost; its status lines decide its end")
