@@ -54,6 +54,7 @@ GATHER_BUSY = 0.5  # at most this long while events keep coming (a busy queue)
 STOP_WAIT = 2.0  # seconds the daemon's stop waits for the thread's last batch
 HEAL_WAIT = 5.0  # seconds between tries to mend an index a failed write left behind
 RECONCILE_REST = 3.0  # while messages run, a reconcile reads a quarter of the time
+BACKLOG_MAX = 100_000  # events handed to the thread and not taken yet, at most (some 30 MB)
 LEFTOVERS = ("-wal", "-shm")  # SQLite's files beside the index
 VERSION = 2  # the index's schema (PRAGMA user_version); an older file is made again
 SCHEMA = """
@@ -147,7 +148,10 @@ class SearchIndex:
         self.queued = queued  # msg id -> the message in que (the loop's Schedule), or None
         self.busy = busy  # whether messages run (read from this thread: one len())
         self.path = view.qdir / FILE
-        self.todo: queue.SimpleQueue[list[Event] | None] = queue.SimpleQueue()
+        self.todo: queue.SimpleQueue[list[Event] | set[str] | None] = queue.SimpleQueue()
+        self._handed = 0  # events put on todo (the loop's count)
+        self._taken = 0  # events taken from it (the thread's count)
+        self._passed: set[str] = set()  # ids whose events were not handed over (backlog)
         self._turn: list[Event] = []  # this loop turn's events, handed over by flush()
         self.ready = threading.Event()  # the first reconcile has ended
         self.failed = 0  # batches or rebuilds that raised (the index is a copy)
@@ -169,10 +173,21 @@ class SearchIndex:
 
     def flush(self) -> None:
         """Hand the turn's events to the thread in one put (one wake-up a
-        turn, not one per event: they were most of the daemon's futex calls)."""
-        if self._turn:
-            events, self._turn = self._turn, []
-            self.todo.put(events)
+        turn, not one per event: they were most of the daemon's futex calls).
+        While the thread is BACKLOG_MAX events behind, only their ids are kept,
+        handed over once it has caught up: it reads those messages again."""
+        behind = self._handed - self._taken > BACKLOG_MAX
+        if self._passed and not behind:  # caught up: what was passed over, read again
+            passed, self._passed = self._passed, set()
+            self.todo.put(passed)
+        if not self._turn:
+            return
+        events, self._turn = self._turn, []
+        if behind:  # far behind: the ids only (some 30 MB held, not the 600 MB of a drain)
+            self._passed.update(event[2] for event in events)  # "": a prune's (a reconcile)
+            return
+        self._handed += len(events)
+        self.todo.put(events)
 
     def start(self) -> None:
         if self._thread is None:
@@ -241,7 +256,7 @@ class SearchIndex:
             return []
         if first is None:
             return None
-        batch, until = list(first), time.monotonic() + GATHER_BUSY
+        batch, until = self._took(first), time.monotonic() + GATHER_BUSY
         while len(batch) < BATCH and time.monotonic() < until:
             time.sleep(GATHER)
             if not self._gather(batch):
@@ -260,9 +275,21 @@ class SearchIndex:
             if item is None:
                 self.todo.put(None)
                 return False
-            batch.extend(item)
+            batch.extend(self._took(item))
             took = True
         return took
+
+    def _took(self, item: list[Event] | set[str]) -> list[Event]:
+        """A turn's events, counted taken; or the ids of those the loop did not
+        hand over (far behind, ``BACKLOG_MAX``): read again at the next mend."""
+        if isinstance(item, set):
+            self._lost |= item
+            self.behind = True
+            self.ready.clear()  # searches say partial until the index is mended
+            self._heal_at = time.monotonic() + HEAL_WAIT
+            return []
+        self._taken += len(item)
+        return list(item)
 
     def _reconcile(self, db: sqlite3.Connection, lost: set[str] | None = None) -> bool:
         try:

@@ -4,6 +4,8 @@ chunk at a time, and rests between its chunks while messages run
 
 from __future__ import annotations
 
+import time
+
 from rqsys.search import index as searchindex
 from rqsys.search import reconcile as agree
 from rqsys.store import QueueStore
@@ -66,3 +68,35 @@ def test_the_thread_rests_only_while_messages_run(layout, monkeypatch):
     running["m"] = object()
     index._rest(0.01)
     assert slept == [0.01 * searchindex.RECONCILE_REST]
+
+
+def test_far_behind_the_loop_keeps_only_ids_and_the_thread_reads_them_again(layout,
+                                                                          monkeypatch):
+    # Given an index thread that has made its index of 6 queued messages
+    store, ids = _store(layout, 6)
+    monkeypatch.setattr(searchindex, "HEAL_WAIT", 0.05)
+    index = searchindex.SearchIndex(store)
+    index.start()
+    assert index.ready.wait(10)
+    # When it is far behind (a bound of -1 events) while turns tell of 2 of them
+    monkeypatch.setattr(searchindex, "BACKLOG_MAX", -1)
+    handed = index._handed
+    for msg_id in ids[4:]:
+        store.write_status("que", msg_id, "told while the index was behind")
+        index("retried", "", msg_id, {"RQ_STATE": "que"})
+        index.flush()
+    # Then their events were not handed over, only their ids kept
+    assert index._handed == handed and index._passed == set(ids[4:])
+    # And once it has caught up, it is handed the ids, and mends by reading
+    # those messages again (a status changed in the same state: no reconcile sees it)
+    monkeypatch.setattr(searchindex, "BACKLOG_MAX", 100)
+    index.flush()
+    assert not index._passed
+    db = searchindex.open_reader(store.qdir / searchindex.FILE)
+    want = {**dict.fromkeys(ids[:4], ""),
+            **dict.fromkeys(ids[4:], "told while the index was behind")}
+    deadline = time.monotonic() + 10
+    while dict(db.execute("SELECT id, status FROM msgs").fetchall()) != want:
+        assert time.monotonic() < deadline, "not mended"
+        time.sleep(0.02)
+    index.close()
