@@ -29,7 +29,8 @@ reaped at each run's end and each leftover's.  Scripts are the daemon's
 children too when the fork server started them (``rqsys.run.forkserver``):
 the server and the child it is starting are not looked at, and the
 server's answers are taken first (a script that started, and maybe ended,
-before its answer was read is then running, not an orphan).
+before its answer was read is then running, not an orphan); a child is
+asked about again before it is reaped or signalled (``_started``).
 
 What escapes: a process with no mark when its run ends and no marked one
 between it and the daemon: it left the session (setsid, ``setsid -f``, a
@@ -181,15 +182,27 @@ class Leftovers:
             if stat is None or (direct and stat.session == self._own_session):
                 continue  # gone, or the daemon's own (a thread's subprocess)
             if stat.state == "Z":
-                if direct:
+                if direct and not self._started(pid):
                     _reap(pid)
                 continue  # else its parent's to reap
             owner = self._owner(stat, run, running)
-            if owner == RUN:
+            if owner == RUN and not (direct and self._started(pid)):
                 roots.append(stat)
             elif owner == NOBODY:
                 stack.extend((kid, False) for kid in children_of(stat))
         return self._signal(roots, run, sig)
+
+    def _started(self, pid: int) -> bool:
+        """Whether a child taken for an orphan is a script the fork server
+        started, asked again before it is reaped or signalled.  The kernel
+        lists a child a moment before it writes the child's pid in the
+        server's page, so a script can be among ``_others`` unclaimed (seen:
+        one that ran and ended in that moment, reaped here, its start then
+        answered for a pid gone).  Once it has run, the page names it, or
+        its answer is written (taken now: it is running)."""
+        if self.starting is None:
+            return False
+        return pid in self.starting([pid]) or any(p == pid for p, _ in self.running())
 
     def _owner(self, stat: Stat, run: _Run, running: dict[int, str]) -> str:
         """RUN: the process carries the run's marks; OTHER: a running run's; else NOBODY.
@@ -280,7 +293,8 @@ class Leftovers:
         self._zombies_due = False
         for pid in self._others():
             stat = stat_of(pid)
-            if stat is not None and stat.state == "Z" and stat.session != self._own_session:
+            if (stat is not None and stat.state == "Z" and stat.session != self._own_session
+                    and not self._started(pid)):
                 _reap(pid)
 
 

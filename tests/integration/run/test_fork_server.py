@@ -15,11 +15,15 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 from conftest import wait_for
 
 from rqsys.fdclose import close_fds
+from rqsys.observe.events import EventLog
 from rqsys.run.forkserver import REQUEST_MAX, ForkServer
+from rqsys.run.leftovers import Leftovers
+from rqsys.run.procs import stat_of
 from rqsys.run.spawn import Child, spawn
 
 PYTHON = "/usr/bin/python3"
@@ -236,4 +240,40 @@ def test_a_script_reaped_by_another_before_its_answer_is_read_ends_on_its_lines(
     os.set_blocking(child.status_r, True)
     assert os.read(child.status_r, 100) == b"done fine\n"
     close_fds(child.release())
+    daemon.close()
+
+
+def test_the_leftovers_sweep_leaves_a_script_listed_before_the_page_names_it(tmp_path):
+    # Given a script the server started and that has ended, its answer not
+    # read, seen by the sweep in the kernel's moment between listing a new
+    # child and writing its pid in the page (the page read as 0, once)
+    daemon = Daemon()
+    before = _children()
+    child, answers = daemon.begin(["/bin/sh", "-c", "echo done >&3"], tmp_path, {})
+    assert child is not None
+    wait_for(lambda: _children() - before)
+    (pid,) = _children() - before
+    wait_for(lambda: (stat := stat_of(pid)) is not None and stat.state == "Z")
+    asked: list[list[int]] = []
+
+    def starting(unknown: list[int]) -> set[int]:
+        asked.append(unknown)
+        return {daemon.server.pid} if len(asked) == 1 else daemon.server.children(unknown)
+
+    ctx = SimpleNamespace(name="q", config={"stop_grace": 1})
+    leftovers = Leftovers(ctx, daemon.selector, EventLog("q", journal=False),  # type: ignore[arg-type]
+                          lambda _s, _f: None, lambda: [(child.pid, "m")] if answers else [],
+                          starting)
+    leftovers._children = os.open(f"/proc/self/task/{os.getpid()}/children", os.O_RDONLY)
+    # When another run's end sweeps the daemon's children
+    leftovers.run_ended(1, "another")
+    # Then the script is asked about again, not reaped: its start is answered
+    # with its own wait status
+    assert [pid] in asked[1:]
+    assert (stat := stat_of(pid)) is not None and stat.state == "Z"
+    daemon.turn_until(lambda: bool(answers))
+    assert answers == [0] and not child.status_lost and not daemon.warned
+    assert child.wait()[:2] == (pid, 0)
+    close_fds(child.release())
+    os.close(leftovers._children)
     daemon.close()
