@@ -280,10 +280,12 @@ def restart(layout: Layout, live: list[Launched], sig: signal.Signals, how: str)
 
 
 # ----------------------------------------------------------------- drain
-def drain(layout: Layout, name: str, total: int,
-          port: int | None = None) -> tuple[list[tuple[float, int]], list[float]]:
+def drain(layout: Layout, name: str, total: int, port: int | None = None,
+          rss: tuple[Launched, list[int]] | None = None
+          ) -> tuple[list[tuple[float, int]], list[float]]:
     """Remove the gate and sample (seconds, messages ended) until ``total`` have
-    ended; with ``port``, the que tab's time every PAGE_EVERY s.  Gated again."""
+    ended; with ``port``, the que tab's time every PAGE_EVERY s, and with
+    ``rss`` the daemon's RSS (KB) then, into its list.  Gated again."""
     samples, looks = [(0.0, 0)], []
     with QueueClient(layout, name) as client:
         ended0 = ended(client)
@@ -301,6 +303,8 @@ def drain(layout: Layout, name: str, total: int,
             if port is not None and now >= look:
                 looks.append(get_ms(port, f"/q/{name}?state=que"))
                 look += PAGE_EVERY
+                if rss is not None:
+                    rss[1].append(rss[0].rss_kb())
     gate(layout, name).touch()
     return samples, looks
 
@@ -335,9 +339,16 @@ def bench_baseline(layout: Layout, live: list[Launched]) -> float:
     return got
 
 
-def bench_drain(layout: Layout, name: str, port: int, base: float) -> None:
+def bench_drain(layout: Layout, daemon: Launched, port: int, base: float) -> None:
+    name, rss = daemon.name, list[int]()
     total = counts(layout, name)["que"]
-    samples, looks = drain(layout, name, total, port)
+    samples, looks = drain(layout, name, total, port, (daemon, rss))
+    if rss:
+        note(f"queue daemon RSS while {total:,} drain (every {PAGE_EVERY:g} s)",
+             f"{statistics.median(rss) / 1024:8.1f} MiB median, the most "
+             f"{max(rss) / 1024:.1f}", "<= 256 MiB at 1M",
+             max(rss) / 1024 <= 256 if total >= MILLION else None,
+             short=f"{max(rss) / 1024:.1f} MiB at most")
     first, tenth = rate(samples, 0, total * 0.01), rate(samples, 0, total * 0.1)
     late, whole = rate(samples, total * 0.98, total * 0.99), rate(samples, 0, total)
     note(f"drain of {total:,}: the first 1 % / the first tenth",
@@ -372,8 +383,11 @@ def run(layout: Layout, scratch: Path, n: int, live: list[Launched]) -> None:
         restart(layout, live, signal.SIGKILL, "SIGKILL")
         deep = restart(layout, live, signal.SIGTERM, "SIGTERM")
         base = bench_baseline(layout, live)
-        bench_drain(layout, "depth", port, base)
+        bench_drain(layout, deep, port, base)
         settled(deep.proc.pid)
+        after = deep.rss_kb() / 1024
+        note(f"queue daemon RSS after the drain, {n:,} done (index caught up)",
+             f"{after:8.1f} MiB", "<= 256 MiB at 1M", after <= 256 if n >= MILLION else None)
         time_pages(port, paths, f"{n:,} done")
     finally:
         stop(web)
