@@ -38,7 +38,7 @@ def reconcile(db: sqlite3.Connection, view: QueueView, reread: Collection[str] =
     listed = dict.fromkeys(STATES, 0)
     for state in STATES:
         if view.state_dir(state).is_dir():
-            for chunk in _chunks(view.ids_lazily(state), LOOKUP):
+            for chunk in _chunks(view.ids(state), LOOKUP):
                 listed[state] += len(chunk)
                 _agree(db, view, state, chunk, reread, tally, pause)
     for state, rows in db.execute("SELECT state, count(*) FROM msgs GROUP BY state").fetchall():

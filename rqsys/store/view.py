@@ -113,24 +113,15 @@ class QueueView:
 
     # -- listing and counting ------------------------------------------------
     def ids(self, state: str) -> Iterator[str]:
-        """Ids in a state (walks the directory: for que/run/prep/err)."""
-        base = self.state_dir(state)
-        if state in SHARDED_STATES:
-            for shard in sorted(listdir(base)):
-                yield from ids_in(base / shard)
-            return
-        yield from ids_in(base)
-
-    def ids_lazily(self, state: str) -> Iterator[str]:
-        """:meth:`ids`, read from the directory as they are taken (a walk of a
-        million never holds them all: the search index's reconcile)."""
+        """Ids in a state, read from the directory as they are taken (a walk of
+        a million never holds them all); a shard pruned meanwhile is passed."""
         base = self.state_dir(state)
         for shard in sorted(listdir(base)) if state in SHARDED_STATES else [""]:
             try:
                 with os.scandir(base / shard if shard else base) as entries:
                     yield from (e.name for e in entries if MSG_ID_RE.match(e.name))
             except FileNotFoundError:
-                continue  # pruned meanwhile
+                continue
 
     def newest(self, state: str, offset: int = 0, limit: int = 50) -> list[str]:
         """Newest-first page of ids; sharded states only read needed shards."""

@@ -29,7 +29,6 @@ VIEW_CALLS = {
     "attachment_md5": lambda v, ids: [v.attachment_md5(p)
                                       for p in v.attachments("prep", ids["prep"])],
     "ids": lambda v, ids: [list(v.ids(s)) for s in ("que", "done", "err")],
-    "ids_lazily": lambda v, ids: [sorted(v.ids_lazily(s)) for s in ("que", "done", "err")],
     "newest": lambda v, ids: [v.newest(s, 0, 10) for s in ("que", "done", "err")],
     "count": lambda v, ids: [v.count(s) for s in ("prep", "que", "done", "err")],
     "ended_at": lambda v, ids: v.ended_at("done", ids["done"]),
