@@ -20,7 +20,8 @@ Beside rqsys, in the same run and on the same script:
 
 For rqsys it also prints the daemon's own CPU per message (utime + stime of
 every thread from ``/proc``, its fork server's added: a figure steady even
-when wall-clock rates wobble), how much of each message's wall time the loop
+when wall-clock rates wobble; judged against the same run's
+``drain_with_calls`` + 80 us, issue 50's target), how much of each message's wall time the loop
 thread spent on the CPU, blocked in the spawn helper (its vfork waits for the
 script's exec; with the fork server, the sending of the request)
 and idle (the daemon's own sums: ``stats``' ``loop``; the first two overlap,
@@ -72,6 +73,7 @@ N = 800  # task-spooler's server takes at most 1,000 clients, one per queued job
 ROUNDS = 3  # each figure is the median of this many gated drains
 SLOTS = (2, 8)
 STRACE_N = 1000
+CPU_OVER_FLOOR = 80.0  # us a message over drain_with_calls the daemon may take (issue 50)
 INSTR_N = 300  # messages drained under callgrind (about 50x slower)
 TICK = os.sysconf("SC_CLK_TCK")
 INDEX = "rq-search"  # the search index's thread (rqsys.search.index names it)
@@ -419,7 +421,8 @@ def bench_slots(layout: Layout, scratch: Path, slots: int) -> None:
         spooler_cpu = statistics.median(s[1] for s in spoolers if s)
     got = {k: statistics.median(run[k] for run in runs) for k in runs[0]}
     _report_slots(slots, base, (spooler, spooler_cpu), got,
-                  syscalls_per_message(traced, STRACE_N))
+                  syscalls_per_message(traced, STRACE_N),
+                  statistics.median(f[1] for f in with_calls))
     _report_in_process(slots, spooler, {k: statistics.median(run[k] for run in olds)
                                         for k in olds[0]})
     for floor, calls in ((floors, False), (with_calls, True)):
@@ -468,7 +471,8 @@ def _report_floor(slots: int, spooler: float | None, rate: float, cpu: float,
 
 
 def _report_slots(slots: int, base: float, tsp: tuple[float | None, float | None],
-                  got: dict[str, float], calls: float | None) -> None:
+                  got: dict[str, float], calls: float | None, floor_cpu: float) -> None:
+    """``floor_cpu``: the same run's floor with rqsys's calls, CPU us a message."""
     spooler, spooler_cpu = tsp
     rate, ratio = got["rate"], got["rate"] / base
     report(f"raw posix_spawn ceiling, {slots} slots", f"{base:8.0f} runs/s")
@@ -482,10 +486,11 @@ def _report_slots(slots: int, base: float, tsp: tuple[float | None, float | None
     vs = f", {rate / spooler:.2f}x task-spooler" if spooler else ""
     report(f"rqsys drain, num_workers {slots}", f"{rate:8.0f} msgs/s ({ratio:.0%} of ceiling"
            f"{vs}; target >= 1.0x task-spooler)", "PASS" if ok else "MISS")
-    cpu = got["cpu_us"]
+    cpu, most = got["cpu_us"], floor_cpu + CPU_OVER_FLOOR
     report(f"rqsys daemon CPU per message, {slots} workers",
-           f"{cpu:8.0f} us, fork server's {got['server_us']:.0f} us in it (target <= 200 us)",
-           "PASS" if cpu <= 200 else "MISS")
+           f"{cpu:8.0f} us, fork server's {got['server_us']:.0f} us in it (target <= the floor"
+           f" with rqsys's calls + {CPU_OVER_FLOOR:.0f} = {most:.0f} us)",
+           "PASS" if cpu <= most else "MISS")
     report(f"rqsys loop busy per message, {slots} workers",
            f"{got['loop_busy_us']:8.0f} us CPU, {got['spawn_us']:.0f} us blocked in the spawn"
            f" helper, {got['idle_us']:.0f} us idle (of {got['wall_us']:.0f} us wall)")
