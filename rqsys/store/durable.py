@@ -187,15 +187,8 @@ def append_durably(path: Path | str, data: bytes) -> None:
 def overwrite(path: Path | str, data: bytes) -> None:
     """Rewrite a small advisory file in place, not synced (``status``,
     ``count``), never truncating it to zero first (ext4 would then flush it
-    on close, costing a disk write per call).  Empty ``data`` makes no file
-    (a missing one reads as empty to every reader of these, and a run's
-    last ``done`` without text would otherwise make an inode a message)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | (os.O_CREAT if data else 0), 0o644)
-    except FileNotFoundError:
-        if data:
-            raise
-        return  # nothing written before: nothing to empty
+    on close, costing a disk write per call)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         os.pwrite(fd, data, 0)
         if os.fstat(fd).st_size > len(data):  # a no-op truncate still costs a journal handle

@@ -197,17 +197,6 @@ def test_overwrite_shrinks_and_grows_in_place(tmp_path):
     assert path.read_bytes() == b"longer than before" and path.stat().st_ino == inode
 
 
-def test_overwrite_with_nothing_makes_no_file_and_empties_one(tmp_path):
-    path = tmp_path / "status"
-    durable.overwrite(path, b"")
-    assert not path.exists()  # a run's last "done" without text: no inode for it
-    durable.overwrite(path, b"3 of 5")
-    durable.overwrite(path, b"")
-    assert path.read_bytes() == b""
-    with pytest.raises(FileNotFoundError):  # a text into a message gone: the caller's to tell
-        durable.overwrite(tmp_path / "gone" / "status", b"text")
-
-
 def test_write_msg_without_a_blank_makes_the_file(tmp_path):
     path = tmp_path / "msg"
     durable.write_msg(str(path), b'{"a": 1}', sync=True)
