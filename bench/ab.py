@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 FIGURE = re.compile(r"^(?P<name>\S.*?)\s{2,}(?P<value>-?[\d.]+)\s*(?P<unit>[^\s(]*)")
-PERCENTILES = re.compile(r"^\s*(?P<name>\S.*?)\s{2,}p50 (?P<p50>[\d.]+) ms, p99 (?P<p99>[\d.]+) ms")
+PERCENTILES = re.compile(  # p50 and p99 as bench_queue and bench_start_latency pad them
+    r"^\s*(?P<name>\S.*?)\s{2,}p50\s+(?P<p50>[\d.]+) ms, p99\s+(?P<p99>[\d.]+) ms")
 SHARE = re.compile(r"\((?P<pct>\d+)% of (?P<base>[a-z ]+)")  # a same-run ratio, the steadier figure
 LOWER_IS_BETTER = ("ms", "s", "MiB", "us", "µs", "calls", "kinstr")
 TIMEOUT = 3600
