@@ -27,6 +27,8 @@ echo $! > left.setsid
 ( (sleep 1012 & echo $! > left.double) & )
 setsid -f sh -c 'echo $$ > left.setsidf; exec sleep 1013'
 while [ ! -s left.double ] || [ ! -s left.setsidf ]; do sleep 0.01; done
+# sleep runs once setsid has left the group (else the group's TERM ends it, unnamed)
+until [ "$(cat /proc/$(cat left.setsid)/comm 2>/dev/null)" = sleep ]; do sleep 0.01; done
 echo "done left three behind" >&3
 """
 NAMES = ("setsid", "double", "setsidf")
