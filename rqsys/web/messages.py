@@ -20,6 +20,7 @@ from rqsys.web.auth import actor
 from rqsys.web.context import Resource, Web, queue_and_id, split_suffix
 
 POST_METHODS = ("delete", "destroy", "commit", "retry", "cancel")  # retry: err → que, in place
+MOVES_FOLLOWED = 3  # states a message may pass through while its attachment is opened
 
 
 def message_json(web: Web, queue: str, msg_id: str) -> dict[str, Any]:
@@ -123,10 +124,20 @@ class AttachFile(Resource):
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str, mid: str,
                aname: str) -> None:
         queue, msg_id = queue_and_id(name, mid)
-        path = logs.attachment_path(self.web, queue, msg_id, check_attach_name(aname))
-        try:
-            fd = logs.open_stored(self.web.layout.queue_dir(queue), path)
-        except FileNotFoundError:
-            raise NotFound(f"message {msg_id} has no attachment {aname}") from None
+        fd = self._open(queue, msg_id, check_attach_name(aname))
         resp.downloadable_as = aname
         logs.send_file(req, resp, fd, "application/octet-stream")
+
+    def _open(self, queue: str, msg_id: str, aname: str) -> int:
+        """The attachment, opened; looked up again when its message moved
+        between the look-up and the open (a run's start or end meanwhile)."""
+        path = logs.attachment_path(self.web, queue, msg_id, aname)
+        for _ in range(MOVES_FOLLOWED):
+            try:
+                return logs.open_stored(self.web.layout.queue_dir(queue), path)
+            except FileNotFoundError:
+                moved = logs.attachment_path(self.web, queue, msg_id, aname)
+                if moved == path:
+                    break  # where it was: there is no such attachment
+                path = moved
+        raise NotFound(f"message {msg_id} has no attachment {aname}")
