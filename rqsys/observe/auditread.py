@@ -69,6 +69,9 @@ def parse_count(text: str, field: str, default: int, most: int | None = None) ->
     return value
 
 
+READ_TRIES = 5  # reads of the trail while rotations keep renaming its files
+
+
 def files(audit_dir: Path, flt: Filter) -> list[Path]:
     """The files that may hold matching records."""
     try:
@@ -89,11 +92,29 @@ def files(audit_dir: Path, flt: Filter) -> list[Path]:
 
 
 def records(audit_dir: Path, flt: Filter) -> list[Record]:
-    """Every matching record, newest first."""
-    found: list[Record] = []
-    for path in files(audit_dir, flt):
-        found.extend(rec for rec in _read(path) if flt.matches(rec))
+    """Every matching record, newest first.  Read again when a rotation
+    renamed the files meanwhile: between the listing and the reading, it
+    shows some records twice (a file read under its old name and its new)
+    or not at all (one renamed before it was opened)."""
+    for _try in range(READ_TRIES):
+        listed = _identities(audit_dir, flt)
+        found: list[Record] = []
+        for path, _ino in listed:
+            found.extend(rec for rec in _read(path) if flt.matches(rec))
+        if _identities(audit_dir, flt) == listed:
+            break
     found.sort(key=lambda rec: float(rec.get("time", 0)), reverse=True)
+    return found
+
+
+def _identities(audit_dir: Path, flt: Filter) -> list[tuple[Path, int]]:
+    """The files ``records`` reads, each with its inode (0: gone already)."""
+    found = []
+    for path in files(audit_dir, flt):
+        try:
+            found.append((path, path.stat().st_ino))
+        except FileNotFoundError:
+            found.append((path, 0))
     return found
 
 

@@ -89,3 +89,25 @@ def test_times_and_counts_parse():
         auditread.parse_count("-1", "limit", 100)
     with pytest.raises(BadRequest, match="^limit: at most"):
         auditread.parse_count("5000", "limit", 100, 1000)
+
+
+def test_a_rotation_between_listing_and_reading_shows_each_record_once(tmp_path, monkeypatch):
+    # Given a queue's trail of a current file and one rotated before
+    (tmp_path / "q.jsonl").write_text('{"time": 2, "queue": "q", "action": "b"}\n')
+    (tmp_path / "q.jsonl.1").write_text('{"time": 1, "queue": "q", "action": "a"}\n')
+    real_read, rotated = auditread._read, []
+
+    def read(path):  # the writer rotates right after the first file is read
+        got = real_read(path)
+        if not rotated:
+            rotated.append(path)
+            (tmp_path / "q.jsonl.1").rename(tmp_path / "q.jsonl.2")
+            (tmp_path / "q.jsonl").rename(tmp_path / "q.jsonl.1")
+            (tmp_path / "q.jsonl").write_text('{"time": 3, "queue": "q", "action": "c"}\n')
+        return got
+
+    monkeypatch.setattr(auditread, "_read", read)
+    # When the trail is read meanwhile
+    got = auditread.records(tmp_path, auditread.Filter(queue="q"))
+    # Then every record once, newest first
+    assert [rec["action"] for rec in got] == ["c", "b", "a"]
