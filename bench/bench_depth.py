@@ -281,12 +281,12 @@ def restart(layout: Layout, live: list[Launched], sig: signal.Signals, how: str)
 
 # ----------------------------------------------------------------- drain
 def drain(layout: Layout, name: str, total: int, port: int | None = None,
-          rss: tuple[Launched, list[int]] | None = None
-          ) -> tuple[list[tuple[float, int]], list[float]]:
+          daemon: Launched | None = None
+          ) -> tuple[list[tuple[float, int]], list[float], list[int]]:
     """Remove the gate and sample (seconds, messages ended) until ``total`` have
-    ended; with ``port``, the que tab's time every PAGE_EVERY s, and with
-    ``rss`` the daemon's RSS (KB) then, into its list.  Gated again."""
-    samples, looks = [(0.0, 0)], []
+    ended; with ``port``, the que tab's time every PAGE_EVERY s, and then
+    ``daemon``'s RSS (KB).  Gated again."""
+    samples, looks, rss = [(0.0, 0)], [], []
     with QueueClient(layout, name) as client:
         ended0 = ended(client)
         started = time.perf_counter()
@@ -303,10 +303,10 @@ def drain(layout: Layout, name: str, total: int, port: int | None = None,
             if port is not None and now >= look:
                 looks.append(get_ms(port, f"/q/{name}?state=que"))
                 look += PAGE_EVERY
-                if rss is not None:
-                    rss[1].append(rss[0].rss_kb())
+                if daemon is not None:
+                    rss.append(daemon.rss_kb())
     gate(layout, name).touch()
-    return samples, looks
+    return samples, looks, rss
 
 
 def ended(client: QueueClient) -> int:
@@ -331,7 +331,7 @@ def bench_baseline(layout: Layout, live: list[Launched]) -> float:
     daemon = new_queue(layout, "base", live)
     try:
         enqueue(layout, "base", BASE_N)
-        samples, _ = drain(layout, "base", BASE_N)
+        samples, _, _ = drain(layout, "base", BASE_N)
     finally:
         daemon.end(signal.SIGTERM)
     got = rate(samples, 0, BASE_N)
@@ -341,9 +341,8 @@ def bench_baseline(layout: Layout, live: list[Launched]) -> float:
 
 def bench_drain(layout: Layout, daemon: Launched, port: int, base: float, n: int) -> None:
     """The deep drain (``n``: the run's N, a few of which ran at the restarts)."""
-    name, rss = daemon.name, list[int]()
-    total = counts(layout, name)["que"]
-    samples, looks = drain(layout, name, total, port, (daemon, rss))
+    total = counts(layout, daemon.name)["que"]
+    samples, looks, rss = drain(layout, daemon.name, total, port, daemon)
     if rss:
         note(f"queue daemon RSS while {total:,} drain (every {PAGE_EVERY:g} s)",
              f"{statistics.median(rss) / 1024:8.1f} MiB median, the most "
